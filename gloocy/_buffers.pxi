@@ -1,0 +1,99 @@
+# The buffer layer: any object with the buffer protocol, C-contiguous,
+# writable when it receives, with a format that maps to a gloocy dtype.
+
+OP_NAMES = {OP_SUM: "SUM", OP_PROD: "PROD", OP_MIN: "MIN", OP_MAX: "MAX",
+            OP_BAND: "BAND", OP_BOR: "BOR", OP_BXOR: "BXOR",
+            OP_LAND: "LAND", OP_LOR: "LOR", OP_LXOR: "LXOR"}
+OP_CODES = {name: code for code, name in OP_NAMES.items()}
+
+DTYPE_NAMES = {DT_BYTES: "bytes", DT_INT8: "int8", DT_INT16: "int16",
+               DT_INT32: "int32", DT_INT64: "int64", DT_UINT8: "uint8",
+               DT_UINT16: "uint16", DT_UINT32: "uint32", DT_UINT64: "uint64",
+               DT_FLOAT16: "float16", DT_FLOAT32: "float32",
+               DT_FLOAT64: "float64", DT_BOOL: "bool"}
+DTYPE_CODES = {name: code for code, name in DTYPE_NAMES.items()}
+
+cdef int64_t DTYPE_SIZES[<int>DT_LAST]
+DTYPE_SIZES[:] = [1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 1]
+
+cdef int _int_code(bint signed, Py_ssize_t size) noexcept:
+    if size == 1:
+        return DT_INT8 if signed else DT_UINT8
+    if size == 2:
+        return DT_INT16 if signed else DT_UINT16
+    if size == 4:
+        return DT_INT32 if signed else DT_UINT32
+    if size == 8:
+        return DT_INT64 if signed else DT_UINT64
+    return -1
+
+cdef int dtype_of_format(bytes fmt, Py_ssize_t itemsize) noexcept:
+    """The DtypeCode of a struct-module format, -1 when unknown."""
+    cdef bytes code = fmt
+    if code[:1] in (b"@", b"=", b"<") and len(code) > 1:
+        code = code[1:]
+    if len(code) != 1:
+        return -1
+    if code in b"bhilqn":
+        return _int_code(True, itemsize)
+    if code in b"BHILQN":
+        return _int_code(False, itemsize)
+    if code == b"e" and itemsize == 2:
+        return DT_FLOAT16
+    if code == b"f" and itemsize == 4:
+        return DT_FLOAT32
+    if code == b"d" and itemsize == 8:
+        return DT_FLOAT64
+    if code == b"?" and itemsize == 1:
+        return DT_BOOL
+    return -1
+
+
+cdef class Buf:
+    """A buffer held for the length of one call."""
+    cdef Py_buffer view
+    cdef bint held
+    cdef char *ptr          # first byte
+    cdef int64_t nbytes     # size in bytes
+    cdef int64_t itemsize   # bytes per element
+    cdef int64_t count      # number of elements
+    cdef int dtype          # DtypeCode, -1 when the format is not one of ours
+    cdef str name           # argument name, for messages
+    cdef str format         # format string, for messages
+
+    def __dealloc__(self):
+        if self.held:
+            PyBuffer_Release(&self.view)
+
+    cdef int require_dtype(self) except -1:
+        if self.dtype < 0:
+            raise TypeError(
+                f"{self.name}: element format {self.format!r} has no gloocy "
+                f"dtype (supported: {', '.join(DTYPE_CODES)})")
+        return 0
+
+
+cdef Buf get_buffer(object obj, str name, bint writable):
+    """Acquire `obj`'s buffer; errors name the argument."""
+    cdef Buf b = Buf.__new__(Buf)
+    b.name = name
+    if obj is None:
+        raise TypeError(f"{name}: expected a buffer, got None")
+    try:
+        PyObject_GetBuffer(obj, &b.view, PyBUF_FORMAT | PyBUF_STRIDES)
+    except (TypeError, ValueError, BufferError) as e:
+        raise type(e)(f"{name}: {type(obj).__name__} does not expose a "
+                      f"usable buffer ({e})") from None
+    b.held = True
+    if not PyBuffer_IsContiguous(&b.view, b'C'):
+        raise ValueError(f"{name}: buffer is not C-contiguous; pass a "
+                         "contiguous copy (e.g. numpy.ascontiguousarray)")
+    if writable and b.view.readonly:
+        raise BufferError(f"{name}: buffer is read-only but must receive data")
+    b.ptr = <char *>b.view.buf
+    b.nbytes = b.view.len
+    b.itemsize = b.view.itemsize if b.view.itemsize > 0 else 1
+    b.format = (b.view.format or b"B").decode("ascii", "replace")
+    b.dtype = dtype_of_format(b.format.encode("ascii"), b.itemsize)
+    b.count = b.nbytes // b.itemsize
+    return b

@@ -1,0 +1,250 @@
+# Collective algorithms, written once against Pair through the Context.
+# All run without the GIL; each Xfer they post stays alive (stack or heap)
+# until waited for, and heap memory is freed on every path.
+
+cdef enum:
+    ALGO_AUTO = 0
+    ALGO_RING = 1
+    ALGO_RECURSIVE_DOUBLING = 2
+    TAG_FOLD_OUT = 0xffffffff     # recursive doubling: result back to a folded rank
+    MAX_CHILDREN = 64
+
+
+cdef int _raise_nomem() except -1 with gil:
+    raise MemoryError()
+
+
+cdef void *_alloc(int64_t nbytes) except? NULL nogil:
+    cdef void *p = malloc(<size_t>(nbytes if nbytes > 0 else 1))
+    if p is NULL:
+        _raise_nomem()
+    return p
+
+
+cdef int run_barrier(Context ctx, Coll *c) except -1 nogil:
+    """Dissemination: in round k every rank signals rank+2^k and hears from
+    rank-2^k; after ceil(log2 n) rounds everyone has heard from everyone."""
+    cdef Xfer xs[2]
+    cdef int n = ctx.size, r = ctx.rank, k = 1
+    cdef uint64_t tag = 0
+    while k < n:
+        ctx.post_recv(c, &xs[0], (r - k + n) % n, tag, NULL, 0)
+        ctx.post_send(c, &xs[1], (r + k) % n, tag, NULL, 0)
+        ctx.waitall(c, xs, 2)
+        k <<= 1
+        tag += 1
+    return 0
+
+
+cdef int run_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes) except -1 nogil:
+    """Binomial tree rooted at c.proto.root, pipelined in segments: a rank
+    forwards each segment to its children as soon as it has it."""
+    cdef int n = ctx.size, root = c.proto.root
+    cdef int vr = (ctx.rank - root + n) % n          # rank relative to root
+    cdef int children[MAX_CHILDREN]
+    cdef int nchild = 0, mask, k, parent
+    cdef int64_t seg = ctx.segment, s, off, length
+    cdef int64_t nseg = (nbytes + seg - 1) // seg if nbytes > 0 else 1
+    cdef Xfer *recvs
+    cdef Xfer *sends
+    if n == 1:
+        return 0
+    # Children are vr + 2^k for 2^k below vr's lowest set bit (any for the
+    # root), largest subtree first.
+    mask = 1
+    while mask < n and not (vr & mask):
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:
+        if vr + mask < n:
+            children[nchild] = (vr + mask + root) % n
+            nchild += 1
+        mask >>= 1
+    parent = ((vr & (vr - 1)) + root) % n
+    recvs = <Xfer *>_alloc(nseg * (nchild + 1) * sizeof(Xfer))
+    sends = recvs + nseg
+    try:
+        if vr != 0:
+            for s in range(nseg):
+                off = s * seg
+                length = min(seg, nbytes - off)
+                ctx.post_recv(c, &recvs[s], parent, s, buf + off, length)
+        for s in range(nseg):
+            off = s * seg
+            length = min(seg, nbytes - off)
+            if vr != 0:
+                ctx.wait(c, &recvs[s])
+            for k in range(nchild):
+                ctx.post_send(c, &sends[s * nchild + k], children[k], s,
+                              buf + off, length)
+        ctx.waitall(c, sends, nseg * nchild)
+    finally:
+        free(recvs)
+    return 0
+
+
+cdef int run_allreduce(Context ctx, Coll *c, char *buf, int64_t count,
+                       int algo) except -1 nogil:
+    if ctx.size == 1:
+        return 0
+    if algo == ALGO_AUTO:
+        if count * c.itemsize <= ctx.small_allreduce or count < ctx.size:
+            algo = ALGO_RECURSIVE_DOUBLING
+        else:
+            algo = ALGO_RING
+    if algo == ALGO_RING:
+        return allreduce_ring(ctx, c, buf, count)
+    return allreduce_recursive_doubling(ctx, c, buf, count)
+
+
+cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
+                                      int64_t count) except -1 nogil:
+    """log2(n) exchanges of the whole buffer. For n not a power of two, the
+    first 2*rem ranks fold pairwise into one (even into odd) before and get
+    the result back after."""
+    cdef int n = ctx.size, r = ctx.rank
+    cdef int p = 1, rem, newrank, mask, peer, pn
+    cdef uint64_t level = 1
+    cdef int64_t nbytes = count * c.itemsize
+    cdef Xfer xs[2]
+    cdef char *tmp = <char *>_alloc(nbytes)
+    while p * 2 <= n:
+        p *= 2
+    rem = n - p
+    try:
+        if r < 2 * rem:
+            if r % 2 == 0:
+                ctx.post_send(c, &xs[0], r + 1, 0, buf, nbytes)
+                ctx.wait(c, &xs[0])
+                ctx.post_recv(c, &xs[1], r + 1, TAG_FOLD_OUT, buf, nbytes)
+                ctx.wait(c, &xs[1])
+                return 0
+            ctx.post_recv(c, &xs[0], r - 1, 0, tmp, nbytes)
+            ctx.wait(c, &xs[0])
+            c.fn(buf, tmp, count)
+            newrank = r // 2
+        else:
+            newrank = r - rem
+        mask = 1
+        while mask < p:
+            pn = newrank ^ mask
+            peer = pn * 2 + 1 if pn < rem else pn + rem
+            ctx.post_recv(c, &xs[0], peer, level, tmp, nbytes)
+            ctx.post_send(c, &xs[1], peer, level, buf, nbytes)
+            ctx.waitall(c, xs, 2)
+            c.fn(buf, tmp, count)
+            mask <<= 1
+            level += 1
+        if r < 2 * rem:
+            ctx.post_send(c, &xs[0], r - 1, TAG_FOLD_OUT, buf, nbytes)
+            ctx.wait(c, &xs[0])
+    finally:
+        free(tmp)
+    return 0
+
+
+cdef int allreduce_ring(Context ctx, Coll *c, char *buf,
+                        int64_t count) except -1 nogil:
+    """Ring reduce-scatter then ring allgather over n chunks, each cut in
+    segments that flow independently: a segment reduced at step s is sent on
+    at step s+1 at once, so reduction overlaps the transfers."""
+    cdef int n = ctx.size, r = ctx.rank
+    cdef int left = (r - 1 + n) % n, right = (r + 1) % n
+    cdef int64_t isz = c.itemsize
+    cdef int64_t base = count // n, extra = count % n
+    cdef int64_t maxchunk = base + (1 if extra else 0)
+    cdef int64_t seg_el = max(1, ctx.segment // isz)
+    cdef int64_t nseg = max(1, (maxchunk + seg_el - 1) // seg_el)
+    cdef int64_t steps = n - 1, per = steps * nseg
+    cdef int64_t s, j, t, ci, c2, lo, ln, lo2, ln2
+    cdef int ntmp = 2 if steps > 1 else 1
+    cdef Xfer *xs = <Xfer *>_alloc(4 * per * sizeof(Xfer))
+    cdef Xfer *rs_recv = xs
+    cdef Xfer *rs_send = xs + per
+    cdef Xfer *ag_recv = xs + 2 * per
+    cdef Xfer *ag_send = xs + 3 * per
+    cdef char *tmp = NULL
+    cdef char *cur
+    try:
+        tmp = <char *>_alloc(ntmp * maxchunk * isz)
+        # Reduce-scatter: at step s send chunk r-s, receive chunk r-s-1.
+        ci = (r - 1 + n) % n
+        for j in range(nseg):
+            _segment(ci, j, base, extra, seg_el, &lo, &ln)
+            ctx.post_recv(c, &rs_recv[j], left, j, tmp + j * seg_el * isz,
+                          ln * isz)
+        for j in range(nseg):
+            _segment(r, j, base, extra, seg_el, &lo, &ln)
+            ctx.post_send(c, &rs_send[j], right, j, buf + lo * isz, ln * isz)
+        for s in range(steps):
+            ci = ((r - s - 1) % n + n) % n
+            cur = tmp + (s % ntmp) * maxchunk * isz
+            for j in range(nseg):
+                _segment(ci, j, base, extra, seg_el, &lo, &ln)
+                ctx.wait(c, &rs_recv[s * nseg + j])
+                c.fn(buf + lo * isz, cur + j * seg_el * isz, ln)
+                if s + 1 < steps:
+                    c2 = ((r - s - 2) % n + n) % n
+                    _segment(c2, j, base, extra, seg_el, &lo2, &ln2)
+                    ctx.post_recv(c, &rs_recv[(s + 1) * nseg + j], left,
+                                  (s + 1) * nseg + j,
+                                  tmp + ((s + 1) % ntmp) * maxchunk * isz
+                                  + j * seg_el * isz, ln2 * isz)
+                    ctx.post_send(c, &rs_send[(s + 1) * nseg + j], right,
+                                  (s + 1) * nseg + j, buf + lo * isz, ln * isz)
+                else:
+                    # Chunk ci = r+1 is now fully reduced here: start the
+                    # allgather with it, and expect chunk r from the left.
+                    _segment(r, j, base, extra, seg_el, &lo2, &ln2)
+                    ctx.post_recv(c, &ag_recv[j], left, per + j,
+                                  buf + lo2 * isz, ln2 * isz)
+                    ctx.post_send(c, &ag_send[j], right, per + j,
+                                  buf + lo * isz, ln * isz)
+        # Allgather: at step t receive chunk r-t and pass it on at step t+1.
+        for t in range(steps):
+            ci = ((r - t) % n + n) % n
+            for j in range(nseg):
+                ctx.wait(c, &ag_recv[t * nseg + j])
+                if t + 1 < steps:
+                    c2 = ((r - t - 1) % n + n) % n
+                    _segment(c2, j, base, extra, seg_el, &lo2, &ln2)
+                    ctx.post_recv(c, &ag_recv[(t + 1) * nseg + j], left,
+                                  per + (t + 1) * nseg + j,
+                                  buf + lo2 * isz, ln2 * isz)
+                    _segment(ci, j, base, extra, seg_el, &lo, &ln)
+                    ctx.post_send(c, &ag_send[(t + 1) * nseg + j], right,
+                                  per + (t + 1) * nseg + j,
+                                  buf + lo * isz, ln * isz)
+        ctx.waitall(c, rs_send, per)
+        ctx.waitall(c, ag_send, per)
+    finally:
+        free(tmp)
+        free(xs)
+    return 0
+
+
+cdef inline void _segment(int64_t chunk, int64_t j, int64_t base,
+                          int64_t extra, int64_t seg_el, int64_t *lo,
+                          int64_t *ln) noexcept nogil:
+    """Element offset and length of segment j of a chunk (may be empty)."""
+    cdef int64_t clen = base + (1 if chunk < extra else 0)
+    cdef int64_t start = chunk * base + min(chunk, extra)
+    cdef int64_t a = min(j * seg_el, clen)
+    cdef int64_t b = min(a + seg_el, clen)
+    lo[0] = start + a
+    ln[0] = b - a
+
+
+cdef int run_allgatherv(Context ctx, Coll *c, char *buf, const int64_t *offs,
+                        const int64_t *sizes) except -1 nogil:
+    """Ring: at step t pass block r-t to the right, take block r-t-1 from
+    the left."""
+    cdef int n = ctx.size, r = ctx.rank, t, sb, rb
+    cdef Xfer xs[2]
+    for t in range(n - 1):
+        sb = (r - t + n) % n
+        rb = (r - t - 1 + n) % n
+        ctx.post_recv(c, &xs[0], (r - 1 + n) % n, t, buf + offs[rb], sizes[rb])
+        ctx.post_send(c, &xs[1], (r + 1) % n, t, buf + offs[sb], sizes[sb])
+        ctx.waitall(c, xs, 2)
+    return 0

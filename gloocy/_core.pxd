@@ -1,0 +1,160 @@
+# The contract between gloocy's core and its transports.
+#
+# A transport implements `Pair` (tagged, ordered, reliable byte messages to
+# one peer); the collectives in `_core.pyx` drive pairs only through the
+# methods declared here, without the GIL.
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+
+
+cdef enum:
+    FRAME_MAGIC = 0x59434c47      # b"GLCY" read as a little-endian u32
+    FRAME_VERSION = 1
+    HEADER_SIZE = 48
+
+# What a frame belongs to; also the "kind" in a collective's fingerprint.
+cdef enum Kind:
+    KIND_BYE = 0                  # the peer closes its end cleanly; no payload
+    KIND_BARRIER = 1
+    KIND_BCAST = 2
+    KIND_ALLREDUCE = 3
+    KIND_ALLGATHERV = 4
+    KIND_LAST = 5
+
+# Reduction ops (codes on the wire and in gloocy.ops).
+cdef enum OpCode:
+    OP_NONE = 0
+    OP_SUM = 1
+    OP_PROD = 2
+    OP_MIN = 3
+    OP_MAX = 4
+    OP_BAND = 5
+    OP_BOR = 6
+    OP_BXOR = 7
+    OP_LAND = 8
+    OP_LOR = 9
+    OP_LXOR = 10
+    OP_LAST = 11
+
+# Element types (codes on the wire); DT_BYTES is untyped data.
+cdef enum DtypeCode:
+    DT_BYTES = 0
+    DT_INT8 = 1
+    DT_INT16 = 2
+    DT_INT32 = 3
+    DT_INT64 = 4
+    DT_UINT8 = 5
+    DT_UINT16 = 6
+    DT_UINT32 = 7
+    DT_UINT64 = 8
+    DT_FLOAT16 = 9
+    DT_FLOAT32 = 10
+    DT_FLOAT64 = 11
+    DT_BOOL = 12
+    DT_LAST = 13
+
+# States of an Xfer.
+cdef enum XferState:
+    XFER_IDLE = 0
+    XFER_POSTED = 1
+    XFER_DONE = 2
+
+# acc[i] = acc[i] <op> src[i] for i < n elements.
+ctypedef void (*reduce_fn)(void *acc, const void *src, int64_t n) noexcept nogil
+
+
+# The wire header in front of every payload (48 bytes, little-endian).
+# (comm_id, seq, tag) identifies a message; (kind, op, dtype, root, count)
+# is the fingerprint of the collective that sent it.
+ctypedef struct Header:
+    uint32_t magic          # FRAME_MAGIC
+    uint8_t version         # FRAME_VERSION
+    uint8_t kind            # Kind
+    uint8_t op              # OpCode, OP_NONE when the collective has none
+    uint8_t dtype           # DtypeCode
+    uint32_t comm_id        # communicator the message belongs to
+    int32_t root            # root rank of the collective, -1 when none
+    uint64_t seq            # collective sequence number on the communicator
+    uint64_t tag            # step of the collective
+    uint64_t count          # element count of the whole collective (fingerprint)
+    uint64_t length         # payload bytes that follow this header
+
+
+# One posted send or receive. The poster owns the memory and keeps it (and the
+# buffer it points at) alive until `state` is XFER_DONE or the pair abandons it.
+ctypedef struct Xfer:
+    char *buf               # payload (sent from / received into)
+    int64_t nbytes          # payload size
+    int64_t done            # bytes moved so far (header included for sends)
+    Header hdr              # sends: header to send; receives: what is expected
+    int state               # XferState
+    Xfer *next              # link in the pair's queue
+
+
+cdef class Pair:
+    cdef readonly int rank            # our rank
+    cdef readonly int peer            # the peer's rank
+    cdef readonly bint closed         # closed locally; every post fails
+    cdef readonly bint peer_gone      # the peer closed its end
+    cdef readonly bint peer_said_bye  # ... and said goodbye first (clean exit)
+
+    # Queue a send / receive; never blocks. A receive is matched to incoming
+    # frames by (comm_id, seq, tag) and checked with check_frame().
+    cdef int post_send(self, Xfer *x) except -1 nogil
+    cdef int post_recv(self, Xfer *x) except -1 nogil
+    # Move bytes without blocking. Returns 1 if anything moved, else 0.
+    cdef int progress(self) except -1 nogil
+    # True while posted sends or receives are unfinished.
+    cdef bint busy(self) noexcept nogil
+    # What to poll(2) for when blocking: fd and events (0: nothing to wait for).
+    cdef int wait_fd(self) noexcept nogil
+    cdef short wait_events(self) noexcept nogil
+    # Forget every posted Xfer (after a failure their memory goes away).
+    cdef void abandon(self) noexcept nogil
+    # Close; say goodbye first when `clean`. Idempotent.
+    cdef int shutdown(self, bint clean) except -1
+
+
+# Shared by transports: frame checks that raise the right gloocy error.
+cdef bint frame_matches(const Header *got, const Header *want) noexcept nogil
+cdef int check_header(const Header *got, int rank, int peer) except -1 nogil
+cdef int check_frame(const Header *got, const Xfer *want, int rank, int peer) except -1 nogil
+cdef int check_unmatched(const Header *got, const Xfer *posted, int rank, int peer) except -1 nogil
+cdef void init_header(Header *h) noexcept nogil
+
+
+# One collective call in flight: the header template its frames carry, its
+# deadline, and its reduction kernel.
+ctypedef struct Coll:
+    Header proto            # kind, op, dtype, root, count, comm_id, seq
+    int64_t deadline        # CLOCK_MONOTONIC nanoseconds
+    reduce_fn fn            # kernel for (op, dtype), NULL when none
+    int64_t itemsize        # bytes per element
+
+
+cdef class Context:
+    cdef readonly int rank            # this process's rank
+    cdef readonly int size            # number of ranks
+    cdef readonly uint32_t comm_id    # tags every frame of this context
+    cdef readonly uint64_t seq        # collectives issued so far
+    cdef public double timeout        # default deadline of a call, seconds
+    cdef readonly object error        # first fatal error; set => poisoned
+    cdef list _pairs                  # Pair per rank (None at our own rank)
+    cdef void **_pair_ptrs            # borrowed _pairs items, for nogil use
+    cdef public int64_t segment       # pipeline segment size in bytes
+    cdef public int64_t spin_ns       # how long to spin before blocking
+    cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
+
+    cdef int post_send(self, Coll *c, Xfer *x, int peer, uint64_t tag,
+                       const char *buf, int64_t n) except -1 nogil
+    cdef int post_recv(self, Coll *c, Xfer *x, int peer, uint64_t tag,
+                       char *buf, int64_t n) except -1 nogil
+    # Drive every pair until `x` (or all `n` of `xs`) is done or the deadline.
+    cdef int wait(self, Coll *c, Xfer *x) except -1 nogil
+    cdef int waitall(self, Coll *c, Xfer *xs, int64_t n) except -1 nogil
+    cdef int progress_all(self) except -1 nogil
+    cdef int block(self, Coll *c) except -1 nogil
+    cdef int begin(self, Coll *c, int kind, int op, int dtype, int root,
+                   uint64_t count, object timeout) except -1
+    cdef int fail(self, BaseException exc, Coll *c) except -1
+    cdef int _check_root(self, int root) except -1

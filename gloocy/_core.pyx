@@ -1,0 +1,23 @@
+# cython: language_level=3, cdivision=True
+"""gloocy's core: buffers, reduction kernels, the Context and collectives.
+
+Everything on a hot path runs without the GIL. Functions that run without it
+return an int status (``except -1 nogil``) and take the GIL only on the
+failure path, to raise.
+"""
+
+from libc.string cimport memcpy, memmove, memset
+from libc.stdlib cimport malloc, free
+from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
+                             PyBuffer_IsContiguous, PyBUF_FORMAT,
+                             PyBUF_STRIDES, PyBUF_WRITABLE)
+
+from gloocy.errors import (CollectiveTimeout, ContextPoisoned, GloocyError,
+                           MismatchError, PeerLostError, ProtocolError)
+
+include "_kernels.pxi"
+include "_buffers.pxi"
+include "_frames.pxi"
+include "_pair.pxi"
+include "_context.pxi"
+include "_collectives.pxi"

@@ -1,0 +1,87 @@
+# Frame checks shared by every transport. A receive is matched by
+# (comm_id, seq, tag); its fingerprint (kind, op, dtype, root, count) and
+# length must then agree, or both calls are named in a MismatchError.
+
+KIND_NAMES = {KIND_BYE: "bye", KIND_BARRIER: "barrier", KIND_BCAST: "bcast",
+              KIND_ALLREDUCE: "allreduce", KIND_ALLGATHERV: "allgatherv"}
+
+
+cdef void init_header(Header *h) noexcept nogil:
+    memset(h, 0, sizeof(Header))
+    h.magic = FRAME_MAGIC
+    h.version = FRAME_VERSION
+    h.root = -1
+
+
+cdef bint frame_matches(const Header *got, const Header *want) noexcept nogil:
+    return (got.comm_id == want.comm_id and got.seq == want.seq
+            and got.tag == want.tag)
+
+
+cdef str describe_call(const Header *h):
+    """e.g. 'allreduce #3 (count=4, dtype=float64, op=SUM)'."""
+    parts = [f"count={h.count}"]
+    if h.dtype:
+        parts.append(f"dtype={DTYPE_NAMES.get(h.dtype, h.dtype)}")
+    if h.op:
+        parts.append(f"op={OP_NAMES.get(h.op, h.op)}")
+    if h.root >= 0:
+        parts.append(f"root={h.root}")
+    return (f"{KIND_NAMES.get(h.kind, 'kind ' + str(h.kind))} #{h.seq} "
+            f"({', '.join(parts)})")
+
+
+cdef int _raise_bad_header(const Header *got, int rank, int peer) except -1 with gil:
+    raise ProtocolError(
+        f"rank {rank}: peer rank {peer} sent an invalid frame header "
+        f"(magic {got.magic:#x}, version {got.version}, kind {got.kind})")
+
+
+cdef int check_header(const Header *got, int rank, int peer) except -1 nogil:
+    if (got.magic != FRAME_MAGIC or got.version != FRAME_VERSION
+            or got.kind >= KIND_LAST
+            or (got.kind == KIND_BYE and got.length != 0)):
+        return _raise_bad_header(got, rank, peer)
+    return 0
+
+
+cdef int _raise_mismatch(const Header *got, const Xfer *want, int rank,
+                         int peer) except -1 with gil:
+    if (got.kind == want.hdr.kind and got.op == want.hdr.op
+            and got.dtype == want.hdr.dtype and got.root == want.hdr.root
+            and got.count == want.hdr.count):
+        raise ProtocolError(
+            f"rank {rank}: in {describe_call(&want.hdr)} peer rank {peer} "
+            f"sent {got.length} bytes for step {got.tag} where "
+            f"{want.nbytes} were expected")
+    raise MismatchError(
+        f"rank {rank} called {describe_call(&want.hdr)} but rank {peer} "
+        f"called {describe_call(got)}")
+
+
+cdef int check_frame(const Header *got, const Xfer *want, int rank,
+                     int peer) except -1 nogil:
+    # got.length is a u64 from the wire; compare in u64 so that no value
+    # can wrap into a plausible size.
+    if (got.kind != want.hdr.kind or got.op != want.hdr.op
+            or got.dtype != want.hdr.dtype or got.root != want.hdr.root
+            or got.count != want.hdr.count
+            or got.length != <uint64_t>want.nbytes):
+        return _raise_mismatch(got, want, rank, peer)
+    return 0
+
+
+cdef int check_unmatched(const Header *got, const Xfer *posted, int rank,
+                         int peer) except -1 nogil:
+    """A frame matched no posted receive: if one of them belongs to the same
+    collective call (comm_id, seq) yet has another fingerprint, the ranks
+    called different collectives."""
+    while posted is not NULL:
+        if got.comm_id == posted.hdr.comm_id and got.seq == posted.hdr.seq:
+            if (got.kind != posted.hdr.kind or got.op != posted.hdr.op
+                    or got.dtype != posted.hdr.dtype
+                    or got.root != posted.hdr.root
+                    or got.count != posted.hdr.count):
+                return _raise_mismatch(got, posted, rank, peer)
+        posted = posted.next
+    return 0

@@ -1,0 +1,225 @@
+# Reduction kernels: acc[i] = acc[i] <op> src[i], fused-type loops over raw
+# pointers. The (op, dtype) pair is resolved once per collective into a
+# function pointer from KERNELS; loops never branch on the op.
+
+cimport cython
+from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t,
+                          uint8_t, uint16_t, uint32_t, uint64_t)
+
+cdef extern from "_half.h":
+    float gloocy_h2f(uint16_t h) noexcept nogil
+    uint16_t gloocy_f2h(float f) noexcept nogil
+
+ctypedef fused num_t:
+    int8_t
+    int16_t
+    int32_t
+    int64_t
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+    float
+    double
+
+ctypedef fused int_t:
+    int8_t
+    int16_t
+    int32_t
+    int64_t
+    uint8_t
+    uint16_t
+    uint32_t
+    uint64_t
+
+cdef reduce_fn KERNELS[<int>OP_LAST][<int>DT_LAST]
+
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_sum(num_t *a, const num_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = a[i] + b[i]
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_prod(num_t *a, const num_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = a[i] * b[i]
+
+# MIN/MAX propagate NaN as NumPy's minimum/maximum do (b != b only for NaN).
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_min(num_t *a, const num_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        if b[i] < a[i] or b[i] != b[i]:
+            a[i] = b[i]
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_max(num_t *a, const num_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        if b[i] > a[i] or b[i] != b[i]:
+            a[i] = b[i]
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_band(int_t *a, const int_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = a[i] & b[i]
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_bor(int_t *a, const int_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = a[i] | b[i]
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_bxor(int_t *a, const int_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = a[i] ^ b[i]
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_land(int_t *a, const int_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = (a[i] != 0) & (b[i] != 0)
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_lor(int_t *a, const int_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = (a[i] != 0) | (b[i] != 0)
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_lxor(int_t *a, const int_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = (a[i] != 0) ^ (b[i] != 0)
+
+
+# float16: widen to float32, apply the op, round once (NumPy's semantics).
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_half_sum(uint16_t *a, const uint16_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = gloocy_f2h(gloocy_h2f(a[i]) + gloocy_h2f(b[i]))
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_half_prod(uint16_t *a, const uint16_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    for i in range(n):
+        a[i] = gloocy_f2h(gloocy_h2f(a[i]) * gloocy_h2f(b[i]))
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_half_min(uint16_t *a, const uint16_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    cdef float x, y
+    for i in range(n):
+        x = gloocy_h2f(a[i])
+        y = gloocy_h2f(b[i])
+        if y < x or y != y:
+            a[i] = b[i]
+
+@cython.boundscheck(False)
+@cython.wraparound(False)
+cdef void k_half_max(uint16_t *a, const uint16_t *b, int64_t n) noexcept nogil:
+    cdef int64_t i
+    cdef float x, y
+    for i in range(n):
+        x = gloocy_h2f(a[i])
+        y = gloocy_h2f(b[i])
+        if y > x or y != y:
+            a[i] = b[i]
+
+
+cdef void _fill_arith(int dt, num_t *witness) noexcept:
+    KERNELS[<int>OP_SUM][dt] = <reduce_fn>k_sum[num_t]
+    KERNELS[<int>OP_PROD][dt] = <reduce_fn>k_prod[num_t]
+    KERNELS[<int>OP_MIN][dt] = <reduce_fn>k_min[num_t]
+    KERNELS[<int>OP_MAX][dt] = <reduce_fn>k_max[num_t]
+
+cdef void _fill_bits(int dt, int_t *witness) noexcept:
+    KERNELS[<int>OP_BAND][dt] = <reduce_fn>k_band[int_t]
+    KERNELS[<int>OP_BOR][dt] = <reduce_fn>k_bor[int_t]
+    KERNELS[<int>OP_BXOR][dt] = <reduce_fn>k_bxor[int_t]
+    KERNELS[<int>OP_LAND][dt] = <reduce_fn>k_land[int_t]
+    KERNELS[<int>OP_LOR][dt] = <reduce_fn>k_lor[int_t]
+    KERNELS[<int>OP_LXOR][dt] = <reduce_fn>k_lxor[int_t]
+
+cdef void _fill_kernels() noexcept:
+    memset(KERNELS, 0, sizeof(KERNELS))
+    _fill_arith(DT_INT8, <int8_t *>NULL)
+    _fill_arith(DT_INT16, <int16_t *>NULL)
+    _fill_arith(DT_INT32, <int32_t *>NULL)
+    _fill_arith(DT_INT64, <int64_t *>NULL)
+    _fill_arith(DT_UINT8, <uint8_t *>NULL)
+    _fill_arith(DT_UINT16, <uint16_t *>NULL)
+    _fill_arith(DT_UINT32, <uint32_t *>NULL)
+    _fill_arith(DT_UINT64, <uint64_t *>NULL)
+    _fill_arith(DT_FLOAT32, <float *>NULL)
+    _fill_arith(DT_FLOAT64, <double *>NULL)
+    _fill_bits(DT_INT8, <int8_t *>NULL)
+    _fill_bits(DT_INT16, <int16_t *>NULL)
+    _fill_bits(DT_INT32, <int32_t *>NULL)
+    _fill_bits(DT_INT64, <int64_t *>NULL)
+    _fill_bits(DT_UINT8, <uint8_t *>NULL)
+    _fill_bits(DT_UINT16, <uint16_t *>NULL)
+    _fill_bits(DT_UINT32, <uint32_t *>NULL)
+    _fill_bits(DT_UINT64, <uint64_t *>NULL)
+    KERNELS[<int>OP_SUM][<int>DT_FLOAT16] = <reduce_fn>k_half_sum
+    KERNELS[<int>OP_PROD][<int>DT_FLOAT16] = <reduce_fn>k_half_prod
+    KERNELS[<int>OP_MIN][<int>DT_FLOAT16] = <reduce_fn>k_half_min
+    KERNELS[<int>OP_MAX][<int>DT_FLOAT16] = <reduce_fn>k_half_max
+    # bool is one byte holding 0 or 1: every op is a logical one (NumPy's
+    # add on bool is OR, multiply is AND, and so on).
+    KERNELS[<int>OP_SUM][<int>DT_BOOL] = <reduce_fn>k_lor[uint8_t]
+    KERNELS[<int>OP_PROD][<int>DT_BOOL] = <reduce_fn>k_land[uint8_t]
+    KERNELS[<int>OP_MIN][<int>DT_BOOL] = <reduce_fn>k_land[uint8_t]
+    KERNELS[<int>OP_MAX][<int>DT_BOOL] = <reduce_fn>k_lor[uint8_t]
+    KERNELS[<int>OP_BAND][<int>DT_BOOL] = <reduce_fn>k_land[uint8_t]
+    KERNELS[<int>OP_BOR][<int>DT_BOOL] = <reduce_fn>k_lor[uint8_t]
+    KERNELS[<int>OP_BXOR][<int>DT_BOOL] = <reduce_fn>k_lxor[uint8_t]
+    KERNELS[<int>OP_LAND][<int>DT_BOOL] = <reduce_fn>k_land[uint8_t]
+    KERNELS[<int>OP_LOR][<int>DT_BOOL] = <reduce_fn>k_lor[uint8_t]
+    KERNELS[<int>OP_LXOR][<int>DT_BOOL] = <reduce_fn>k_lxor[uint8_t]
+
+_fill_kernels()
+
+
+cdef reduce_fn kernel_for(int op, int dtype) except NULL:
+    """The kernel for (op, dtype), or TypeError when the pair is meaningless."""
+    cdef reduce_fn fn = NULL
+    if 0 < op < <int>OP_LAST and 0 < dtype < <int>DT_LAST:
+        fn = KERNELS[op][dtype]
+    if fn is NULL:
+        raise TypeError(
+            f"op {OP_NAMES.get(op, op)} is not defined for dtype "
+            f"{DTYPE_NAMES.get(dtype, 'untyped')}")
+    return fn
+
+
+def reduce_local(const unsigned char[::1] src not None,
+                 unsigned char[::1] acc not None, int op, int dtype):
+    """acc <op>= src elementwise on raw bytes of `dtype` (kernel tests)."""
+    cdef reduce_fn fn = kernel_for(op, dtype)
+    cdef int64_t size = DTYPE_SIZES[dtype]
+    if src.shape[0] != acc.shape[0] or src.shape[0] % size:
+        raise ValueError("src and acc must hold the same whole number of elements")
+    with nogil:
+        if acc.shape[0]:
+            fn(&acc[0], &src[0], acc.shape[0] // size)

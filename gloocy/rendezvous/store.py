@@ -1,0 +1,132 @@
+"""The Store interface: a small key/value store used only at start-up.
+
+Ranks use a store to publish their addresses and to wait for each other's.
+Keys are non-empty ``str``, values are ``bytes``. Blocking calls take a
+deadline in seconds (``timeout``); ``None`` means the store's default.
+
+Concrete stores implement the underscored methods; the public methods here
+check the arguments once, so every store rejects bad input the same way.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+
+__all__ = ["Store", "DEFAULT_TIMEOUT"]
+
+DEFAULT_TIMEOUT = 300.0
+
+
+def _check_key(key: object, name: str = "key") -> str:
+    if not isinstance(key, str):
+        raise TypeError(f"{name} must be a str, not {type(key).__name__}")
+    if not key:
+        raise ValueError(f"{name} must not be empty")
+    return key
+
+
+def _check_keys(keys: object) -> list[str]:
+    # A lone str is a Sequence too; wait("ab") would silently wait for "a" and "b".
+    if isinstance(keys, (str, bytes)) or not isinstance(keys, Sequence):
+        raise TypeError(
+            f"keys must be a sequence of str (e.g. a list), not {type(keys).__name__}"
+        )
+    return [_check_key(k, "each key in keys") for k in keys]
+
+
+def _check_value(value: object) -> bytes:
+    if isinstance(value, str):
+        raise TypeError("value must be bytes-like, not str (encode it first)")
+    try:
+        return bytes(memoryview(value))
+    except TypeError:
+        raise TypeError(
+            f"value must be bytes-like, not {type(value).__name__}"
+        ) from None
+
+
+def _check_timeout(timeout: object, name: str = "timeout") -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+        raise TypeError(f"{name} must be a number of seconds, not {type(timeout).__name__}")
+    if not timeout >= 0:  # also rejects NaN
+        raise ValueError(f"{name} must be >= 0, got {timeout!r}")
+    return float(timeout)
+
+
+class Store(abc.ABC):
+    """Key/value store used only at start-up to exchange addresses.
+
+    Keys are str, values bytes. ``timeout`` is the default deadline in
+    seconds of the blocking operations (``get`` and ``wait``).
+    """
+
+    def __init__(self, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+        self.timeout = _check_timeout(timeout)
+
+    # -- public API: validate, then delegate ---------------------------------
+
+    def set(self, key: str, value: bytes) -> None:
+        """Store ``value`` under ``key``, replacing any previous value."""
+        self._set(_check_key(key), _check_value(value))
+
+    def get(self, key: str, *, timeout: float | None = None) -> bytes:
+        """Return the value of ``key``, waiting until some rank sets it.
+
+        Raises RendezvousTimeout if the key does not appear in time.
+        """
+        return self._get(_check_key(key), self._timeout(timeout))
+
+    def add(self, key: str, amount: int = 1) -> int:
+        """Atomically add ``amount`` to the integer at ``key`` and return the sum.
+
+        A missing key counts as 0; the value is stored as decimal ASCII bytes.
+        """
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise TypeError(f"amount must be an int, not {type(amount).__name__}")
+        return self._add(_check_key(key), amount)
+
+    def wait(self, keys: Sequence[str], *, timeout: float | None = None) -> None:
+        """Block until every key in ``keys`` exists."""
+        self._wait(_check_keys(keys), self._timeout(timeout))
+
+    def check(self, keys: Sequence[str]) -> bool:
+        """Whether every key in ``keys`` exists now (no waiting)."""
+        return self._check(_check_keys(keys))
+
+    def delete(self, key: str) -> bool:
+        """Remove ``key``; True if it existed."""
+        return self._delete(_check_key(key))
+
+    @abc.abstractmethod
+    def close(self) -> None:
+        """Release the store's resources. Idempotent."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _timeout(self, timeout: float | None) -> float:
+        return self.timeout if timeout is None else _check_timeout(timeout)
+
+    # -- what a concrete store implements (arguments already checked) --------
+
+    @abc.abstractmethod
+    def _set(self, key: str, value: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def _get(self, key: str, timeout: float) -> bytes: ...
+
+    @abc.abstractmethod
+    def _add(self, key: str, amount: int) -> int: ...
+
+    @abc.abstractmethod
+    def _wait(self, keys: list[str], timeout: float) -> None: ...
+
+    @abc.abstractmethod
+    def _check(self, keys: list[str]) -> bool: ...
+
+    @abc.abstractmethod
+    def _delete(self, key: str) -> bool: ...

@@ -1,0 +1,564 @@
+"""The embedded TCP store: a one-thread server and its client.
+
+Handshake (mutual, HMAC-SHA256 over the per-job secret)::
+
+    server -> client   server_nonce (32 bytes)
+    client -> server   HMAC(secret, CLIENT_LABEL + server_nonce) + client_nonce
+    server -> client   HMAC(secret, SERVER_LABEL + client_nonce + server_nonce)
+
+A connection that does not answer correctly within ``auth_timeout`` is closed.
+
+Frames, both ways: ``!I`` body length (1..MAX_FRAME), then the body: one
+byte (request op or reply status) followed by fields, each ``!I`` length +
+bytes. A client has at most one request in flight; the server answers in
+order and parks a GET/WAIT on a missing key until the key is set, so
+clients never poll. A client whose deadline passes drops its connection
+(the server forgets the parked request) and reconnects on next use.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import selectors
+import socket
+import struct
+import threading
+import time
+
+from ..errors import RendezvousError, RendezvousTimeout
+from .store import DEFAULT_TIMEOUT, Store, _check_timeout
+
+__all__ = ["TCPStore", "TCPStoreServer", "MAX_FRAME"]
+
+MAX_FRAME = 64 << 20  # largest frame body, checked before allocating
+NONCE = 32
+CLIENT_LABEL = b"gloocy-store"
+SERVER_LABEL = b"gloocy-store-server"
+AUTH_TIMEOUT = 5.0
+
+_U32 = struct.Struct("!I")
+
+# request ops
+SET, GET, ADD, WAIT, CHECK, DELETE = range(1, 7)
+# reply status
+OK, ERR = 0, 1
+
+
+class _Malformed(Exception):
+    """The peer sent bytes that break the protocol."""
+
+
+def _mac(secret: bytes, label: bytes, data: bytes) -> bytes:
+    return hmac.new(secret, label + data, hashlib.sha256).digest()
+
+
+def _pack(code: int, fields: list[bytes] | tuple[bytes, ...] = ()) -> bytes:
+    parts = [bytes((code,))]
+    for f in fields:
+        parts += (_U32.pack(len(f)), f)
+    body = b"".join(parts)
+    return _U32.pack(len(body)) + body
+
+
+def _unpack(body: bytes) -> tuple[int, list[bytes]]:
+    fields, pos = [], 1
+    while pos < len(body):
+        if pos + 4 > len(body):
+            raise _Malformed("truncated field length")
+        (n,) = _U32.unpack_from(body, pos)
+        pos += 4
+        if n > len(body) - pos:
+            raise _Malformed("field longer than its frame")
+        fields.append(body[pos : pos + n])
+        pos += n
+    return body[0], fields
+
+
+def _check_secret(secret: object) -> bytes:
+    if not isinstance(secret, (bytes, bytearray, memoryview)):
+        raise TypeError(f"secret must be bytes, not {type(secret).__name__}")
+    if not secret:
+        raise ValueError("secret must not be empty")
+    return bytes(secret)
+
+
+def _hostport(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# --------------------------------------------------------------------------
+# server
+
+
+class _Conn:
+    __slots__ = ("sock", "inbuf", "outbuf", "nonce", "deadline", "authed",
+                 "parked", "missing", "events", "closed")
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self.sock = sock
+        self.inbuf = bytearray()
+        self.outbuf = bytearray()
+        self.nonce = secrets.token_bytes(NONCE)
+        self.deadline = deadline  # for the handshake only
+        self.authed = False
+        self.parked: tuple[int, bytes] | None = None  # (GET, key) or (WAIT, b"")
+        self.missing: set[bytes] = set()  # keys a parked request still waits for
+        self.events = selectors.EVENT_READ
+        self.closed = False
+
+
+class TCPStoreServer:
+    """A store server on ``host:port`` served by one daemon thread.
+
+    The socket is bound in the constructor (``port=0`` picks a free port;
+    ``.port`` is the bound one), so the address can be published before
+    ``start()``. Only ``host`` is bound: all interfaces only if asked
+    with "0.0.0.0" or "::".
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
+                 secret: bytes, auth_timeout: float = AUTH_TIMEOUT) -> None:
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"host must be a non-empty str, got {host!r}")
+        self._secret = _check_secret(secret)
+        self._auth_timeout = _check_timeout(auth_timeout, "auth_timeout")
+        family, type_, proto, _, addr = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        self._listener = socket.socket(family, type_, proto)
+        try:
+            self._listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._listener.bind(addr)
+            self._listener.listen(512)
+            self._listener.setblocking(False)
+        except BaseException:
+            self._listener.close()
+            raise
+        self.host = host
+        self.port: int = self._listener.getsockname()[1]
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._sel = selectors.DefaultSelector()
+        self._sel.register(self._listener, selectors.EVENT_READ, "listen")
+        self._sel.register(self._wake_r, selectors.EVENT_READ, "wake")
+        self._data: dict[bytes, bytes] = {}
+        self._waiters: dict[bytes, set[_Conn]] = {}
+        self._conns: set[_Conn] = set()
+        self._ready: list[_Conn] = []  # conns with buffered requests to resume
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    @property
+    def url(self) -> str:
+        return "tcp://" + _hostport(self.host, self.port)
+
+    def start(self) -> TCPStoreServer:
+        if self._closed:
+            raise RendezvousError(f"store server {self.url} is closed")
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._serve, name=f"gloocy-store {self.url}", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop the thread and close every socket. Idempotent."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._stopping = True
+        try:
+            self._wake_w.send(b"x")
+        except OSError:
+            pass
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        for conn in list(self._conns):
+            self._drop(conn)
+        self._sel.close()
+        for s in (self._listener, self._wake_r, self._wake_w):
+            s.close()
+
+    def __enter__(self) -> TCPStoreServer:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    # -- the loop ------------------------------------------------------------
+
+    def _serve(self) -> None:
+        while not self._stopping:
+            pending = [c.deadline for c in self._conns if not c.authed]
+            timeout = max(0.0, min(pending) - time.monotonic()) if pending else None
+            for key, mask in self._sel.select(timeout):
+                if key.data == "listen":
+                    self._accept()
+                elif key.data == "wake":
+                    try:
+                        self._wake_r.recv(4096)
+                    except OSError:
+                        pass
+                else:
+                    conn = key.data
+                    if conn.closed:  # dropped earlier in this batch
+                        continue
+                    try:
+                        if mask & selectors.EVENT_WRITE:
+                            self._flush(conn)
+                        if mask & selectors.EVENT_READ and not conn.closed:
+                            self._on_read(conn)
+                    except Exception:  # a bad client never takes the server down
+                        self._drop(conn)
+            now = time.monotonic()
+            for conn in [c for c in self._conns if not c.authed and c.deadline <= now]:
+                self._drop(conn)
+            while self._ready:
+                conn = self._ready.pop()
+                try:
+                    self._process(conn)
+                except Exception:
+                    self._drop(conn)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                sock, _ = self._listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:  # e.g. out of file descriptors: let this one wait
+                return
+            sock.setblocking(False)
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn = _Conn(sock, time.monotonic() + self._auth_timeout)
+            self._conns.add(conn)
+            self._sel.register(sock, conn.events, conn)
+            self._send(conn, conn.nonce)
+
+    def _on_read(self, conn: _Conn) -> None:
+        try:
+            data = conn.sock.recv(1 << 18)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not data:
+            raise _Malformed("peer closed")
+        conn.inbuf += data
+        if not conn.authed:
+            if len(conn.inbuf) < 2 * NONCE:
+                return
+            answer, client_nonce = bytes(conn.inbuf[:NONCE]), bytes(conn.inbuf[NONCE:2 * NONCE])
+            del conn.inbuf[:2 * NONCE]
+            if not hmac.compare_digest(answer, _mac(self._secret, CLIENT_LABEL, conn.nonce)):
+                raise _Malformed("authentication failed")
+            conn.authed = True
+            self._send(conn, _mac(self._secret, SERVER_LABEL, client_nonce + conn.nonce))
+        self._process(conn)
+
+    def _process(self, conn: _Conn) -> None:
+        """Handle the complete frames buffered for ``conn``, in order."""
+        buf = conn.inbuf
+        # Stop while a request is parked or the client is not reading replies.
+        while not conn.closed and conn.parked is None and len(conn.outbuf) <= MAX_FRAME:
+            if len(buf) < 4:
+                break
+            (n,) = _U32.unpack_from(buf)
+            if not 1 <= n <= MAX_FRAME:
+                raise _Malformed(f"bad frame length {n}")
+            if len(buf) < 4 + n:
+                break
+            body = bytes(buf[4 : 4 + n])
+            del buf[: 4 + n]
+            self._handle(conn, *_unpack(body))
+        if len(buf) > 2 * (4 + MAX_FRAME):
+            raise _Malformed("too much unanswered input")
+
+    def _handle(self, conn: _Conn, op: int, f: list[bytes]) -> None:
+        data = self._data
+        if op == SET and len(f) == 2:
+            data[f[0]] = f[1]
+            self._reply(conn, OK)
+            self._notify(f[0])
+        elif op == GET and len(f) == 1:
+            if f[0] in data:
+                self._reply(conn, OK, [data[f[0]]])
+            else:
+                self._park(conn, GET, f)
+        elif op == ADD and len(f) == 2:
+            try:
+                value = int(data.get(f[0], b"0")) + int(f[1])
+            except ValueError:
+                key = f[0].decode("utf-8", "replace")
+                self._reply(conn, ERR, [f"value of key {key!r} is not a decimal integer".encode()])
+                return
+            data[f[0]] = str(value).encode()
+            self._reply(conn, OK, [data[f[0]]])
+            self._notify(f[0])
+        elif op == WAIT:
+            self._park(conn, WAIT, f)
+        elif op == CHECK:
+            self._reply(conn, OK, [b"1" if all(k in data for k in f) else b"0"])
+        elif op == DELETE and len(f) == 1:
+            self._reply(conn, OK, [b"1" if data.pop(f[0], None) is not None else b"0"])
+        else:
+            raise _Malformed(f"bad request op={op} fields={len(f)}")
+
+    def _park(self, conn: _Conn, op: int, keys: list[bytes]) -> None:
+        conn.missing = {k for k in keys if k not in self._data}
+        conn.parked = (op, keys[0] if op == GET else b"")
+        if not conn.missing:
+            self._finish(conn)
+            return
+        for k in conn.missing:
+            self._waiters.setdefault(k, set()).add(conn)
+
+    def _notify(self, key: bytes) -> None:
+        for conn in self._waiters.pop(key, ()):
+            conn.missing.discard(key)
+            if not conn.missing:
+                self._finish(conn)
+
+    def _finish(self, conn: _Conn) -> None:
+        op, key = conn.parked
+        conn.parked = None
+        self._reply(conn, OK, [self._data[key]] if op == GET else [])
+        self._ready.append(conn)  # it may have more requests buffered
+
+    # -- output --------------------------------------------------------------
+
+    def _reply(self, conn: _Conn, status: int, fields: list[bytes] = ()) -> None:
+        self._send(conn, _pack(status, fields))
+
+    def _send(self, conn: _Conn, data: bytes) -> None:
+        conn.outbuf += data
+        self._flush(conn)
+
+    def _flush(self, conn: _Conn) -> None:
+        """Send what the socket takes now; watch for writability otherwise.
+
+        Errors drop ``conn`` here: this may run while serving another client.
+        """
+        try:
+            while conn.outbuf:
+                n = conn.sock.send(conn.outbuf)
+                del conn.outbuf[:n]
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError:
+            self._drop(conn)
+            return
+        events = selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbuf else 0)
+        if events != conn.events:
+            conn.events = events
+            self._sel.modify(conn.sock, events, conn)
+            if not conn.outbuf and conn.inbuf:
+                self._ready.append(conn)  # was throttled; resume its requests
+
+    def _drop(self, conn: _Conn) -> None:
+        if conn.closed:
+            return
+        conn.closed = True
+        self._conns.discard(conn)
+        for k in conn.missing:
+            waiters = self._waiters.get(k)
+            if waiters is not None:
+                waiters.discard(conn)
+                if not waiters:
+                    del self._waiters[k]
+        conn.missing = set()
+        conn.parked = None
+        try:
+            self._sel.unregister(conn.sock)
+        except (KeyError, ValueError):
+            pass
+        conn.sock.close()
+
+
+# --------------------------------------------------------------------------
+# client
+
+
+def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        sock.settimeout(max(remaining, 0.001))
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            raise ConnectionError("connection closed by the store")
+        buf += chunk
+    return bytes(buf)
+
+
+class TCPStore(Store):
+    """Client of a TCPStoreServer.
+
+    Connects in the constructor, retrying until ``connect_timeout`` (default:
+    ``timeout``) since the server may not be up yet. One request at a time
+    per client (a lock); use one client per thread for concurrent blocking
+    calls.
+    """
+
+    def __init__(self, host: str, port: int, *, secret: bytes,
+                 timeout: float = DEFAULT_TIMEOUT,
+                 connect_timeout: float | None = None) -> None:
+        super().__init__(timeout=timeout)
+        if not isinstance(host, str) or not host:
+            raise ValueError(f"host must be a non-empty str, got {host!r}")
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
+            raise ValueError(f"port must be an int in 1..65535, got {port!r}")
+        self.host, self.port = host, port
+        self.address = _hostport(host, port)
+        self.url = "tcp://" + self.address
+        self._secret = _check_secret(secret)
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._closed = False
+        ct = self.timeout if connect_timeout is None else _check_timeout(
+            connect_timeout, "connect_timeout")
+        with self._lock:
+            self._connect(time.monotonic() + ct)
+
+    def __repr__(self) -> str:
+        return f"TCPStore({self.url!r})"
+
+    def close(self) -> None:
+        self._closed = True
+        sock = self._sock
+        if sock is not None:
+            try:  # wakes a thread blocked in get()/wait() on this client
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self._lock:
+            self._disconnect()
+
+    # -- operations ----------------------------------------------------------
+
+    def _set(self, key: str, value: bytes) -> None:
+        self._request(SET, [key.encode(), value], self.timeout, f"set({key!r})")
+
+    def _get(self, key: str, timeout: float) -> bytes:
+        return self._request(GET, [key.encode()], timeout, f"key {key!r}")[0]
+
+    def _add(self, key: str, amount: int) -> int:
+        return int(self._request(ADD, [key.encode(), str(amount).encode()],
+                                 self.timeout, f"add({key!r})")[0])
+
+    def _wait(self, keys: list[str], timeout: float) -> None:
+        self._request(WAIT, [k.encode() for k in keys], timeout, f"keys {keys!r}")
+
+    def _check(self, keys: list[str]) -> bool:
+        return self._request(CHECK, [k.encode() for k in keys], self.timeout,
+                             "check()")[0] == b"1"
+
+    def _delete(self, key: str) -> bool:
+        return self._request(DELETE, [key.encode()], self.timeout,
+                             f"delete({key!r})")[0] == b"1"
+
+    # -- plumbing ------------------------------------------------------------
+
+    def _request(self, op: int, fields: list[bytes], timeout: float, what: str) -> list[bytes]:
+        frame = _pack(op, fields)
+        if len(frame) - 4 > MAX_FRAME:
+            raise ValueError(f"request for {what} is {len(frame)} bytes, over the "
+                             f"store's frame limit of {MAX_FRAME} bytes")
+        with self._lock:
+            if self._closed:
+                raise RendezvousError(f"store client for {self.url} is closed")
+            deadline = time.monotonic() + timeout
+            try:
+                if self._sock is None:
+                    self._connect(deadline)
+                sock = self._sock
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock.sendall(frame)
+                (n,) = _U32.unpack(_recv_exact(sock, 4, deadline))
+                if not 1 <= n <= MAX_FRAME:
+                    raise _Malformed(f"bad reply length {n}")
+                status, reply = _unpack(_recv_exact(sock, n, deadline))
+            except RendezvousError:
+                self._disconnect()
+                raise
+            except TimeoutError:
+                # The reply may still come; drop the connection so that it
+                # cannot be taken for the answer to a later request.
+                self._disconnect()
+                raise RendezvousTimeout(
+                    f"timed out after {timeout:g} s waiting for {what} "
+                    f"in the store at {self.address}") from None
+            except (OSError, _Malformed) as e:
+                self._disconnect()
+                if self._closed:
+                    raise RendezvousError(f"store client for {self.url} was closed") from None
+                raise RendezvousError(
+                    f"lost the connection to the store at {self.address} "
+                    f"during {what}: {e}") from e
+            except BaseException:  # e.g. KeyboardInterrupt: stream state unknown
+                self._disconnect()
+                raise
+        if status == ERR:
+            raise ValueError(reply[0].decode("utf-8", "replace") if reply else "store error")
+        if status != OK or (op in (GET, ADD, CHECK, DELETE) and len(reply) != 1):
+            raise RendezvousError(f"malformed reply from the store at {self.address}")
+        return reply
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect(self, deadline: float) -> None:
+        """Connect and authenticate, retrying until ``deadline``."""
+        delay, last_error = 0.01, None
+        while True:
+            if self._closed:
+                raise RendezvousError(f"store client for {self.url} is closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RendezvousTimeout(
+                    f"could not connect to the store at {self.address} before the "
+                    f"deadline: {last_error or 'no answer'}")
+            sock = None
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=remaining)
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._handshake(sock, deadline)
+            except TimeoutError:
+                last_error = "no answer in time"
+            except OSError as e:  # refused, unreachable, not resolvable (yet), reset
+                last_error = e
+            except BaseException:
+                if sock is not None:
+                    sock.close()
+                raise
+            else:
+                self._sock = sock
+                return
+            if sock is not None:
+                sock.close()
+            time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+            delay = min(delay * 2, 0.5)
+
+    def _handshake(self, sock: socket.socket, deadline: float) -> None:
+        server_nonce = _recv_exact(sock, NONCE, deadline)  # errors: retried
+        client_nonce = secrets.token_bytes(NONCE)
+        sock.sendall(_mac(self._secret, CLIENT_LABEL, server_nonce) + client_nonce)
+        try:
+            proof = _recv_exact(sock, NONCE, deadline)
+        except ConnectionError:
+            raise RendezvousError(
+                f"the store at {self.address} refused this client's "
+                f"authentication (wrong secret?)") from None
+        if not hmac.compare_digest(
+                proof, _mac(self._secret, SERVER_LABEL, client_nonce + server_nonce)):
+            raise RendezvousError(
+                f"the server at {self.address} could not prove it knows the job "
+                f"secret; refusing to use it as the store")

@@ -1,0 +1,23 @@
+"""Build the Cython extensions: the core and one module per transport."""
+
+import os
+
+from Cython.Build import cythonize
+from setuptools import Extension, setup
+
+# -O3 is portable; -march=native is faster here but can SIGILL elsewhere.
+CFLAGS = ["-O3", "-fwrapv"] + os.environ.get("GLOOCY_CFLAGS", "").split()
+
+extensions = [
+    Extension("gloocy._core", ["gloocy/_core.pyx"], include_dirs=["gloocy"],
+              extra_compile_args=CFLAGS),
+    Extension("gloocy.transport._tcp", ["gloocy/transport/_tcp.pyx"],
+              extra_compile_args=CFLAGS),
+]
+
+setup(
+    ext_modules=cythonize(
+        extensions,
+        compiler_directives={"language_level": "3", "embedsignature": True},
+    ),
+)
