@@ -57,7 +57,7 @@ def _secret_bytes(secret):
 def _tuning():
     """Knobs for tests and benchmarks (environment variables)."""
     return dict(
-        segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 20),
+        segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 18),
         spin_us=_env_int("GLOOCY_SPIN_US", 50),
         small_allreduce=_env_int("GLOOCY_SMALL_ALLREDUCE_BYTES", 1 << 16),
     )

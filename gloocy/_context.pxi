@@ -45,7 +45,7 @@ cdef class Context:
     """This rank's view of a group: its pairs, counters and deadlines."""
 
     def __cinit__(self, int rank, int size, list pairs, *, uint32_t comm_id=0,
-                  double timeout=300.0, int64_t segment=1 << 20,
+                  double timeout=300.0, int64_t segment=1 << 18,
                   int64_t spin_us=50, int64_t small_allreduce=1 << 16):
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not in a world of size {size}")

@@ -26,6 +26,7 @@ import socket
 import struct
 import threading
 import time
+from collections.abc import Sequence
 
 from ..errors import RendezvousError, RendezvousTimeout
 from .store import DEFAULT_TIMEOUT, Store, _check_timeout
@@ -54,7 +55,7 @@ def _mac(secret: bytes, label: bytes, data: bytes) -> bytes:
     return hmac.new(secret, label + data, hashlib.sha256).digest()
 
 
-def _pack(code: int, fields: list[bytes] | tuple[bytes, ...] = ()) -> bytes:
+def _pack(code: int, fields: Sequence[bytes] = ()) -> bytes:
     parts = [bytes((code,))]
     for f in fields:
         parts += (_U32.pack(len(f)), f)
@@ -330,7 +331,7 @@ class TCPStoreServer:
 
     # -- output --------------------------------------------------------------
 
-    def _reply(self, conn: _Conn, status: int, fields: list[bytes] = ()) -> None:
+    def _reply(self, conn: _Conn, status: int, fields: Sequence[bytes] = ()) -> None:
         self._send(conn, _pack(status, fields))
 
     def _send(self, conn: _Conn, data: bytes) -> None:
