@@ -7,6 +7,7 @@
 """
 
 import atexit
+import hashlib
 import os
 import secrets
 import urllib.parse
@@ -42,16 +43,21 @@ def _env_int(name, default=None):
                          "integer") from None
 
 
-def _secret_bytes(secret):
+def _secret_bytes(secret, job):
+    """The job secret: argument, else GLOOCY_SECRET (hex), else one derived
+    from the job id -- which only keeps other jobs out, not attackers."""
     if secret is None:
         text = os.environ.get("GLOOCY_SECRET", "")
         try:
-            return bytes.fromhex(text)
+            secret = bytes.fromhex(text)
         except ValueError:
             raise ValueError("GLOOCY_SECRET must be hex") from None
-    if isinstance(secret, str):
-        return secret.encode()
-    return bytes(secret)
+    elif isinstance(secret, str):
+        secret = secret.encode()
+    secret = bytes(secret)
+    if not secret:
+        secret = hashlib.sha256(b"gloocy-job:" + job.encode()).digest()
+    return secret
 
 
 def _tuning():
@@ -63,7 +69,7 @@ def _tuning():
     )
 
 
-def connect(rank, size, store, *, secret=b"", job="gloocy", timeout=None,
+def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
             host=None, host_store=False):
     """Build a communicator of `size` ranks that meet through `store`.
 
@@ -80,7 +86,7 @@ def connect(rank, size, store, *, secret=b"", job="gloocy", timeout=None,
     timeout = DEFAULT_TIMEOUT if timeout is None else float(timeout)
     if not timeout > 0:
         raise ValueError(f"timeout: must be positive, got {timeout!r}")
-    secret = _secret_bytes(secret)
+    secret = _secret_bytes(secret, job)
     if size == 1:
         return Communicator(Context(0, 1, [None], timeout=timeout, **_tuning()))
     server = client = None
@@ -135,7 +141,7 @@ def init(*, rank=None, size=None, store=None, secret=None, timeout=None,
                               "GLOOCY_STORE) for more than one rank")
     if timeout is None:
         timeout = float(env.get("GLOOCY_TIMEOUT", DEFAULT_TIMEOUT))
-    _world = connect(rank, size, store, secret=_secret_bytes(secret),
+    _world = connect(rank, size, store, secret=secret,
                      job=job or env.get("GLOOCY_JOB_ID", "gloocy"),
                      timeout=timeout, host=host,
                      host_store=(rank == 0 and not launched))

@@ -1,0 +1,238 @@
+"""gloocy-run, driven as a user would: real processes, real signals."""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+LAUNCHER = [sys.executable, "-m", "gloocy.run"]
+
+
+def script(tmp_path, name, body):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(body))
+    return str(path)
+
+
+def launch(tmp_path, *args, input=None, timeout=20):
+    return subprocess.run(
+        [*LAUNCHER, *args], cwd=tmp_path, env=ENV, capture_output=True, timeout=timeout,
+        input=input, stdin=None if input is not None else subprocess.DEVNULL)
+
+
+def alive(pid):
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")  # zombies are dead
+
+
+def assert_all_gone(pids, within=2.0):
+    deadline = time.monotonic() + within
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not [p for p in pids if alive(p)]
+
+
+def pids_in(text):
+    return [int(p) for p in re.findall(rb"pid (\d+)", text)]
+
+
+def test_env_store_barrier_and_no_secret_on_command_lines(tmp_path):
+    prog = script(tmp_path, "env.py", """
+        import json, os, sys
+        from gloocy.rendezvous import connect
+        rank, size = int(os.environ["GLOOCY_RANK"]), int(os.environ["GLOOCY_SIZE"])
+        secret = os.environ["GLOOCY_SECRET"]
+        with connect(os.environ["GLOOCY_STORE"], secret=bytes.fromhex(secret), timeout=10) as store:
+            store.set(f"addr/{rank}", f"host-of-{rank}".encode())
+            if store.add("arrived") == size:   # add() barrier
+                store.set("go", b"")
+            store.get("go")
+            peers = [store.get(f"addr/{r}").decode() for r in range(size)]
+        cmdlines = [open(f"/proc/{p}/cmdline", "rb").read() for p in (os.getpid(), os.getppid())]
+        env = {k: v for k, v in os.environ.items() if k.startswith("GLOOCY_") or k == "PYTHONUNBUFFERED"}
+        print(json.dumps({"env": env, "peers": peers, "argv": sys.argv[1:],
+                          "secret_on_cmdline": any(secret.encode() in c for c in cmdlines)}))
+        """)
+    r = launch(tmp_path, "-n", "3", prog, "--flag", "x")
+    assert r.returncode == 0, r.stderr.decode()
+    reports = {}
+    for line in r.stdout.decode().splitlines():
+        rank, payload = re.fullmatch(r"\[(\d+)\] (.*)", line).groups()
+        reports[int(rank)] = json.loads(payload)
+    assert sorted(reports) == [0, 1, 2]
+    job_ids = set()
+    for rank, rep in reports.items():
+        env = rep["env"]
+        assert env["GLOOCY_RANK"] == env["GLOOCY_LOCAL_RANK"] == str(rank)
+        assert env["GLOOCY_SIZE"] == env["GLOOCY_LOCAL_SIZE"] == "3"
+        assert re.fullmatch(r"tcp://127\.0\.0\.1:\d+", env["GLOOCY_STORE"])
+        assert len(bytes.fromhex(env["GLOOCY_SECRET"])) == 32
+        assert env["GLOOCY_LAUNCHER"] == "gloocy-run" and env["PYTHONUNBUFFERED"] == "1"
+        assert "GLOOCY_TIMEOUT" not in env
+        assert rep["peers"] == ["host-of-0", "host-of-1", "host-of-2"]
+        assert rep["argv"] == ["--flag", "x"]
+        assert rep["secret_on_cmdline"] is False
+        job_ids.add(env["GLOOCY_JOB_ID"])
+    assert len(job_ids) == 1
+
+
+def test_output_prefixed_per_stream_and_stdin_to_rank_0(tmp_path):
+    prog = script(tmp_path, "out.py", """
+        import os, sys
+        rank = os.environ["GLOOCY_RANK"]
+        data = sys.stdin.read()   # rank 0 gets ours; the others get EOF at once
+        print(f"in={data.strip()!r}")
+        print("to stderr", file=sys.stderr)
+        sys.stdout.write("no newline")
+        """)
+    r = launch(tmp_path, "-n", "3", prog, input=b"hello ranks\n")
+    assert r.returncode == 0, r.stderr.decode()
+    out, err = r.stdout.decode().splitlines(), r.stderr.decode().splitlines()
+    assert "[0] in='hello ranks'" in out
+    for rank in range(3):
+        assert f"[{rank}] no newline" in out
+        assert f"[{rank}] to stderr" in err
+        if rank:
+            assert f"[{rank}] in=''" in out
+    assert len(out) == 6 and len(err) == 3
+
+
+def test_any_command_runs_as_given(tmp_path):
+    r = launch(tmp_path, "-n", "2", "sh", "-c", 'echo "r=$GLOOCY_RANK"')
+    assert r.returncode == 0
+    assert sorted(r.stdout.decode().splitlines()) == ["[0] r=0", "[1] r=1"]
+
+
+def test_failing_rank_stops_the_others(tmp_path):
+    prog = script(tmp_path, "fail.py", """
+        import os, sys, time
+        print("pid", os.getpid())
+        if os.environ["GLOOCY_RANK"] == "2":
+            time.sleep(0.3)
+            sys.exit(3)
+        time.sleep(60)
+        """)
+    start = time.monotonic()
+    r = launch(tmp_path, "-n", "3", prog)
+    assert r.returncode == 3
+    assert time.monotonic() - start < 2.5  # the sleepers died at SIGTERM, no grace wait
+    assert "gloocy-run: rank 2 exited with code 3" in r.stderr.decode()
+    assert b"rank 0" not in r.stderr and b"rank 1" not in r.stderr  # only the first failure is named
+    assert_all_gone(pids_in(r.stdout))
+
+
+def test_rank_killed_by_signal(tmp_path):
+    prog = script(tmp_path, "kill.py", """
+        import os, signal, time
+        print("pid", os.getpid())
+        if os.environ["GLOOCY_RANK"] == "1":
+            os.kill(os.getpid(), signal.SIGKILL)
+        time.sleep(60)
+        """)
+    r = launch(tmp_path, "-n", "3", prog)
+    assert r.returncode == 137
+    assert "gloocy-run: rank 1 was killed by signal 9 (SIGKILL)" in r.stderr.decode()
+    assert_all_gone(pids_in(r.stdout))
+
+
+def test_timeout_kills_a_hung_job(tmp_path):
+    prog = script(tmp_path, "hang.py", """
+        import os, time
+        print("pid", os.getpid())
+        time.sleep(60)
+        """)
+    start = time.monotonic()
+    r = launch(tmp_path, "--timeout", "1", "-n", "2", prog)
+    assert r.returncode == 124
+    assert 1.0 <= time.monotonic() - start < 4.0
+    assert "gloocy-run: job timed out after 1 s" in r.stderr.decode()
+    assert_all_gone(pids_in(r.stdout))
+
+
+def test_leftover_grandchildren_are_killed(tmp_path):
+    prog = script(tmp_path, "orphan.py", """
+        import subprocess
+        child = subprocess.Popen(["sleep", "60"])
+        print("pid", child.pid)
+        """)
+    r = launch(tmp_path, "-n", "2", prog)
+    assert r.returncode == 0
+    pids = pids_in(r.stdout)
+    assert len(pids) == 2
+    assert_all_gone(pids)
+
+
+def _start_ready_job(tmp_path, body):
+    prog = script(tmp_path, "wait.py", body)
+    proc = subprocess.Popen([*LAUNCHER, "-n", "3", prog], cwd=tmp_path, env=ENV,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    pids = []
+    while len(pids) < 3:
+        line = proc.stdout.readline()
+        assert line, proc.stderr.read().decode()
+        pids += pids_in(line)
+    return proc, pids
+
+
+def test_sigint_is_forwarded(tmp_path):
+    proc, pids = _start_ready_job(tmp_path, """
+        import os, time
+        try:
+            print("pid", os.getpid())
+            time.sleep(60)
+        except KeyboardInterrupt:
+            print("interrupted")
+            raise
+        """)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=10)
+    assert proc.returncode == 130
+    assert out.count(b"interrupted") == 3  # each rank saw a KeyboardInterrupt
+    assert_all_gone(pids)
+
+
+def test_second_sigint_kills_stubborn_ranks(tmp_path):
+    proc, pids = _start_ready_job(tmp_path, """
+        import os, signal, time
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        print("pid", os.getpid())
+        time.sleep(60)
+        """)
+    proc.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert proc.poll() is None  # ranks ignore SIGINT; the launcher waits its grace period
+    start = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.communicate(timeout=10)
+    assert time.monotonic() - start < 1.5
+    assert proc.returncode == 130
+    assert_all_gone(pids)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-n", "0", "x.py"], "-n must be >= 1"),
+    (["-n", "2"], "missing the program"),
+    (["x.py"], "-n"),
+])
+def test_usage_errors(tmp_path, args, message):
+    r = launch(tmp_path, *args)
+    assert r.returncode == 2
+    assert message in r.stderr.decode()
+
+
+def test_missing_program(tmp_path):
+    r = launch(tmp_path, "-n", "2", "no-such-program-gloocy")
+    assert r.returncode == 127
+    assert "cannot start 'no-such-program-gloocy'" in r.stderr.decode()
