@@ -12,6 +12,8 @@ cdef extern from "<poll.h>" nogil:
         short events
         short revents
     int poll(pollfd *fds, unsigned long nfds, int timeout)
+    enum:
+        POLLRDHUP
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -82,11 +84,44 @@ cdef class Context:
     def closed(self):
         return all(p is None or (<Pair>p).closed for p in self._pairs)
 
-    def close(self):
-        """Close every pair; peers are told goodbye unless we are poisoned."""
+    def close(self, *, double linger=1.0):
+        """Close every pair; peers are told goodbye unless we are poisoned.
+
+        After losing a peer, wait up to `linger` seconds for the others to
+        hang up first: they are then sure to notice the lost peer itself
+        rather than our leaving, and name the right rank."""
+        if isinstance(self.error, PeerLostError) and linger > 0:
+            with nogil:
+                self._linger(now_ns() + <int64_t>(linger * 1e9))
         for p in self._pairs:
             if p is not None:
                 (<Pair>p).shutdown(self.error is None)
+
+    cdef void _linger(self, int64_t deadline) noexcept nogil:
+        cdef pollfd fds[64]
+        cdef int i, n = 0, kept
+        cdef int64_t left
+        if self.size > 64:
+            return
+        for i in range(self.size):
+            if i != self.rank and (<Pair>self._pair_ptrs[i]).wait_fd() >= 0:
+                fds[n].fd = (<Pair>self._pair_ptrs[i]).wait_fd()
+                fds[n].events = POLLRDHUP
+                n += 1
+        while n > 0:
+            left = (deadline - now_ns()) // 1000000
+            if left <= 0:
+                return
+            for i in range(n):
+                fds[i].revents = 0
+            if poll(fds, n, <int>min(left, POLL_SLICE_MS)) < 0 and errno != EINTR:
+                return
+            kept = 0
+            for i in range(n):                # drop the peers that hung up
+                if fds[i].revents == 0:
+                    fds[kept] = fds[i]
+                    kept += 1
+            n = kept
 
     # -- one call --------------------------------------------------------
 

@@ -158,3 +158,4 @@ cdef class Context:
                    uint64_t count, object timeout) except -1
     cdef int fail(self, BaseException exc, Coll *c) except -1
     cdef int _check_root(self, int root) except -1
+    cdef void _linger(self, int64_t deadline) noexcept nogil

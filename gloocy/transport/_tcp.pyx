@@ -11,6 +11,7 @@ brings header and payload.
 import hashlib
 import hmac
 import os
+import queue
 import secrets
 import socket
 import struct
@@ -436,7 +437,19 @@ def connect_mesh(store, int rank, int size, bytes secret, *, str host="127.0.0.1
     failure = []
 
     def accept_higher():
+        # Each incoming connection is authenticated in a thread of its own,
+        # so a stranger that connects and stays silent delays nobody.
         missing = set(range(rank + 1, size))
+        done = queue.SimpleQueue()
+
+        def handshake(sock, addr):
+            try:
+                sock.settimeout(_HANDSHAKE_TIMEOUT)
+                done.put((_accept_one(sock, secret, rank, size, job), sock,
+                          _fmt(addr)))
+            except (OSError, ProtocolError, struct.error):
+                sock.close()              # a stranger; the job goes on
+
         try:
             while missing:
                 left = deadline - time.monotonic()
@@ -444,21 +457,20 @@ def connect_mesh(store, int rank, int size, bytes secret, *, str host="127.0.0.1
                     raise RendezvousError(
                         f"rank {rank}: rank(s) {sorted(missing)} did not "
                         f"connect before the deadline")
-                listener.settimeout(min(left, 1.0))
+                listener.settimeout(min(left, 0.05))
                 try:
                     sock, addr = listener.accept()
+                    threading.Thread(target=handshake, args=(sock, addr),
+                                     daemon=True).start()
                 except socket.timeout:
-                    continue
-                sock.settimeout(min(_HANDSHAKE_TIMEOUT, left))
-                try:
-                    peer = _accept_one(sock, secret, rank, size, job)
-                    if peer not in missing:
-                        raise ProtocolError(f"rank {peer} connected twice")
-                except (OSError, ProtocolError, struct.error):
-                    sock.close()          # a stranger; keep serving the job
-                    continue
-                missing.discard(peer)
-                socks[peer] = (sock, _fmt(addr))
+                    pass
+                while not done.empty():
+                    peer, sock, address = done.get()
+                    if peer in missing:
+                        missing.discard(peer)
+                        socks[peer] = (sock, address)
+                    else:
+                        sock.close()      # a second claim to a rank
         except BaseException as e:
             failure.append(e)
 

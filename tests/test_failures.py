@@ -1,0 +1,211 @@
+"""Failures must become clear exceptions, never hangs or aborts: a peer
+killed mid-collective, strangers at the door, deadlines, bad input."""
+
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from gloocy.rendezvous import TCPStore, TCPStoreServer
+
+# Each rank of these jobs runs PREAMBLE + the test's body with `comm` built by
+# gloocy.connect() through a store that the test serves.
+PREAMBLE = """
+import json, os, sys, time, threading, signal
+import numpy as np
+import gloocy
+rank, size = int(sys.argv[1]), int(sys.argv[2])
+comm = gloocy.connect(rank, size, sys.argv[3], secret=bytes.fromhex(sys.argv[4]),
+                      job=sys.argv[5], timeout=float(os.environ.get("T", "60")))
+def report(**kw):
+    print(json.dumps(dict(rank=rank, **kw)), flush=True)
+"""
+
+
+class Job:
+    """`size` rank processes running `body`, meeting through our own store."""
+
+    def __init__(self, tmp_path, size, body, *, delay=None, env=None):
+        self.secret = secrets.token_bytes(32)
+        self.job = secrets.token_hex(8)
+        self.server = TCPStoreServer(secret=self.secret).start()
+        script = tmp_path / "rank.py"
+        script.write_text(PREAMBLE + textwrap.dedent(body))
+        self.procs = []
+        for rank in range(size):
+            cmd = [sys.executable, str(script), str(rank), str(size),
+                   self.server.url, self.secret.hex(), self.job]
+            if delay and rank in delay:
+                cmd = ["sh", "-c", f'sleep {delay[rank]}; exec "$@"', "sh"] + cmd
+            self.procs.append(subprocess.Popen(
+                cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                env={**os.environ, **(env or {})}))
+
+    def store(self):
+        return TCPStore(self.server.host, self.server.port, secret=self.secret,
+                        timeout=10)
+
+    def results(self, timeout=60):
+        """Per rank: (exit code, list of reported dicts, stderr)."""
+        out = []
+        try:
+            for p in self.procs:
+                stdout, stderr = p.communicate(timeout=timeout)
+                reports = [json.loads(line) for line in stdout.decode().splitlines()
+                           if line.startswith("{")]
+                out.append((p.returncode, reports, stderr.decode()))
+        finally:
+            self.close()
+        return out
+
+    def close(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        self.server.close()
+
+
+def test_killed_rank_is_named_by_every_other_rank(tmp_path):
+    # Rank 2 SIGKILLs itself in the middle of a stream of large allreduces.
+    job = Job(tmp_path, 4, """
+        x = np.ones(8 << 20, np.float32)
+        comm.Allreduce(gloocy.IN_PLACE, x)
+        if rank == 2:
+            threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        t0 = time.monotonic()
+        try:
+            while True:
+                comm.Allreduce(gloocy.IN_PLACE, x)
+        except gloocy.PeerLostError as e:
+            report(error="PeerLostError", lost=e.rank, msg=str(e),
+                   seconds=time.monotonic() - t0)
+    """)
+    results = job.results()
+    assert results[2][0] == -signal.SIGKILL
+    for rank in (0, 1, 3):
+        code, reports, stderr = results[rank]
+        assert code == 0, stderr
+        (r,) = reports
+        assert r["error"] == "PeerLostError" and r["lost"] == 2, r
+        assert "rank 2" in r["msg"]
+        assert r["seconds"] < 5, r
+
+
+def test_gloocy_run_names_the_killed_rank_and_fails(tmp_path):
+    script = tmp_path / "prog.py"
+    script.write_text(textwrap.dedent("""
+        import os, signal, threading
+        import numpy as np, gloocy
+        comm = gloocy.init()
+        x = np.ones(4 << 20, np.float32)
+        if comm.rank == 1:
+            threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        while True:
+            comm.Allreduce(gloocy.IN_PLACE, x)
+    """))
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "gloocy.run", "-n", "3",
+                           str(script)], capture_output=True, timeout=60)
+    assert proc.returncode == 128 + signal.SIGKILL
+    assert b"rank 1" in proc.stderr
+    assert time.monotonic() - t0 < 30
+
+
+def test_a_peer_that_exits_cleanly_is_not_reported_as_lost(tmp_path):
+    # Rank 0 leaves right after the last collective; the others still finish
+    # theirs and see no error.
+    job = Job(tmp_path, 3, """
+        x = np.full(1000, rank + 1.0)
+        comm.Allreduce(gloocy.IN_PLACE, x)
+        if rank == 0:
+            comm.Free()
+        else:
+            time.sleep(0.5)
+        report(value=float(x[0]))
+    """)
+    for code, reports, stderr in job.results():
+        assert code == 0, stderr
+        assert reports == [dict(rank=reports[0]["rank"], value=6.0)]
+
+
+def _garbage(addr):
+    with socket.create_connection(addr, timeout=5) as s:
+        s.sendall(os.urandom(200))
+        s.settimeout(2)
+        try:
+            assert s.recv(100) == b""          # closed on us
+        except (ConnectionResetError, socket.timeout):
+            pass
+
+
+def _wrong_secret(addr, job_id):
+    import hashlib, hmac, struct
+    from gloocy.transport import _tcp
+    with socket.create_connection(addr, timeout=5) as s:
+        tag = hashlib.sha256(job_id.encode()).digest()[:16]
+        hello = struct.pack("<8sIiiI16s32s", b"GLCYHELO", 1, 1, 0, 2, tag,
+                            os.urandom(32))
+        s.sendall(hello)
+        reply = s.recv(64)
+        # We cannot prove knowledge of the secret; the rank must hang up.
+        s.sendall(hmac.new(b"wrong", b"connector" + hello + reply[:32],
+                           hashlib.sha256).digest())
+        s.settimeout(5)
+        try:
+            assert s.recv(1) == b""
+        except ConnectionResetError:
+            pass
+
+
+def test_strangers_are_refused_and_the_job_completes(tmp_path):
+    # Rank 1 starts late; meanwhile strangers knock on rank 0's listener:
+    # garbage bytes, a handshake with a wrong secret, a silent connection.
+    job = Job(tmp_path, 2, """
+        x = np.arange(100, dtype=np.int64) * (rank + 1)
+        comm.Allreduce(gloocy.IN_PLACE, x)
+        comm.Barrier()
+        report(ok=bool((x == np.arange(100) * 3).all()))
+    """, delay={1: 2.0})
+    with job.store() as store:
+        host, _, port = store.get(f"{job.job}/tcp/0", timeout=20).decode().rpartition(":")
+    addr = (host, int(port))
+    silent = socket.create_connection(addr, timeout=5)
+    _garbage(addr)
+    _wrong_secret(addr, job.job)
+    try:
+        t0 = time.monotonic()
+        results = job.results()
+    finally:
+        silent.close()
+    for code, reports, stderr in results:
+        assert code == 0, stderr
+        assert reports[0]["ok"] is True
+    assert time.monotonic() - t0 < 4.5   # the silent stranger held nobody up
+
+
+def test_unauthenticated_frames_after_setup_never_reach_the_job(tmp_path):
+    # After set-up the listeners are closed: nobody can connect at all.
+    job = Job(tmp_path, 2, """
+        comm.Barrier()
+        report(ready=True)
+        sys.stdin.readline() if False else time.sleep(1.0)
+        x = np.ones(10)
+        comm.Allreduce(gloocy.IN_PLACE, x)
+        report(value=float(x.sum()))
+    """)
+    with job.store() as store:
+        host, _, port = store.get(f"{job.job}/tcp/0", timeout=20).decode().rpartition(":")
+    time.sleep(0.5)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection((host, int(port)), timeout=2)
+    for code, reports, stderr in job.results():
+        assert code == 0, stderr
+        assert reports[-1]["value"] == 20.0
