@@ -29,7 +29,8 @@ cdef inline int64_t now_ns() noexcept nogil:
 
 
 cdef int _raise_timeout(Context ctx, Coll *c) except -1 with gil:
-    waiting = [p.peer for p in ctx._pairs if p is not None and p.busy()]
+    waiting = [(<Pair>p).peer for p in ctx._pairs
+               if p is not None and (<Pair>p).busy()]
     raise CollectiveTimeout(
         f"rank {ctx.rank}: {describe_call(&c.proto)} timed out waiting for "
         f"rank(s) {', '.join(map(str, waiting)) or '?'}")

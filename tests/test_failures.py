@@ -209,3 +209,159 @@ def test_unauthenticated_frames_after_setup_never_reach_the_job(tmp_path):
     for code, reports, stderr in job.results():
         assert code == 0, stderr
         assert reports[-1]["value"] == 20.0
+
+
+def test_bad_input_raises_locally_and_the_job_goes_on(tmp_path):
+    # Only rank 1 makes each bad call; it must raise before sending anything,
+    # so a good collective afterwards still gives the right answer.
+    job = Job(tmp_path, 3, """
+        import array
+        cases = {
+            "size": lambda: comm.Allreduce(np.ones(4), np.ones(5)),
+            "readonly": lambda: comm.Allreduce(np.ones(4), _ro),
+            "noncontig": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones((4, 4))[:, 1]),
+            "root": lambda: comm.Bcast(np.ones(4), root=3),
+            "negroot": lambda: comm.Bcast(np.ones(4), root=-1),
+            "op_dtype": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4), op=gloocy.BAND),
+            "dtype": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4, np.complex128)),
+            "not_buffer": lambda: comm.Bcast([1, 2, 3], root=0),
+            "mixed": lambda: comm.Allreduce(np.ones(4, np.float32), np.ones(2, np.float64)),
+            "op": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4), op="sum"),
+            "bcast_ro": lambda: comm.Bcast(b"abcd", root=0),
+            "timeout": lambda: comm.Barrier(timeout=-1),
+        }
+        _ro = np.ones(4)
+        _ro.setflags(write=False)
+        if rank == 1:
+            for name, call in cases.items():
+                try:
+                    call()
+                except Exception as e:
+                    report(case=name, error=type(e).__name__, msg=str(e))
+                else:
+                    report(case=name, error=None)
+        x = np.full(10, rank + 1, dtype=np.int32)
+        comm.Allreduce(gloocy.IN_PLACE, x)
+        report(total=int(x[0]))
+    """)
+    results = job.results()
+    for code, reports, stderr in results:
+        assert code == 0, stderr
+        assert reports[-1]["total"] == 6
+    errors = {r["case"]: (r["error"], r["msg"]) for r in results[1][1][:-1]}
+    expected = {
+        "size": ("ValueError", "sendbuf"),
+        "readonly": ("BufferError", "read-only"),
+        "noncontig": ("ValueError", "C-contiguous"),
+        "root": ("ValueError", "root"),
+        "negroot": ("ValueError", "root"),
+        "op_dtype": ("TypeError", "BAND"),
+        "dtype": ("TypeError", "recvbuf"),
+        "not_buffer": ("TypeError", "buf"),
+        "mixed": ("TypeError", "sendbuf"),
+        "op": ("TypeError", "op"),
+        "bcast_ro": ("BufferError", "read-only"),
+        "timeout": ("ValueError", "timeout"),
+    }
+    assert set(errors) == set(expected)
+    for case, (etype, word) in expected.items():
+        got_type, msg = errors[case]
+        assert got_type == etype, (case, errors[case])
+        assert word in msg, (case, msg)
+
+
+def test_gil_is_released_during_a_collective(tmp_path):
+    # A Python thread counts while the main thread is inside one long
+    # allreduce; if the GIL were held, it could not tick during the call.
+    job = Job(tmp_path, 2, """
+        ticks = []
+        stop = False
+        def count():
+            while not stop:
+                ticks.append(time.perf_counter())
+                time.sleep(0.001)
+        x = np.ones(16 << 20, np.float32)
+        comm.Allreduce(gloocy.IN_PLACE, x, algorithm="ring")
+        t = threading.Thread(target=count)
+        t.start()
+        time.sleep(0.05)
+        t0 = time.perf_counter()
+        comm.Allreduce(gloocy.IN_PLACE, x, algorithm="ring")
+        t1 = time.perf_counter()
+        stop = True
+        t.join()
+        inside = [s for s in ticks if t0 < s < t1]
+        report(seconds=t1 - t0, inside=len(inside), ok=bool((x == 4).all()))
+    """)
+    for code, reports, stderr in job.results():
+        assert code == 0, stderr
+        r = reports[0]
+        assert r["ok"]
+        # the thread sleeps 1 ms per tick: expect roughly one tick per ms
+        assert r["inside"] >= r["seconds"] * 1000 / 4, r
+
+
+def test_timeout_raises_and_poisons_the_communicator(tmp_path):
+    job = Job(tmp_path, 2, """
+        if rank == 0:
+            t0 = time.monotonic()
+            try:
+                comm.Allreduce(gloocy.IN_PLACE, np.ones(10), timeout=0.5)
+            except gloocy.CollectiveTimeout as e:
+                report(error="CollectiveTimeout", is_timeout=isinstance(e, TimeoutError),
+                       msg=str(e), seconds=time.monotonic() - t0)
+            try:
+                comm.Barrier()
+            except gloocy.ContextPoisoned as e:
+                report(error="ContextPoisoned", msg=str(e))
+        else:
+            time.sleep(2)
+    """)
+    results = job.results()
+    code, reports, stderr = results[0]
+    assert code == 0, stderr
+    first, second = reports
+    assert first["error"] == "CollectiveTimeout" and first["is_timeout"]
+    assert 0.5 <= first["seconds"] < 1.5
+    assert "rank(s) 1" in first["msg"] and "allreduce" in first["msg"]
+    assert second["error"] == "ContextPoisoned" and "timed out" in second["msg"]
+
+
+def test_mismatched_counts_raise_mismatch_error_on_both_ranks(tmp_path):
+    job = Job(tmp_path, 2, """
+        x = np.ones(4 if rank == 0 else 8)
+        try:
+            comm.Allreduce(gloocy.IN_PLACE, x, timeout=10)
+        except gloocy.MismatchError as e:
+            report(error="MismatchError", msg=str(e))
+    """)
+    for code, reports, stderr in job.results():
+        assert code == 0, stderr
+        (r,) = reports
+        assert r["error"] == "MismatchError"
+        assert "count=4" in r["msg"] and "count=8" in r["msg"], r
+
+
+def test_different_collectives_raise_mismatch_error(tmp_path):
+    # Rank 0 broadcasts while rank 1 allreduces: rank 1 receives rank 0's
+    # broadcast frame and must say so; rank 0 may finish its send first.
+    job = Job(tmp_path, 2, """
+        x = np.ones(4)
+        try:
+            if rank == 0:
+                comm.Bcast(x, root=0, timeout=3)
+                comm.Barrier(timeout=3)
+            else:
+                comm.Allreduce(gloocy.IN_PLACE, x, timeout=3)
+        except gloocy.GloocyError as e:
+            report(error=type(e).__name__, msg=str(e))
+    """)
+    results = job.results()
+    code, reports, stderr = results[1]
+    assert code == 0, stderr
+    assert reports[0]["error"] == "MismatchError"
+    assert "bcast" in reports[0]["msg"] and "allreduce" in reports[0]["msg"]
+    code, reports, stderr = results[0]
+    assert code == 0, stderr
+    assert reports and reports[0]["error"] in ("MismatchError", "PeerLostError",
+                                               "CollectiveTimeout")

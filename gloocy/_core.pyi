@@ -1,0 +1,88 @@
+"""Type stubs for gloocy._core (Cython): buffers, kernels, Context, Pair."""
+
+from typing import Final, Sequence, final
+
+from typing_extensions import Buffer, Self, disjoint_base
+
+from gloocy.errors import (CollectiveTimeout as CollectiveTimeout,
+                           ContextPoisoned as ContextPoisoned,
+                           GloocyError as GloocyError,
+                           MismatchError as MismatchError,
+                           PeerLostError as PeerLostError,
+                           ProtocolError as ProtocolError)
+
+OP_NAMES: Final[dict[int, str]]       # op code -> "SUM", "PROD", ...
+OP_CODES: Final[dict[str, int]]       # "SUM" -> op code
+DTYPE_NAMES: Final[dict[int, str]]    # dtype code -> "float32", ...; 0 is "bytes"
+DTYPE_CODES: Final[dict[str, int]]    # "float32" -> dtype code
+KIND_NAMES: Final[dict[int, str]]     # frame kind -> "barrier", "bcast", ...
+ALGORITHMS: Final[dict[str, int]]     # allreduce algorithm name -> code
+
+
+def reduce_local(src: Buffer, acc: Buffer, op: int, dtype: int) -> None:
+    """acc <op>= src elementwise; both are contiguous unsigned-byte buffers
+    holding the same whole number of `dtype` elements (kernel tests)."""
+
+
+@final
+@disjoint_base
+class Buf:
+    """A buffer held for the length of one call (internal)."""
+
+
+@disjoint_base
+class Pair:
+    """Tagged, ordered, reliable byte messages to one peer (abstract; each
+    transport subclasses it)."""
+
+    @property
+    def rank(self) -> int: ...           # our rank
+    @property
+    def peer(self) -> int: ...           # the peer's rank
+    @property
+    def closed(self) -> bool: ...        # closed locally; every post fails
+    @property
+    def peer_gone(self) -> bool: ...     # the peer closed its end
+    @property
+    def peer_said_bye(self) -> bool: ... # ... and said goodbye first
+    def __new__(cls, *args: object, **kwargs: object) -> Self: ...
+    def close(self, clean: bool = True) -> None: ...
+
+
+@disjoint_base
+class Context:
+    """This rank's view of a group: its pairs, counters and deadlines."""
+
+    timeout: float          # default deadline of a call, seconds
+    segment: int            # pipeline segment size in bytes
+    spin_ns: int            # how long to spin before blocking in poll(2)
+    small_allreduce: int    # bytes up to which "auto" picks recursive doubling
+
+    def __new__(cls, rank: int, size: int, pairs: list[Pair | None], *,
+                comm_id: int = 0, timeout: float = 300.0,
+                segment: int = 1 << 18, spin_us: int = 50,
+                small_allreduce: int = 1 << 16) -> Self: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def size(self) -> int: ...
+    @property
+    def comm_id(self) -> int: ...
+    @property
+    def seq(self) -> int: ...                     # collectives issued so far
+    @property
+    def error(self) -> BaseException | None: ...  # set => poisoned
+    @property
+    def closed(self) -> bool: ...
+    def close(self, *, linger: float = 1.0) -> None:
+        """Close every pair; after a lost peer, first wait up to `linger`
+        seconds for the other ranks to hang up."""
+    def barrier(self, *, timeout: float | None = None) -> None: ...
+    def bcast(self, buf: Buffer, root: int, *,
+              timeout: float | None = None) -> None: ...
+    def allreduce(self, sendbuf: Buffer | None, recvbuf: Buffer, op: int, *,
+                  timeout: float | None = None,
+                  algorithm: str | None = None) -> None: ...
+    def allgatherv(self, sendbuf: Buffer | None, recvbuf: Buffer,
+                   counts: Sequence[int], *,
+                   timeout: float | None = None) -> None: ...
