@@ -1,6 +1,8 @@
 # Collective algorithms, written once against Pair through the Context.
 # All run without the GIL; each Xfer they post stays alive (stack or heap)
-# until waited for, and heap memory is freed on every path.
+# until waited for, and heap memory is freed on every path. Where a step both
+# sends and receives, the send is posted first: it leaves at once, and a peer
+# that finds a mismatch in what we sent still gets our frame to find it too.
 
 cdef enum:
     ALGO_AUTO = 0
@@ -28,8 +30,8 @@ cdef int run_barrier(Context ctx, Coll *c) except -1 nogil:
     cdef int n = ctx.size, r = ctx.rank, k = 1
     cdef uint64_t tag = 0
     while k < n:
-        ctx.post_recv(c, &xs[0], (r - k + n) % n, tag, NULL, 0)
         ctx.post_send(c, &xs[1], (r + k) % n, tag, NULL, 0)
+        ctx.post_recv(c, &xs[0], (r - k + n) % n, tag, NULL, 0)
         ctx.waitall(c, xs, 2)
         k <<= 1
         tag += 1
@@ -107,39 +109,36 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
     cdef uint64_t level = 1
     cdef int64_t nbytes = count * c.itemsize
     cdef Xfer xs[2]
-    cdef char *tmp = <char *>_alloc(nbytes)
+    cdef char *tmp = ctx.scratch(nbytes)
     while p * 2 <= n:
         p *= 2
     rem = n - p
-    try:
-        if r < 2 * rem:
-            if r % 2 == 0:
-                ctx.post_send(c, &xs[0], r + 1, 0, buf, nbytes)
-                ctx.wait(c, &xs[0])
-                ctx.post_recv(c, &xs[1], r + 1, TAG_FOLD_OUT, buf, nbytes)
-                ctx.wait(c, &xs[1])
-                return 0
-            ctx.post_recv(c, &xs[0], r - 1, 0, tmp, nbytes)
+    if r < 2 * rem:
+        if r % 2 == 0:
+            ctx.post_send(c, &xs[0], r + 1, 0, buf, nbytes)
             ctx.wait(c, &xs[0])
-            c.fn(buf, tmp, count)
-            newrank = r // 2
-        else:
-            newrank = r - rem
-        mask = 1
-        while mask < p:
-            pn = newrank ^ mask
-            peer = pn * 2 + 1 if pn < rem else pn + rem
-            ctx.post_recv(c, &xs[0], peer, level, tmp, nbytes)
-            ctx.post_send(c, &xs[1], peer, level, buf, nbytes)
-            ctx.waitall(c, xs, 2)
-            c.fn(buf, tmp, count)
-            mask <<= 1
-            level += 1
-        if r < 2 * rem:
-            ctx.post_send(c, &xs[0], r - 1, TAG_FOLD_OUT, buf, nbytes)
-            ctx.wait(c, &xs[0])
-    finally:
-        free(tmp)
+            ctx.post_recv(c, &xs[1], r + 1, TAG_FOLD_OUT, buf, nbytes)
+            ctx.wait(c, &xs[1])
+            return 0
+        ctx.post_recv(c, &xs[0], r - 1, 0, tmp, nbytes)
+        ctx.wait(c, &xs[0])
+        c.fn(buf, tmp, count)
+        newrank = r // 2
+    else:
+        newrank = r - rem
+    mask = 1
+    while mask < p:
+        pn = newrank ^ mask
+        peer = pn * 2 + 1 if pn < rem else pn + rem
+        ctx.post_send(c, &xs[1], peer, level, buf, nbytes)
+        ctx.post_recv(c, &xs[0], peer, level, tmp, nbytes)
+        ctx.waitall(c, xs, 2)
+        c.fn(buf, tmp, count)
+        mask <<= 1
+        level += 1
+    if r < 2 * rem:
+        ctx.post_send(c, &xs[0], r - 1, TAG_FOLD_OUT, buf, nbytes)
+        ctx.wait(c, &xs[0])
     return 0
 
 
@@ -163,10 +162,10 @@ cdef int allreduce_ring(Context ctx, Coll *c, char *buf,
     cdef Xfer *rs_send = xs + per
     cdef Xfer *ag_recv = xs + 2 * per
     cdef Xfer *ag_send = xs + 3 * per
-    cdef char *tmp = NULL
+    cdef char *tmp
     cdef char *cur
     try:
-        tmp = <char *>_alloc(ntmp * maxchunk * isz)
+        tmp = ctx.scratch(ntmp * maxchunk * isz)
         # Reduce-scatter: at step s send chunk r-s, receive chunk r-s-1.
         ci = (r - 1 + n) % n
         for j in range(nseg):
@@ -218,7 +217,6 @@ cdef int allreduce_ring(Context ctx, Coll *c, char *buf,
         ctx.waitall(c, rs_send, per)
         ctx.waitall(c, ag_send, per)
     finally:
-        free(tmp)
         free(xs)
     return 0
 
@@ -244,7 +242,7 @@ cdef int run_allgatherv(Context ctx, Coll *c, char *buf, const int64_t *offs,
     for t in range(n - 1):
         sb = (r - t + n) % n
         rb = (r - t - 1 + n) % n
-        ctx.post_recv(c, &xs[0], (r - 1 + n) % n, t, buf + offs[rb], sizes[rb])
         ctx.post_send(c, &xs[1], (r + 1) % n, t, buf + offs[sb], sizes[sb])
+        ctx.post_recv(c, &xs[0], (r - 1 + n) % n, t, buf + offs[rb], sizes[rb])
         ctx.waitall(c, xs, 2)
     return 0

@@ -80,6 +80,17 @@ cdef class Context:
 
     def __dealloc__(self):
         free(self._pair_ptrs)
+        free(self._scratch)
+
+    cdef char *scratch(self, int64_t nbytes) except NULL nogil:
+        """Temporary space for one call. Kept between calls: fresh pages of
+        a large malloc cost a page fault each, every time."""
+        if nbytes > self._scratch_size or self._scratch is NULL:
+            free(self._scratch)
+            self._scratch_size = 0
+            self._scratch = <char *>_alloc(max(nbytes, 4096))
+            self._scratch_size = max(nbytes, 4096)
+        return self._scratch
 
     @property
     def closed(self):

@@ -144,6 +144,10 @@ cdef class Context:
     cdef public int64_t segment       # pipeline segment size in bytes
     cdef public int64_t spin_ns       # how long to spin before blocking
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
+    cdef char *_scratch               # temporary space kept between calls
+    cdef int64_t _scratch_size
+
+    cdef char *scratch(self, int64_t nbytes) except NULL nogil
 
     cdef int post_send(self, Coll *c, Xfer *x, int peer, uint64_t tag,
                        const char *buf, int64_t n) except -1 nogil

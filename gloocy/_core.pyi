@@ -1,8 +1,9 @@
 """Type stubs for gloocy._core (Cython): buffers, kernels, Context, Pair."""
 
-from typing import Final, Sequence, final
+from typing import Any, Final, Sequence, TypeVar
 
-from typing_extensions import Buffer, Self, disjoint_base
+from numpy import ndarray
+from typing_extensions import Buffer, Self, TypeAlias, disjoint_base
 
 from gloocy.errors import (CollectiveTimeout as CollectiveTimeout,
                            ContextPoisoned as ContextPoisoned,
@@ -18,13 +19,17 @@ DTYPE_CODES: Final[dict[str, int]]    # "float32" -> dtype code
 KIND_NAMES: Final[dict[int, str]]     # frame kind -> "barrier", "bcast", ...
 ALGORITHMS: Final[dict[str, int]]     # allreduce algorithm name -> code
 
+# Anything with the buffer protocol (numpy's stubs say so of ndarray only
+# on Python >= 3.12, hence the union).
+_Buffer: TypeAlias = "Buffer | ndarray[Any, Any]"
+_P = TypeVar("_P", bound="Pair | None")   # any list of pairs, e.g. list[TcpPair | None]
 
-def reduce_local(src: Buffer, acc: Buffer, op: int, dtype: int) -> None:
+
+def reduce_local(src: _Buffer, acc: _Buffer, op: int, dtype: int) -> None:
     """acc <op>= src elementwise; both are contiguous unsigned-byte buffers
     holding the same whole number of `dtype` elements (kernel tests)."""
 
 
-@final
 @disjoint_base
 class Buf:
     """A buffer held for the length of one call (internal)."""
@@ -58,7 +63,7 @@ class Context:
     spin_ns: int            # how long to spin before blocking in poll(2)
     small_allreduce: int    # bytes up to which "auto" picks recursive doubling
 
-    def __new__(cls, rank: int, size: int, pairs: list[Pair | None], *,
+    def __new__(cls, rank: int, size: int, pairs: list[_P], *,
                 comm_id: int = 0, timeout: float = 300.0,
                 segment: int = 1 << 18, spin_us: int = 50,
                 small_allreduce: int = 1 << 16) -> Self: ...
@@ -78,11 +83,11 @@ class Context:
         """Close every pair; after a lost peer, first wait up to `linger`
         seconds for the other ranks to hang up."""
     def barrier(self, *, timeout: float | None = None) -> None: ...
-    def bcast(self, buf: Buffer, root: int, *,
+    def bcast(self, buf: _Buffer, root: int, *,
               timeout: float | None = None) -> None: ...
-    def allreduce(self, sendbuf: Buffer | None, recvbuf: Buffer, op: int, *,
+    def allreduce(self, sendbuf: _Buffer | None, recvbuf: _Buffer, op: int, *,
                   timeout: float | None = None,
                   algorithm: str | None = None) -> None: ...
-    def allgatherv(self, sendbuf: Buffer | None, recvbuf: Buffer,
+    def allgatherv(self, sendbuf: _Buffer | None, recvbuf: _Buffer,
                    counts: Sequence[int], *,
                    timeout: float | None = None) -> None: ...
