@@ -60,11 +60,18 @@ def _secret_bytes(secret, job):
     return secret
 
 
-def _tuning():
+def _default_spin_us(size):
+    """Spinning before sleeping pays only while every local rank has a core
+    of its own; oversubscribed, it steals the core a peer needs."""
+    local = _env_int("GLOOCY_LOCAL_SIZE", size)
+    return 50 if local <= len(os.sched_getaffinity(0)) else 0
+
+
+def _tuning(size):
     """Knobs for tests and benchmarks (environment variables)."""
     return dict(
         segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 18),
-        spin_us=_env_int("GLOOCY_SPIN_US", 50),
+        spin_us=_env_int("GLOOCY_SPIN_US", _default_spin_us(size)),
         small_allreduce=_env_int("GLOOCY_SMALL_ALLREDUCE_BYTES", 1 << 16),
     )
 
@@ -88,7 +95,7 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         raise ValueError(f"timeout: must be positive, got {timeout!r}")
     secret = _secret_bytes(secret, job)
     if size == 1:
-        return Communicator(Context(0, 1, [None], timeout=timeout, **_tuning()))
+        return Communicator(Context(0, 1, [None], timeout=timeout, **_tuning(1)))
     server = client = None
     try:
         if isinstance(store, str):
@@ -103,7 +110,7 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
             host = os.environ.get("GLOOCY_HOST", "127.0.0.1")
         pairs = transport.connect(client, rank, size, secret, host=host,
                                   job=job, timeout=timeout)
-        ctx = Context(rank, size, pairs, timeout=timeout, **_tuning())
+        ctx = Context(rank, size, pairs, timeout=timeout, **_tuning(size))
         # Once every rank is through this barrier, nobody needs the store.
         ctx.barrier()
         return Communicator(ctx)
