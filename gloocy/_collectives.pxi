@@ -122,7 +122,7 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
             return 0
         ctx.post_recv(c, &xs[0], r - 1, 0, tmp, nbytes)
         ctx.wait(c, &xs[0])
-        c.fn(buf, tmp, count)
+        _reduce_ordered(c, buf, tmp, count, nbytes, True)
         newrank = r // 2
     else:
         newrank = r - rem
@@ -133,13 +133,25 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
         ctx.post_send(c, &xs[1], peer, level, buf, nbytes)
         ctx.post_recv(c, &xs[0], peer, level, tmp, nbytes)
         ctx.waitall(c, xs, 2)
-        c.fn(buf, tmp, count)
+        _reduce_ordered(c, buf, tmp, count, nbytes, peer < r)
         mask <<= 1
         level += 1
     if r < 2 * rem:
         ctx.post_send(c, &xs[0], r - 1, TAG_FOLD_OUT, buf, nbytes)
         ctx.wait(c, &xs[0])
     return 0
+
+
+cdef inline void _reduce_ordered(Coll *c, char *buf, char *tmp, int64_t count,
+                                 int64_t nbytes, bint tmp_first) noexcept nogil:
+    """buf = tmp <op> buf when tmp came from a lower rank, else buf <op> tmp:
+    both partners then combine the same operands in the same order, so every
+    rank ends with the same bits (MIN of 0.0 and -0.0, NaN payloads...)."""
+    if tmp_first:
+        c.fn(tmp, buf, count)
+        memcpy(buf, tmp, nbytes)
+    else:
+        c.fn(buf, tmp, count)
 
 
 cdef int allreduce_ring(Context ctx, Coll *c, char *buf,

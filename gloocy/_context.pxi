@@ -158,7 +158,8 @@ cdef class Context:
         c.proto.comm_id = self.comm_id
         c.proto.seq = self.seq
         self.seq += 1
-        c.deadline = now_ns() + <int64_t>(t * 1e9)
+        # Clamp: converting a double beyond int64 (inf) to int64 is undefined.
+        c.deadline = now_ns() + <int64_t>min(t * 1e9, 4e18)
         c.fn = NULL
         c.itemsize = DTYPE_SIZES[dtype] if 0 <= dtype < DT_LAST else 1
         return 0

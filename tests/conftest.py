@@ -1,0 +1,75 @@
+"""Shared fixtures: cached worlds of rank processes and a hard timeout.
+
+    def test_sum(world):
+        w = world(3, GLOOCY_SEGMENT_BYTES=64)    # a live World, cached per (size, env)
+        assert w.run(some_module_level_fn, 10) == [...]
+
+`world` and `worlds` are session-scoped (usable from hypothesis tests without
+health-check warnings). A world is handed out again only while it is
+``reusable``; after a failure, a timeout or a kill the next request starts a
+fresh one. Every test has a hard timeout (default 120 s; per test
+``@pytest.mark.hard_timeout(seconds)``; globally GLOOCY_TEST_HARD_TIMEOUT)
+after which every rank of every world is SIGKILLed and the test fails.
+After every test, open worlds that are no longer alive (a rank killed or
+timed out) are closed, so no zombie outlives the test that made it.
+"""
+
+import os
+import signal
+import threading
+
+import pytest
+
+import harness
+
+HARD_TIMEOUT = float(os.environ.get("GLOOCY_TEST_HARD_TIMEOUT", "120"))
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "hard_timeout(seconds): kill every rank and fail the test "
+        f"after this many seconds (default {HARD_TIMEOUT:g})")
+
+
+@pytest.fixture(scope="session")
+def worlds():
+    """The session's cache of worlds (harness.Worlds); all closed at the end."""
+    cache = harness.Worlds()
+    yield cache
+    cache.close()
+
+
+@pytest.fixture(scope="session")
+def world(worlds):
+    """world(size, **env) -> a live harness.World with `env` in its ranks'
+    environment (values are turned into strings)."""
+    def get(size, **env):
+        return worlds.get(size, env)
+    return get
+
+
+class HardTimeout(Exception):
+    """The test ran past its hard timeout."""
+
+
+@pytest.fixture(autouse=True)
+def _hard_timeout(request):
+    marker = request.node.get_closest_marker("hard_timeout")
+    seconds = float(marker.args[0]) if marker else HARD_TIMEOUT
+    if threading.current_thread() is not threading.main_thread() or seconds <= 0:
+        yield
+        return
+
+    def expire(signum, frame):
+        harness.abort_all()
+        raise HardTimeout(f"{request.node.nodeid} ran longer than its hard "
+                          f"timeout of {seconds:g} s; every rank was killed")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        harness.reap_dead()      # no zombies left behind by a dead world
