@@ -17,20 +17,13 @@ from hypothesis import given, settings, strategies as st
 
 import gloocy
 from gloocy import IN_PLACE
+from oracle import DTYPES, FLOATS, INTS, UFUNCS
 
 SIZES = [1, 2, 3, 4, 5]
 TINY_SEGMENT = {"GLOOCY_SEGMENT_BYTES": 8}   # pipelining worlds: 8-byte segments
 
 OPS = {name: getattr(gloocy, name) for name in
        ("SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR")}
-UFUNCS = {
-    "SUM": np.add, "PROD": np.multiply, "MIN": np.minimum, "MAX": np.maximum,
-    "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor,
-    "LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor,
-}
-INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
-FLOATS = ["float16", "float32", "float64"]
-DTYPES = INTS + FLOATS + ["bool"]
 ALGORITHMS = [None, "ring", "recursive_doubling"]
 
 

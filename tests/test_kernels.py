@@ -12,19 +12,11 @@ from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
 from gloocy import _core
+from oracle import ARITH, BITS, FLOATS, INTS, UFUNCS
 
 OP_CODES = _core.OP_CODES
 DTYPE_CODES = _core.DTYPE_CODES
 
-UFUNCS = {
-    "SUM": np.add, "PROD": np.multiply, "MIN": np.minimum, "MAX": np.maximum,
-    "BAND": np.bitwise_and, "BOR": np.bitwise_or, "BXOR": np.bitwise_xor,
-    "LAND": np.logical_and, "LOR": np.logical_or, "LXOR": np.logical_xor,
-}
-INTS = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"]
-FLOATS = ["float16", "float32", "float64"]
-ARITH = ["SUM", "PROD", "MIN", "MAX"]
-BITS = ["BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR"]
 
 DEFINED = ([(op, dt) for op in ARITH for dt in INTS + FLOATS + ["bool"]]
            + [(op, dt) for op in BITS for dt in INTS + ["bool"]])

@@ -62,6 +62,15 @@ cdef enum:
     WOULD_BLOCK = -1
 
 
+cdef inline void _enqueue(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
+    x.next = NULL
+    if tail[0] is NULL:
+        head[0] = x
+    else:
+        tail[0].next = x
+    tail[0] = x
+
+
 cdef class TcpPair(Pair):
     """A Pair over one connected TCP socket (takes ownership of `fd`)."""
 
@@ -91,12 +100,7 @@ cdef class TcpPair(Pair):
     cdef int post_send(self, Xfer *x) except -1 nogil:
         if self.fd < 0:
             return self.lost("the connection is closed", 0)
-        x.next = NULL
-        if self.send_tail is NULL:
-            self.send_head = x
-        else:
-            self.send_tail.next = x
-        self.send_tail = x
+        _enqueue(&self.send_head, &self.send_tail, x)
         if self.send_head is x:
             self.send_some()           # most small frames leave right here
         return 0
@@ -149,12 +153,7 @@ cdef class TcpPair(Pair):
         if (self.peer_gone and not self.parked and self.in_hdr_got == 0
                 and self.st_lo == self.st_hi):
             return self.lost("the peer has left (closed its communicator)", 0)
-        x.next = NULL
-        if self.recv_tail is NULL:
-            self.recv_head = x
-        else:
-            self.recv_tail.next = x
-        self.recv_tail = x
+        _enqueue(&self.recv_head, &self.recv_tail, x)
         if self.parked:
             self.start_payload()
         return 0
