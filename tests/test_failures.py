@@ -365,3 +365,42 @@ def test_different_collectives_raise_mismatch_error(tmp_path):
     assert code == 0, stderr
     assert reports and reports[0]["error"] in ("MismatchError", "PeerLostError",
                                                "CollectiveTimeout")
+
+
+def test_ctrl_c_interrupts_a_waiting_collective(tmp_path):
+    job = Job(tmp_path, 2, """
+        if rank == 0:
+            report(waiting=True)
+            t0 = time.monotonic()
+            try:
+                comm.Allreduce(gloocy.IN_PLACE, np.ones(10))
+            except KeyboardInterrupt:
+                report(interrupted=True, seconds=time.monotonic() - t0)
+        else:
+            time.sleep(3)
+    """)
+    line = job.procs[0].stdout.readline()
+    assert json.loads(line)["waiting"]
+    time.sleep(0.5)
+    job.procs[0].send_signal(signal.SIGINT)
+    code, reports, stderr = job.results()[0]
+    assert code == 0, stderr
+    assert reports[0]["interrupted"] and reports[0]["seconds"] < 1.0
+
+
+def test_a_world_of_one_needs_no_launcher(tmp_path):
+    script = tmp_path / "alone.py"
+    script.write_text(textwrap.dedent("""
+        import numpy as np, gloocy
+        comm = gloocy.init()
+        x = np.arange(5.0)
+        comm.Allreduce(gloocy.IN_PLACE, x, op=gloocy.PROD)
+        comm.Bcast(x, root=0)
+        comm.Barrier()
+        print(comm.rank, comm.size, x.tolist(), comm.allreduce(7), comm.bcast("hi"))
+    """))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GLOOCY_")}
+    out = subprocess.run([sys.executable, str(script)], capture_output=True,
+                         env=env, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.decode().split("\n")[0] == "0 1 [0.0, 1.0, 2.0, 3.0, 4.0] 7 hi"
