@@ -156,93 +156,125 @@ cdef inline void _reduce_ordered(Coll *c, char *buf, char *tmp, int64_t count,
 
 cdef int allreduce_ring(Context ctx, Coll *c, char *buf,
                         int64_t count) except -1 nogil:
-    """Ring reduce-scatter then ring allgather over n chunks, each cut in
-    segments that flow independently: a segment reduced at step s is sent on
-    at step s+1 at once, so reduction overlaps the transfers."""
+    """Ring reduce-scatter then ring allgather over n nearly equal chunks."""
+    cdef int n = ctx.size, i
+    cdef int64_t *offs = <int64_t *>_alloc(2 * n * sizeof(int64_t))
+    cdef int64_t *lens = offs + n
+    try:
+        for i in range(n):
+            lens[i] = count // n + (1 if i < count % n else 0)
+            offs[i] = 0 if i == 0 else offs[i - 1] + lens[i - 1]
+        ring_reduce_scatter(ctx, c, buf, offs, lens, True,
+                            ctx.scratch(ring_scratch_bytes(ctx, c, lens)))
+    finally:
+        free(offs)
+    return 0
+
+
+cdef int64_t ring_scratch_bytes(Context ctx, Coll *c, const int64_t *lens) noexcept nogil:
+    """Bytes of temporary space ring_reduce_scatter needs."""
+    cdef int64_t i, longest = 0
+    for i in range(ctx.size):
+        longest = max(longest, lens[i])
+    return (2 if ctx.size > 2 else 1) * longest * c.itemsize
+
+
+cdef inline void _chunk_segment(const int64_t *offs, const int64_t *lens,
+                                int64_t chunk, int64_t j, int64_t seg_el,
+                                int64_t *lo, int64_t *ln) noexcept nogil:
+    """Element offset and length of segment j of a chunk (may be empty)."""
+    cdef int64_t a = min(j * seg_el, lens[chunk])
+    lo[0] = offs[chunk] + a
+    ln[0] = min(seg_el, lens[chunk] - a)
+
+
+cdef int ring_reduce_scatter(Context ctx, Coll *c, char *buf,
+                             const int64_t *offs, const int64_t *lens,
+                             bint allgather, char *tmp) except -1 nogil:
+    """Ring reduce-scatter over chunks (offs[i], lens[i]) in elements of buf:
+    rank r ends with chunk r reduced over every rank; with `allgather`, a
+    ring allgather then gives every rank every chunk.
+
+    Each chunk is cut in segments that flow independently: a segment reduced
+    at step s is sent on at step s+1 at once (and into the allgather after
+    the last step), so reduction overlaps the transfers. At reduce-scatter
+    step s a rank sends chunk r-s-1 and receives chunk r-s-2; at allgather
+    step t it sends chunk r-t and receives chunk r-t-1. `tmp` holds
+    ring_scratch_bytes() of incoming segments."""
     cdef int n = ctx.size, r = ctx.rank
     cdef int left = (r - 1 + n) % n, right = (r + 1) % n
-    cdef int64_t isz = c.itemsize
-    cdef int64_t base = count // n, extra = count % n
-    cdef int64_t maxchunk = base + (1 if extra else 0)
+    cdef int64_t isz = c.itemsize, longest = 0, i
+    for i in range(n):
+        longest = max(longest, lens[i])
     cdef int64_t seg_el = max(1, ctx.segment // isz)
-    cdef int64_t nseg = max(1, (maxchunk + seg_el - 1) // seg_el)
+    cdef int64_t nseg = max(1, (longest + seg_el - 1) // seg_el)
     cdef int64_t steps = n - 1, per = steps * nseg
-    cdef int64_t s, j, t, ci, c2, lo, ln, lo2, ln2
+    cdef int64_t s, j, t, lo, ln, lo2, ln2
     cdef int ntmp = 2 if steps > 1 else 1
-    cdef Xfer *xs = <Xfer *>_alloc(4 * per * sizeof(Xfer))
+    cdef Xfer *xs = <Xfer *>_alloc((4 if allgather else 2) * per * sizeof(Xfer))
     cdef Xfer *rs_recv = xs
     cdef Xfer *rs_send = xs + per
     cdef Xfer *ag_recv = xs + 2 * per
     cdef Xfer *ag_send = xs + 3 * per
-    cdef char *tmp
     cdef char *cur
+    if n == 1:
+        free(xs)
+        return 0
     try:
-        tmp = ctx.scratch(ntmp * maxchunk * isz)
-        # Reduce-scatter: at step s send chunk r-s, receive chunk r-s-1.
-        ci = (r - 1 + n) % n
         for j in range(nseg):
-            _segment(ci, j, base, extra, seg_el, &lo, &ln)
+            _chunk_segment(offs, lens, _mod(r - 1, n), j, seg_el, &lo, &ln)
+            ctx.post_send(c, &rs_send[j], right, j, buf + lo * isz, ln * isz)
+            _chunk_segment(offs, lens, _mod(r - 2, n), j, seg_el, &lo, &ln)
             ctx.post_recv(c, &rs_recv[j], left, j, tmp + j * seg_el * isz,
                           ln * isz)
-        for j in range(nseg):
-            _segment(r, j, base, extra, seg_el, &lo, &ln)
-            ctx.post_send(c, &rs_send[j], right, j, buf + lo * isz, ln * isz)
         for s in range(steps):
-            ci = ((r - s - 1) % n + n) % n
-            cur = tmp + (s % ntmp) * maxchunk * isz
+            cur = tmp + (s % ntmp) * longest * isz
             for j in range(nseg):
-                _segment(ci, j, base, extra, seg_el, &lo, &ln)
+                _chunk_segment(offs, lens, _mod(r - s - 2, n), j, seg_el, &lo, &ln)
                 ctx.wait(c, &rs_recv[s * nseg + j])
                 c.fn(buf + lo * isz, cur + j * seg_el * isz, ln)
                 if s + 1 < steps:
-                    c2 = ((r - s - 2) % n + n) % n
-                    _segment(c2, j, base, extra, seg_el, &lo2, &ln2)
-                    ctx.post_recv(c, &rs_recv[(s + 1) * nseg + j], left,
-                                  (s + 1) * nseg + j,
-                                  tmp + ((s + 1) % ntmp) * maxchunk * isz
-                                  + j * seg_el * isz, ln2 * isz)
                     ctx.post_send(c, &rs_send[(s + 1) * nseg + j], right,
                                   (s + 1) * nseg + j, buf + lo * isz, ln * isz)
-                else:
-                    # Chunk ci = r+1 is now fully reduced here: start the
-                    # allgather with it, and expect chunk r from the left.
-                    _segment(r, j, base, extra, seg_el, &lo2, &ln2)
-                    ctx.post_recv(c, &ag_recv[j], left, per + j,
-                                  buf + lo2 * isz, ln2 * isz)
+                    _chunk_segment(offs, lens, _mod(r - s - 3, n), j, seg_el,
+                                   &lo2, &ln2)
+                    ctx.post_recv(c, &rs_recv[(s + 1) * nseg + j], left,
+                                  (s + 1) * nseg + j,
+                                  tmp + ((s + 1) % ntmp) * longest * isz
+                                  + j * seg_el * isz, ln2 * isz)
+                elif allgather:
+                    # Segment j of our chunk r is complete: start passing it
+                    # round, and expect chunk r-1 from the left.
                     ctx.post_send(c, &ag_send[j], right, per + j,
                                   buf + lo * isz, ln * isz)
-        # Allgather: at step t receive chunk r-t and pass it on at step t+1.
-        for t in range(steps):
-            ci = ((r - t) % n + n) % n
-            for j in range(nseg):
-                ctx.wait(c, &ag_recv[t * nseg + j])
-                if t + 1 < steps:
-                    c2 = ((r - t - 1) % n + n) % n
-                    _segment(c2, j, base, extra, seg_el, &lo2, &ln2)
-                    ctx.post_recv(c, &ag_recv[(t + 1) * nseg + j], left,
-                                  per + (t + 1) * nseg + j,
+                    _chunk_segment(offs, lens, _mod(r - 1, n), j, seg_el,
+                                   &lo2, &ln2)
+                    ctx.post_recv(c, &ag_recv[j], left, per + j,
                                   buf + lo2 * isz, ln2 * isz)
-                    _segment(ci, j, base, extra, seg_el, &lo, &ln)
-                    ctx.post_send(c, &ag_send[(t + 1) * nseg + j], right,
-                                  per + (t + 1) * nseg + j,
-                                  buf + lo * isz, ln * isz)
+        if allgather:
+            for t in range(steps):
+                for j in range(nseg):
+                    ctx.wait(c, &ag_recv[t * nseg + j])
+                    if t + 1 < steps:
+                        _chunk_segment(offs, lens, _mod(r - t - 1, n), j,
+                                       seg_el, &lo, &ln)
+                        ctx.post_send(c, &ag_send[(t + 1) * nseg + j], right,
+                                      per + (t + 1) * nseg + j,
+                                      buf + lo * isz, ln * isz)
+                        _chunk_segment(offs, lens, _mod(r - t - 2, n), j,
+                                       seg_el, &lo2, &ln2)
+                        ctx.post_recv(c, &ag_recv[(t + 1) * nseg + j], left,
+                                      per + (t + 1) * nseg + j,
+                                      buf + lo2 * isz, ln2 * isz)
+            ctx.waitall(c, ag_send, per)
         ctx.waitall(c, rs_send, per)
-        ctx.waitall(c, ag_send, per)
     finally:
         free(xs)
     return 0
 
 
-cdef inline void _segment(int64_t chunk, int64_t j, int64_t base,
-                          int64_t extra, int64_t seg_el, int64_t *lo,
-                          int64_t *ln) noexcept nogil:
-    """Element offset and length of segment j of a chunk (may be empty)."""
-    cdef int64_t clen = base + (1 if chunk < extra else 0)
-    cdef int64_t start = chunk * base + min(chunk, extra)
-    cdef int64_t a = min(j * seg_el, clen)
-    cdef int64_t b = min(a + seg_el, clen)
-    lo[0] = start + a
-    ln[0] = b - a
+cdef inline int64_t _mod(int64_t a, int64_t n) noexcept nogil:
+    return ((a % n) + n) % n
 
 
 cdef int run_allgatherv(Context ctx, Coll *c, char *buf, const int64_t *offs,

@@ -19,7 +19,14 @@ cdef enum Kind:
     KIND_BCAST = 2
     KIND_ALLREDUCE = 3
     KIND_ALLGATHERV = 4
-    KIND_LAST = 5
+    KIND_REDUCE = 5
+    KIND_GATHERV = 6
+    KIND_SCATTERV = 7
+    KIND_ALLTOALLV = 8
+    KIND_REDUCE_SCATTER = 9
+    KIND_SCAN = 10
+    KIND_EXSCAN = 11
+    KIND_LAST = 12
 
 # Reduction ops (codes on the wire and in gloocy.ops).
 cdef enum OpCode:

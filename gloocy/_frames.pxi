@@ -3,7 +3,11 @@
 # length must then agree, or both calls are named in a MismatchError.
 
 KIND_NAMES = {KIND_BYE: "bye", KIND_BARRIER: "barrier", KIND_BCAST: "bcast",
-              KIND_ALLREDUCE: "allreduce", KIND_ALLGATHERV: "allgatherv"}
+              KIND_ALLREDUCE: "allreduce", KIND_ALLGATHERV: "allgather",
+              KIND_REDUCE: "reduce", KIND_GATHERV: "gather",
+              KIND_SCATTERV: "scatter", KIND_ALLTOALLV: "alltoall",
+              KIND_REDUCE_SCATTER: "reduce_scatter", KIND_SCAN: "scan",
+              KIND_EXSCAN: "exscan"}
 
 
 cdef void init_header(Header *h) noexcept nogil:
@@ -50,10 +54,11 @@ cdef int _raise_mismatch(const Header *got, const Xfer *want, int rank,
     if (got.kind == want.hdr.kind and got.op == want.hdr.op
             and got.dtype == want.hdr.dtype and got.root == want.hdr.root
             and got.count == want.hdr.count):
-        raise ProtocolError(
-            f"rank {rank}: in {describe_call(&want.hdr)} peer rank {peer} "
-            f"sent {got.length} bytes for step {got.tag} where "
-            f"{want.nbytes} were expected")
+        # Same call, other sizes: the ranks disagree on counts (v-variants).
+        raise MismatchError(
+            f"rank {rank}: in {describe_call(&want.hdr)} rank {peer} sent "
+            f"{got.length} bytes (step {got.tag}) where rank {rank} expects "
+            f"{want.nbytes}: the ranks disagree on the counts")
     raise MismatchError(
         f"rank {rank} called {describe_call(&want.hdr)} but rank {peer} "
         f"called {describe_call(got)}")

@@ -21,7 +21,7 @@ from typing import Callable
 import numpy as np
 
 __all__ = ["COLLECTIVES", "ALIASES", "BYTES_MEANING", "Case", "make_case",
-           "busbw_factor", "canonical"]
+           "busbw_factor", "case_bytes", "canonical"]
 
 COLLECTIVES = ("allreduce", "bcast", "allgather", "reduce_scatter",
                "alltoall", "barrier")
@@ -70,6 +70,15 @@ def busbw_factor(collective: str, n: int) -> float | None:
     if collective == "bcast":
         return 1.0
     return (n - 1) / n
+
+
+def case_bytes(collective: str, size: int, n: int) -> int:
+    """What a requested size becomes (whole float32 per rank's block)."""
+    if collective == "barrier":
+        return 0
+    if collective in ("allreduce", "bcast"):
+        return max(1, size // ITEM) * ITEM
+    return max(1, size // (ITEM * n)) * ITEM * n
 
 
 @dataclass
