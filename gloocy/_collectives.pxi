@@ -9,6 +9,7 @@ cdef enum:
     ALGO_RING = 1
     ALGO_RECURSIVE_DOUBLING = 2
     TAG_FOLD_OUT = 0xffffffff     # recursive doubling: result back to a folded rank
+    TAG_GATHER = 0xfffffffe      # reduce: reduced chunks sent to the root
     MAX_CHILDREN = 64
 
 
@@ -289,4 +290,199 @@ cdef int run_allgatherv(Context ctx, Coll *c, char *buf, const int64_t *offs,
         ctx.post_send(c, &xs[1], (r + 1) % n, t, buf + offs[sb], sizes[sb])
         ctx.post_recv(c, &xs[0], (r - 1 + n) % n, t, buf + offs[rb], sizes[rb])
         ctx.waitall(c, xs, 2)
+    return 0
+
+
+cdef int run_reduce(Context ctx, Coll *c, char *acc, int64_t count, char *out,
+                    int algo) except -1 nogil:
+    """Reduce every rank's `acc` (its contribution, clobbered) to the root,
+    which gets the result in `out` (its own `acc` may be `out`)."""
+    cdef int n = ctx.size, r = ctx.rank, root = c.proto.root, i
+    cdef int64_t isz = c.itemsize, nbytes = count * isz
+    cdef int64_t *offs
+    cdef int64_t *lens
+    cdef Xfer *xs
+    if n == 1:
+        if out != acc:
+            memmove(out, acc, nbytes)
+        return 0
+    if algo == ALGO_AUTO:
+        algo = (ALGO_RECURSIVE_DOUBLING if nbytes <= ctx.small_allreduce
+                or count < n else ALGO_RING)
+    if algo != ALGO_RING:
+        reduce_binomial(ctx, c, acc, count, ctx.scratch(nbytes))
+        if r == root and out != acc:
+            memmove(out, acc, nbytes)
+        return 0
+    # Large: ring reduce-scatter, then every rank sends its chunk to the root.
+    offs = <int64_t *>_alloc(2 * n * sizeof(int64_t))
+    lens = offs + n
+    xs = NULL
+    try:
+        for i in range(n):
+            lens[i] = count // n + (1 if i < count % n else 0)
+            offs[i] = 0 if i == 0 else offs[i - 1] + lens[i - 1]
+        ring_reduce_scatter(ctx, c, acc, offs, lens, False,
+                            ctx.scratch(ring_scratch_bytes(ctx, c, lens)))
+        if r != root:
+            xs = <Xfer *>_alloc(sizeof(Xfer))
+            ctx.post_send(c, xs, root, TAG_GATHER, acc + offs[r] * isz,
+                          lens[r] * isz)
+            ctx.wait(c, xs)
+        else:
+            xs = <Xfer *>_alloc(n * sizeof(Xfer))
+            for i in range(n):
+                if i != r:
+                    ctx.post_recv(c, &xs[i], i, TAG_GATHER,
+                                  out + offs[i] * isz, lens[i] * isz)
+            if out != acc:
+                memmove(out + offs[r] * isz, acc + offs[r] * isz, lens[r] * isz)
+            for i in range(n):
+                if i != r:
+                    ctx.wait(c, &xs[i])
+    finally:
+        free(offs)
+        free(xs)
+    return 0
+
+
+cdef int reduce_binomial(Context ctx, Coll *c, char *acc, int64_t count,
+                         char *tmp) except -1 nogil:
+    """Binomial tree towards the root: a rank folds in its children's partial
+    results (lower relative rank first), then sends to its parent."""
+    cdef int n = ctx.size, root = c.proto.root
+    cdef int vr = (ctx.rank - root + n) % n, mask = 1
+    cdef int64_t nbytes = count * c.itemsize
+    cdef Xfer x
+    while mask < n:
+        if vr & mask:
+            ctx.post_send(c, &x, (vr - mask + root) % n, mask, acc, nbytes)
+            ctx.wait(c, &x)
+            return 0
+        if vr + mask < n:
+            ctx.post_recv(c, &x, (vr + mask + root) % n, mask, tmp, nbytes)
+            ctx.wait(c, &x)
+            c.fn(acc, tmp, count)
+        mask <<= 1
+    return 0
+
+
+cdef int run_scan(Context ctx, Coll *c, char *x, int64_t count, char *out,
+                  bint exclusive) except -1 nogil:
+    """Inclusive prefix reduction in log2(n) steps (Hillis-Steele): at step k
+    a rank passes its partial result to rank+2^k and folds in rank-2^k's.
+    `x` holds this rank's input and is clobbered; the result goes to `out`
+    (exclusive: rank r gets rank r-1's inclusive result; rank 0's `out` is
+    left alone)."""
+    cdef int n = ctx.size, r = ctx.rank, k = 1
+    cdef int64_t nbytes = count * c.itemsize
+    cdef uint64_t step = 0
+    cdef Xfer xs[2]
+    cdef char *tmp = ctx.scratch(nbytes)
+    while k < n:
+        if r + k < n:
+            ctx.post_send(c, &xs[0], r + k, step, x, nbytes)
+        if r - k >= 0:
+            ctx.post_recv(c, &xs[1], r - k, step, tmp, nbytes)
+            ctx.wait(c, &xs[1])
+        if r + k < n:
+            ctx.wait(c, &xs[0])
+        if r - k >= 0:
+            _reduce_ordered(c, x, tmp, count, nbytes, True)
+        k <<= 1
+        step += 1
+    if not exclusive:
+        if out != x:
+            memmove(out, x, nbytes)
+        return 0
+    if r + 1 < n:
+        ctx.post_send(c, &xs[0], r + 1, step, x, nbytes)
+    if r > 0:
+        ctx.post_recv(c, &xs[1], r - 1, step, out, nbytes)
+        ctx.wait(c, &xs[1])
+    if r + 1 < n:
+        ctx.wait(c, &xs[0])
+    return 0
+
+
+cdef int run_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
+                     char *recv, const int64_t *offs,
+                     const int64_t *sizes) except -1 nogil:
+    """Every rank sends its block straight to the root, which receives them
+    all at once (one socket per peer)."""
+    cdef int n = ctx.size, r = ctx.rank, root = c.proto.root, i
+    cdef Xfer *xs
+    if r != root:
+        xs = <Xfer *>_alloc(sizeof(Xfer))
+        try:
+            ctx.post_send(c, xs, root, 0, send, sendn)
+            ctx.wait(c, xs)
+        finally:
+            free(xs)
+        return 0
+    xs = <Xfer *>_alloc(n * sizeof(Xfer))
+    try:
+        for i in range(n):
+            if i != r:
+                ctx.post_recv(c, &xs[i], i, 0, recv + offs[i], sizes[i])
+        if send is not NULL:
+            memmove(recv + offs[r], send, sizes[r])
+        for i in range(n):
+            if i != r:
+                ctx.wait(c, &xs[i])
+    finally:
+        free(xs)
+    return 0
+
+
+cdef int run_scatterv(Context ctx, Coll *c, const char *send,
+                      const int64_t *offs, const int64_t *sizes, char *recv,
+                      int64_t recvn) except -1 nogil:
+    """The root sends every rank its block directly, all at once."""
+    cdef int n = ctx.size, r = ctx.rank, root = c.proto.root, i
+    cdef Xfer *xs
+    if r != root:
+        xs = <Xfer *>_alloc(sizeof(Xfer))
+        try:
+            ctx.post_recv(c, xs, root, 0, recv, recvn)
+            ctx.wait(c, xs)
+        finally:
+            free(xs)
+        return 0
+    xs = <Xfer *>_alloc(n * sizeof(Xfer))
+    try:
+        for i in range(n):
+            if i != r:
+                ctx.post_send(c, &xs[i], i, 0, send + offs[i], sizes[i])
+        if recv is not NULL:
+            memmove(recv, send + offs[r], sizes[r])
+        for i in range(n):
+            if i != r:
+                ctx.wait(c, &xs[i])
+    finally:
+        free(xs)
+    return 0
+
+
+cdef int run_alltoallv(Context ctx, Coll *c, const char *send,
+                       const int64_t *soffs, const int64_t *ssizes, char *recv,
+                       const int64_t *roffs, const int64_t *rsizes) except -1 nogil:
+    """Every rank sends block i to rank i and receives rank i's block for it,
+    all pairs at once; sends start at rank+1 so that no peer is everyone's
+    first target."""
+    cdef int n = ctx.size, r = ctx.rank, k, p
+    cdef Xfer *xs = <Xfer *>_alloc(2 * n * sizeof(Xfer))
+    try:
+        for k in range(1, n):
+            p = (r + k) % n
+            ctx.post_send(c, &xs[p], p, 0, send + soffs[p], ssizes[p])
+            p = (r - k + n) % n
+            ctx.post_recv(c, &xs[n + p], p, 0, recv + roffs[p], rsizes[p])
+        memmove(recv + roffs[r], send + soffs[r], rsizes[r])
+        for k in range(n):
+            if k != r:
+                ctx.wait(c, &xs[n + k])
+                ctx.wait(c, &xs[k])
+    finally:
+        free(xs)
     return 0

@@ -324,12 +324,7 @@ cdef class Context:
         cdef int algo = _allreduce_algorithm(algorithm)
         if sendbuf is not None:
             sb = get_buffer(sendbuf, "sendbuf", False)
-            if sb.nbytes != rb.nbytes:
-                raise ValueError(f"sendbuf has {sb.nbytes} bytes but recvbuf "
-                                 f"has {rb.nbytes}")
-            if sb.dtype != rb.dtype:
-                raise TypeError(f"sendbuf is {sb.format!r} but recvbuf is "
-                                f"{rb.format!r}")
+            _same_layout(sb, rb)
         self.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)
         c.fn = fn
         try:
@@ -341,48 +336,310 @@ cdef class Context:
             self.fail(e, &c)
             raise
 
-    def allgatherv(self, sendbuf, recvbuf, counts, *, timeout=None):
-        """Concatenate every rank's sendbuf, in rank order, into recvbuf.
-        `counts[i]` is rank i's contribution in bytes (sendbuf None: our
-        block is already in place in recvbuf)."""
+    def allgatherv(self, sendbuf, recvbuf, counts, displs=None, *,
+                   timeout=None):
+        """Every rank's sendbuf lands in every recvbuf: rank i's block is
+        counts[i] bytes at byte displs[i] (default: end to end). sendbuf
+        None: our block is already in place in recvbuf."""
         cdef Coll c
-        cdef Buf sb = None
         cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
-        if len(counts) != self.size:
-            raise ValueError(f"counts: expected {self.size} entries, got "
-                             f"{len(counts)}")
-        sizes = [int(n) for n in counts]
-        if any(n < 0 for n in sizes):
-            raise ValueError("counts: sizes must not be negative")
-        if sum(sizes) != rb.nbytes:
-            raise ValueError(f"recvbuf has {rb.nbytes} bytes but counts add "
-                             f"up to {sum(sizes)}")
+        cdef I64 sizes, offs
+        sizes, offs = _layout(counts, displs, self.size, rb, "recvbuf")
+        cdef Buf sb = None
         if sendbuf is not None:
             sb = get_buffer(sendbuf, "sendbuf", False)
-            if sb.nbytes != sizes[self.rank]:
+            if sb.nbytes != sizes.v[self.rank]:
                 raise ValueError(f"sendbuf has {sb.nbytes} bytes but "
-                                 f"counts[{self.rank}] is {sizes[self.rank]}")
-        cdef int64_t *offs = <int64_t *>malloc(2 * self.size * sizeof(int64_t))
-        if offs is NULL:
-            raise MemoryError()
-        cdef int64_t total = 0
-        for i, n in enumerate(sizes):
-            offs[i] = total
-            offs[self.size + i] = n
-            total += n
+                                 f"counts[{self.rank}] is {sizes.v[self.rank]}")
+        self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
-            self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, total,
-                       timeout)
-            try:
-                with nogil:
-                    if sb is not None:
-                        memmove(rb.ptr + offs[self.rank], sb.ptr, sb.nbytes)
-                    run_allgatherv(self, &c, rb.ptr, offs, offs + self.size)
-            except BaseException as e:
-                self.fail(e, &c)
-                raise
-        finally:
-            free(offs)
+            with nogil:
+                if sb is not None:
+                    memmove(rb.ptr + offs.v[self.rank], sb.ptr, sb.nbytes)
+                run_allgatherv(self, &c, rb.ptr, offs.v, sizes.v)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+    def reduce(self, sendbuf, recvbuf, int op, int root, *, timeout=None,
+               algorithm=None):
+        """recvbuf at root = op over every rank's sendbuf. Non-roots may pass
+        recvbuf None; the root may pass sendbuf None (in place)."""
+        cdef Coll c
+        self._check_root(root)
+        cdef bint at_root = self.rank == root
+        if sendbuf is None and not at_root:
+            raise ValueError("sendbuf: only the root may reduce in place")
+        cdef Buf rb = get_buffer(recvbuf, "recvbuf", True) if at_root else None
+        cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
+                       if sendbuf is not None else None)
+        cdef Buf ref = rb if rb is not None else sb
+        ref.require_dtype()
+        if sb is not None and rb is not None:
+            _same_layout(sb, rb)
+        cdef reduce_fn fn = kernel_for(op, ref.dtype)
+        cdef int algo = _allreduce_algorithm(algorithm)
+        self.begin(&c, KIND_REDUCE, op, ref.dtype, root, ref.count, timeout)
+        c.fn = fn
+        cdef char *acc
+        cdef char *out = rb.ptr if rb is not None else NULL
+        try:
+            with nogil:
+                if at_root:
+                    acc = out
+                    if sb is not None and sb.ptr != out:
+                        memmove(acc, sb.ptr, ref.nbytes)
+                else:
+                    # Our contribution is clobbered: work on a copy, kept
+                    # apart from the scratch the algorithms use.
+                    acc = <char *>_alloc(ref.nbytes)
+                    memcpy(acc, sb.ptr, ref.nbytes)
+                try:
+                    run_reduce(self, &c, acc, ref.count, out, algo)
+                finally:
+                    if not at_root:
+                        free(acc)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+    def reduce_scatter(self, sendbuf, recvbuf, counts, int op, *,
+                       timeout=None):
+        """Reduce every rank's sendbuf (sum(counts) elements) and leave block
+        i (counts[i] elements) on rank i, in recvbuf. sendbuf None: recvbuf
+        holds the whole input (in place)."""
+        cdef Coll c
+        cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
+        cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
+                       if sendbuf is not None else rb)
+        sb.require_dtype()
+        if sendbuf is not None:
+            _same_dtype(sb, rb)
+        cdef reduce_fn fn = kernel_for(op, sb.dtype)
+        cdef I64 lens = I64(_counts(counts, self.size, "recvcounts"))
+        cdef I64 offs = lens.prefix()
+        cdef int64_t total = lens.total()
+        if sb.count != total:
+            raise ValueError(f"sendbuf has {sb.count} elements but recvcounts "
+                             f"add up to {total}")
+        if rb.count < lens.v[self.rank]:
+            raise ValueError(f"recvbuf has {rb.count} elements but "
+                             f"recvcounts[{self.rank}] is {lens.v[self.rank]}")
+        self.begin(&c, KIND_REDUCE_SCATTER, op, sb.dtype, -1, total, timeout)
+        c.fn = fn
+        cdef int64_t isz = sb.itemsize, mine = lens.v[self.rank] * isz
+        cdef char *acc
+        try:
+            with nogil:
+                acc = <char *>_alloc(total * isz)
+                try:
+                    memcpy(acc, sb.ptr, total * isz)
+                    ring_reduce_scatter(
+                        self, &c, acc, offs.v, lens.v, False,
+                        self.scratch(ring_scratch_bytes(self, &c, lens.v)))
+                    memcpy(rb.ptr, acc + offs.v[self.rank] * isz, mine)
+                finally:
+                    free(acc)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+    def scan(self, sendbuf, recvbuf, int op, *, bint exclusive=False,
+             timeout=None):
+        """recvbuf on rank r = op over ranks 0..r (exclusive: 0..r-1; rank
+        0's recvbuf is left as it is). sendbuf None: in place."""
+        cdef Coll c
+        cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
+        cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
+                       if sendbuf is not None else rb)
+        rb.require_dtype()
+        if sendbuf is not None:
+            _same_layout(sb, rb)
+        cdef reduce_fn fn = kernel_for(op, rb.dtype)
+        self.begin(&c, KIND_EXSCAN if exclusive else KIND_SCAN, op, rb.dtype,
+                   -1, rb.count, timeout)
+        c.fn = fn
+        cdef char *x
+        try:
+            with nogil:
+                x = <char *>_alloc(rb.nbytes)
+                try:
+                    memcpy(x, sb.ptr, rb.nbytes)
+                    run_scan(self, &c, x, rb.count, rb.ptr, exclusive)
+                finally:
+                    free(x)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+    def gatherv(self, sendbuf, recvbuf, counts, displs, int root, *,
+                timeout=None):
+        """Rank i's sendbuf lands in root's recvbuf at byte displs[i]
+        (counts[i] bytes). The root may pass sendbuf None (its block is in
+        place); non-roots may pass recvbuf None."""
+        cdef Coll c
+        self._check_root(root)
+        cdef bint at_root = self.rank == root
+        if sendbuf is None and not at_root:
+            raise ValueError("sendbuf: only the root may gather in place")
+        cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
+                       if sendbuf is not None else None)
+        cdef Buf rb = None
+        cdef I64 sizes = None, offs = None
+        if at_root:
+            rb = get_buffer(recvbuf, "recvbuf", True)
+            sizes, offs = _layout(counts, displs, self.size, rb, "recvbuf")
+            if sb is not None and sb.nbytes != sizes.v[root]:
+                raise ValueError(f"sendbuf has {sb.nbytes} bytes but the "
+                                 f"root's block is {sizes.v[root]}")
+        self.begin(&c, KIND_GATHERV, OP_NONE, DT_BYTES, root, 0, timeout)
+        try:
+            with nogil:
+                run_gatherv(self, &c, sb.ptr if sb is not None else NULL,
+                            sb.nbytes if sb is not None else 0,
+                            rb.ptr if at_root else NULL,
+                            offs.v if at_root else NULL,
+                            sizes.v if at_root else NULL)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+    def scatterv(self, sendbuf, recvbuf, counts, displs, int root, *,
+                 timeout=None):
+        """Root's sendbuf block i (counts[i] bytes at displs[i]) lands in
+        rank i's recvbuf. The root may pass recvbuf None (it keeps its
+        block); non-roots may pass sendbuf None."""
+        cdef Coll c
+        self._check_root(root)
+        cdef bint at_root = self.rank == root
+        if recvbuf is None and not at_root:
+            raise ValueError("recvbuf: only the root may scatter in place")
+        cdef Buf rb = (get_buffer(recvbuf, "recvbuf", True)
+                       if recvbuf is not None else None)
+        cdef Buf sb = None
+        cdef I64 sizes = None, offs = None
+        if at_root:
+            sb = get_buffer(sendbuf, "sendbuf", False)
+            sizes, offs = _layout(counts, displs, self.size, sb, "sendbuf")
+            if rb is not None and rb.nbytes != sizes.v[root]:
+                raise ValueError(f"recvbuf has {rb.nbytes} bytes but the "
+                                 f"root's block is {sizes.v[root]}")
+        self.begin(&c, KIND_SCATTERV, OP_NONE, DT_BYTES, root, 0, timeout)
+        try:
+            with nogil:
+                run_scatterv(self, &c, sb.ptr if at_root else NULL,
+                             offs.v if at_root else NULL,
+                             sizes.v if at_root else NULL,
+                             rb.ptr if rb is not None else NULL,
+                             rb.nbytes if rb is not None else 0)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+    def alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf, recvcounts,
+                  recvdispls, *, timeout=None):
+        """Block i of sendbuf (bytes) goes to rank i; rank i's block for us
+        lands at recvdispls[i]. sendbuf None: recvbuf holds the blocks to
+        send, laid out as recvcounts/recvdispls (in place)."""
+        cdef Coll c
+        cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
+        cdef I64 rsizes, roffs, ssizes, soffs
+        rsizes, roffs = _layout(recvcounts, recvdispls, self.size, rb, "recvbuf")
+        cdef Buf sb
+        if sendbuf is None:
+            sendbuf = bytes(rb.ptr[:rb.nbytes])    # a copy: blocks move
+            ssizes, soffs = rsizes, roffs
+        else:
+            sb = get_buffer(sendbuf, "sendbuf", False)
+            ssizes, soffs = _layout(sendcounts, senddispls, self.size, sb,
+                                    "sendbuf")
+        sb = get_buffer(sendbuf, "sendbuf", False)
+        if ssizes.v[self.rank] != rsizes.v[self.rank]:
+            raise ValueError(f"rank {self.rank} sends itself "
+                             f"{ssizes.v[self.rank]} bytes but expects "
+                             f"{rsizes.v[self.rank]}")
+        self.begin(&c, KIND_ALLTOALLV, OP_NONE, DT_BYTES, -1, 0, timeout)
+        try:
+            with nogil:
+                run_alltoallv(self, &c, sb.ptr, soffs.v, ssizes.v, rb.ptr,
+                              roffs.v, rsizes.v)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+
+cdef class I64:
+    """A malloc'd array of int64 (counts, offsets) that frees itself."""
+    cdef int64_t *v
+    cdef Py_ssize_t n
+
+    def __cinit__(self, values):
+        self.n = len(values)
+        self.v = <int64_t *>malloc(max(self.n, 1) * sizeof(int64_t))
+        if self.v is NULL:
+            raise MemoryError()
+        for i, x in enumerate(values):
+            self.v[i] = x
+
+    def __dealloc__(self):
+        free(self.v)
+
+    cdef int64_t total(self):
+        cdef int64_t t = 0
+        for i in range(self.n):
+            t += self.v[i]
+        return t
+
+    cdef I64 prefix(self):
+        """Offsets of blocks of these sizes laid end to end."""
+        out, at = [], 0
+        for i in range(self.n):
+            out.append(at)
+            at += self.v[i]
+        return I64(out)
+
+
+cdef list _counts(object counts, int size, str name):
+    try:
+        values = [int(n) for n in counts]
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected {size} integers, got "
+                        f"{counts!r}") from None
+    if len(values) != size:
+        raise ValueError(f"{name}: expected {size} entries, got {len(values)}")
+    if any(n < 0 for n in values):
+        raise ValueError(f"{name}: counts must not be negative")
+    return values
+
+
+cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
+    """(sizes, offsets) in bytes of `size` blocks inside buffer b, checked
+    to lie inside it (Python ints: no overflow)."""
+    sizes = _counts(counts, size, f"{name} counts")
+    if displs is None:
+        offs = [sum(sizes[:i]) for i in range(size)]
+    else:
+        offs = _counts(displs, size, f"{name} displacements")
+    for i in range(size):
+        if offs[i] + sizes[i] > b.nbytes:
+            raise ValueError(f"{name}: block {i} ({sizes[i]} bytes at "
+                             f"{offs[i]}) ends past the buffer's "
+                             f"{b.nbytes} bytes")
+    return I64(sizes), I64(offs)
+
+
+cdef int _same_dtype(Buf a, Buf b) except -1:
+    if a.dtype != b.dtype:
+        raise TypeError(f"{a.name} is {a.format!r} but {b.name} is "
+                        f"{b.format!r}")
+    return 0
+
+
+cdef int _same_layout(Buf a, Buf b) except -1:
+    if a.nbytes != b.nbytes:
+        raise ValueError(f"{a.name} has {a.nbytes} bytes but {b.name} has "
+                         f"{b.nbytes}")
+    return _same_dtype(a, b)
 
 
 ALGORITHMS = {"auto": 0, "ring": 1, "recursive_doubling": 2}
