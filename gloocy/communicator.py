@@ -40,6 +40,74 @@ def _check_op(op):
     return op
 
 
+def _check_callable(op):
+    if not callable(op):
+        raise TypeError(f"op: expected a gloocy op or a callable, got {op!r}")
+    return op
+
+
+def _in_place(buf):
+    return None if buf is IN_PLACE else buf
+
+
+def _dumps(obj):
+    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def _int64(n):
+    return n.to_bytes(_INT64, "little")
+
+
+def _from_int64s(data):
+    return [int.from_bytes(data[i:i + _INT64], "little")
+            for i in range(0, len(data), _INT64)]
+
+
+def _loads_all(data, counts):
+    view, objs, at = memoryview(data), [], 0
+    for n in counts:
+        objs.append(pickle.loads(view[at:at + n]))
+        at += n
+    return objs
+
+
+def _blocks(buf, size, name):
+    """Byte sizes and displacements of `size` equal blocks filling buf."""
+    if buf is None or buf is IN_PLACE:
+        raise TypeError(f"{name}: expected a buffer, got {buf!r}")
+    try:
+        view = memoryview(buf)
+    except TypeError:
+        raise TypeError(f"{name}: {type(buf).__name__} does not expose a "
+                        "buffer") from None
+    items = view.nbytes // view.itemsize
+    if items % size:
+        raise ValueError(f"{name}: {items} elements do not split into "
+                         f"{size} equal blocks")
+    block = items // size * view.itemsize
+    return [block] * size, [block * i for i in range(size)]
+
+
+def _vector(spec, size, name):
+    """(buf, byte sizes, byte displacements) from [buf, counts] or
+    [buf, (counts, displs)] or [buf, counts, displs], counts in elements."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3):
+        raise TypeError(f"{name}: expected [buf, counts] or "
+                        f"[buf, (counts, displs)], got {spec!r}")
+    buf, counts, displs = spec[0], spec[1], None
+    if len(spec) == 3:
+        displs = spec[2]
+    elif isinstance(counts, tuple) and len(counts) == 2 and not isinstance(
+            counts[0], int):
+        counts, displs = counts
+    item = memoryview(buf).itemsize
+    sizes = [int(n) * item for n in counts]
+    if len(sizes) != size:
+        raise ValueError(f"{name}: expected {size} counts, got {len(sizes)}")
+    offs = None if displs is None else [int(d) * item for d in displs]
+    return buf, sizes, offs
+
+
 class Communicator:
     """A group of ranks that run collectives together.
 
@@ -98,10 +166,116 @@ class Communicator:
                   algorithm=None):
         """recvbuf = op(sendbuf of every rank); sendbuf may be IN_PLACE."""
         _check_op(op)
-        if sendbuf is IN_PLACE or sendbuf is None:
-            sendbuf = None
-        self._ctx.allreduce(sendbuf, recvbuf, op.code, timeout=timeout,
+        self._ctx.allreduce(_in_place(sendbuf), recvbuf, op.code, timeout=timeout,
                             algorithm=algorithm or self._algorithm)
+
+    def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
+               algorithm=None):
+        """recvbuf at root = op(sendbuf of every rank); recvbuf is ignored
+        elsewhere; the root's sendbuf may be IN_PLACE."""
+        _check_op(op)
+        self._ctx.reduce(_in_place(sendbuf),
+                         recvbuf if self.rank == root else None, op.code, root,
+                         timeout=timeout,
+                         algorithm=algorithm or self._algorithm)
+
+    def Allgather(self, sendbuf, recvbuf, *, timeout=None):
+        """Every rank's sendbuf, in rank order, into every recvbuf."""
+        sizes, displs = _blocks(recvbuf, self.size, "recvbuf")
+        self._ctx.allgatherv(_in_place(sendbuf), recvbuf, sizes, displs,
+                             timeout=timeout)
+
+    def Allgatherv(self, sendbuf, recvbuf, *, timeout=None):
+        """recvbuf is [buf, counts] or [buf, (counts, displs)] (elements)."""
+        buf, sizes, displs = _vector(recvbuf, self.size, "recvbuf")
+        self._ctx.allgatherv(_in_place(sendbuf), buf, sizes, displs,
+                             timeout=timeout)
+
+    def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None):
+        """Every rank's sendbuf, in rank order, into recvbuf at root."""
+        sizes = displs = None
+        if self.rank == root:
+            sizes, displs = _blocks(recvbuf, self.size, "recvbuf")
+        self._ctx.gatherv(_in_place(sendbuf), recvbuf, sizes, displs, root,
+                          timeout=timeout)
+
+    def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None):
+        buf = sizes = displs = None
+        if self.rank == root:
+            buf, sizes, displs = _vector(recvbuf, self.size, "recvbuf")
+        self._ctx.gatherv(_in_place(sendbuf), buf, sizes, displs, root,
+                          timeout=timeout)
+
+    def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None):
+        """Block i of root's sendbuf into rank i's recvbuf."""
+        sizes = displs = None
+        if self.rank == root:
+            sizes, displs = _blocks(sendbuf, self.size, "sendbuf")
+        self._ctx.scatterv(sendbuf if self.rank == root else None,
+                           _in_place(recvbuf), sizes, displs, root,
+                           timeout=timeout)
+
+    def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None):
+        buf = sizes = displs = None
+        if self.rank == root:
+            buf, sizes, displs = _vector(sendbuf, self.size, "sendbuf")
+        self._ctx.scatterv(buf, _in_place(recvbuf), sizes, displs, root,
+                           timeout=timeout)
+
+    def Alltoall(self, sendbuf, recvbuf, *, timeout=None):
+        """Block i of sendbuf to rank i; rank i's block for us into block i
+        of recvbuf."""
+        rsizes, rdispls = _blocks(recvbuf, self.size, "recvbuf")
+        send = _in_place(sendbuf)
+        ssizes, sdispls = ((None, None) if send is None
+                           else _blocks(send, self.size, "sendbuf"))
+        self._ctx.alltoallv(send, ssizes, sdispls, recvbuf, rsizes, rdispls,
+                            timeout=timeout)
+
+    def Alltoallv(self, sendbuf, recvbuf, *, timeout=None):
+        rbuf, rsizes, rdispls = _vector(recvbuf, self.size, "recvbuf")
+        send = _in_place(sendbuf)
+        sbuf = ssizes = sdispls = None
+        if send is not None:
+            sbuf, ssizes, sdispls = _vector(send, self.size, "sendbuf")
+        self._ctx.alltoallv(sbuf, ssizes, sdispls, rbuf, rsizes, rdispls,
+                            timeout=timeout)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
+                       timeout=None):
+        """Reduce sendbuf over the ranks; rank i gets recvcounts[i] elements
+        (default: recvbuf's size on every rank)."""
+        _check_op(op)
+        if recvcounts is None:
+            view = memoryview(recvbuf)
+            block = view.nbytes // view.itemsize
+            if _in_place(sendbuf) is None:
+                block //= self.size
+            recvcounts = [block] * self.size
+        self._ctx.reduce_scatter(_in_place(sendbuf), recvbuf, recvcounts,
+                                 op.code, timeout=timeout)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
+                             timeout=None):
+        """Reduce sendbuf (size x block) over the ranks; rank i gets block i."""
+        _check_op(op)
+        view = memoryview(recvbuf)
+        block = view.nbytes // view.itemsize
+        if sendbuf is IN_PLACE or sendbuf is None:
+            block //= self.size
+        self._ctx.reduce_scatter(_in_place(sendbuf), recvbuf,
+                                 [block] * self.size, op.code, timeout=timeout)
+
+    def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+        """recvbuf on rank r = op over the sendbufs of ranks 0..r."""
+        _check_op(op)
+        self._ctx.scan(_in_place(sendbuf), recvbuf, op.code, timeout=timeout)
+
+    def Exscan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+        """recvbuf on rank r > 0 = op over ranks 0..r-1 (rank 0: untouched)."""
+        _check_op(op)
+        self._ctx.scan(_in_place(sendbuf), recvbuf, op.code, exclusive=True,
+                       timeout=timeout)
 
     # -- object collectives ------------------------------------------------
 
@@ -124,25 +298,85 @@ class Communicator:
 
     def allgather(self, obj, *, timeout=None):
         """List of every rank's `obj`, in rank order."""
-        data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        data = _dumps(obj)
         sizes = bytearray(_INT64 * self.size)
-        self._ctx.allgatherv(len(data).to_bytes(_INT64, "little"), sizes,
+        self._ctx.allgatherv(_int64(len(data)), sizes,
                              [_INT64] * self.size, timeout=timeout)
-        counts = [int.from_bytes(sizes[i:i + _INT64], "little")
-                  for i in range(0, len(sizes), _INT64)]
+        counts = _from_int64s(sizes)
         out = bytearray(sum(counts))
         self._ctx.allgatherv(data, out, counts, timeout=timeout)
-        view, objs, at = memoryview(out), [], 0
-        for n in counts:
-            objs.append(pickle.loads(view[at:at + n]))
-            at += n
-        return objs
+        return _loads_all(out, counts)
 
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
         """op applied to every rank's `obj` in rank order."""
-        if not callable(op):
-            raise TypeError(f"op: expected a gloocy op or a callable, got {op!r}")
-        return functools.reduce(op, self.allgather(obj, timeout=timeout))
+        return functools.reduce(_check_callable(op),
+                                self.allgather(obj, timeout=timeout))
+
+    def gather(self, obj, root=0, *, timeout=None):
+        """List of every rank's `obj` at root, None elsewhere."""
+        data = _dumps(obj)
+        sizes = bytearray(_INT64 * self.size) if self.rank == root else None
+        self._ctx.gatherv(_int64(len(data)), sizes, [_INT64] * self.size,
+                          None, root, timeout=timeout)
+        counts = _from_int64s(sizes) if self.rank == root else None
+        out = bytearray(sum(counts)) if self.rank == root else None
+        self._ctx.gatherv(data, out, counts, None, root, timeout=timeout)
+        return _loads_all(out, counts) if self.rank == root else None
+
+    def scatter(self, objs, root=0, *, timeout=None):
+        """objs[i] of root's list (len == size) to rank i."""
+        sizes = data = counts = None
+        if self.rank == root:
+            objs = list(objs)
+            if len(objs) != self.size:
+                raise ValueError(f"objs: expected {self.size} items at the "
+                                 f"root, got {len(objs)}")
+            parts = [_dumps(o) for o in objs]
+            counts = [len(p) for p in parts]
+            data = b"".join(parts)
+            sizes = b"".join(_int64(n) for n in counts)
+        mine = bytearray(_INT64)
+        self._ctx.scatterv(sizes, mine, [_INT64] * self.size, None, root,
+                           timeout=timeout)
+        out = bytearray(int.from_bytes(mine, "little"))
+        self._ctx.scatterv(data, out, counts, None, root, timeout=timeout)
+        return pickle.loads(out)
+
+    def alltoall(self, objs, *, timeout=None):
+        """objs[i] to rank i; returns the list of what each rank sent us."""
+        objs = list(objs)
+        if len(objs) != self.size:
+            raise ValueError(f"objs: expected {self.size} items, got {len(objs)}")
+        parts = [_dumps(o) for o in objs]
+        ssizes = [len(p) for p in parts]
+        rsizes = bytearray(_INT64 * self.size)
+        self._ctx.alltoallv(b"".join(_int64(n) for n in ssizes),
+                            [_INT64] * self.size, None, rsizes,
+                            [_INT64] * self.size, None, timeout=timeout)
+        counts = _from_int64s(rsizes)
+        out = bytearray(sum(counts))
+        self._ctx.alltoallv(b"".join(parts), ssizes, None, out, counts, None,
+                            timeout=timeout)
+        return _loads_all(out, counts)
+
+    def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
+        """op applied to every rank's `obj` in rank order, at root (None
+        elsewhere)."""
+        _check_callable(op)
+        objs = self.gather(obj, root, timeout=timeout)
+        return functools.reduce(op, objs) if self.rank == root else None
+
+    def scan(self, obj, op=_ops.SUM, *, timeout=None):
+        """op over the objs of ranks 0..rank, in rank order."""
+        _check_callable(op)
+        objs = self.allgather(obj, timeout=timeout)
+        return functools.reduce(op, objs[:self.rank + 1])
+
+    def exscan(self, obj, op=_ops.SUM, *, timeout=None):
+        """op over the objs of ranks 0..rank-1; None on rank 0."""
+        _check_callable(op)
+        objs = self.allgather(obj, timeout=timeout)
+        return functools.reduce(op, objs[:self.rank]) if self.rank else None
 
     # -- lifetime ------------------------------------------------------------
 
