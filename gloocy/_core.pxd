@@ -26,7 +26,8 @@ cdef enum Kind:
     KIND_REDUCE_SCATTER = 9
     KIND_SCAN = 10
     KIND_EXSCAN = 11
-    KIND_LAST = 12
+    KIND_P2P = 12                 # point-to-point: tag is the user's tag
+    KIND_LAST = 13
 
 # Reduction ops (codes on the wire and in gloocy.ops).
 cdef enum OpCode:
@@ -66,6 +67,14 @@ cdef enum XferState:
     XFER_POSTED = 1
     XFER_DONE = 2
 
+# Xfer.flags
+cdef enum XferFlags:
+    XF_ANY_TAG = 1                # p2p receive: any tag matches
+    XF_HEAP = 2                   # a stashed unexpected frame; the pair owns buf
+
+cdef enum:
+    EAGER_MAX = 65536             # unexpected frames up to this are stashed, not parked
+
 # acc[i] = acc[i] <op> src[i] for i < n elements.
 ctypedef void (*reduce_fn)(void *acc, const void *src, int64_t n) noexcept nogil
 
@@ -94,7 +103,10 @@ ctypedef struct Xfer:
     int64_t nbytes          # payload size
     int64_t done            # bytes moved so far (header included for sends)
     Header hdr              # sends: header to send; receives: what is expected
+                            # (p2p receives: the matched frame's header after)
     int state               # XferState
+    int flags               # XferFlags
+    int peer                # receives: the rank the frame came from
     Xfer *next              # link in the pair's queue
 
 
@@ -104,6 +116,8 @@ cdef class Pair:
     cdef readonly bint closed         # closed locally; every post fails
     cdef readonly bint peer_gone      # the peer closed its end
     cdef readonly bint peer_said_bye  # ... and said goodbye first (clean exit)
+    cdef Xfer *unexp_head             # frames that arrived before their receive
+    cdef Xfer *unexp_tail             # (XF_HEAP copies, oldest first)
 
     # Queue a send / receive; never blocks. A receive is matched to incoming
     # frames by (comm_id, seq, tag) and checked with check_frame().
@@ -121,9 +135,19 @@ cdef class Pair:
     # Close; say goodbye first when `clean`. Idempotent.
     cdef int shutdown(self, bint clean) except -1
 
+    # The unexpected-frame queue, shared by every transport: stash() a frame
+    # no receive matches (its payload then goes to the returned copy);
+    # find_unexpected() the oldest one a receive matches (complete ones
+    # only, unless `partial`); drop_unexpected() forgets and frees one.
+    cdef Xfer *stash(self, const Header *h) except NULL nogil
+    cdef Xfer *find_unexpected(self, const Xfer *want, bint partial) noexcept nogil
+    cdef void drop_unexpected(self, Xfer *u) noexcept nogil
+    # Deliver a complete stashed frame into receive x (checked), drop it.
+    cdef int take_unexpected(self, Xfer *u, Xfer *x) except -1 nogil
+
 
 # Shared by transports: frame checks that raise the right gloocy error.
-cdef bint frame_matches(const Header *got, const Header *want) noexcept nogil
+cdef bint frame_matches(const Header *got, const Xfer *want) noexcept nogil
 cdef int check_header(const Header *got, int rank, int peer) except -1 nogil
 cdef int check_frame(const Header *got, const Xfer *want, int rank, int peer) except -1 nogil
 cdef int check_unmatched(const Header *got, const Xfer *posted, int rank, int peer) except -1 nogil

@@ -7,7 +7,7 @@ KIND_NAMES = {KIND_BYE: "bye", KIND_BARRIER: "barrier", KIND_BCAST: "bcast",
               KIND_REDUCE: "reduce", KIND_GATHERV: "gather",
               KIND_SCATTERV: "scatter", KIND_ALLTOALLV: "alltoall",
               KIND_REDUCE_SCATTER: "reduce_scatter", KIND_SCAN: "scan",
-              KIND_EXSCAN: "exscan"}
+              KIND_EXSCAN: "exscan", KIND_P2P: "send/recv"}
 
 
 cdef void init_header(Header *h) noexcept nogil:
@@ -17,9 +17,17 @@ cdef void init_header(Header *h) noexcept nogil:
     h.root = -1
 
 
-cdef bint frame_matches(const Header *got, const Header *want) noexcept nogil:
-    return (got.comm_id == want.comm_id and got.seq == want.seq
-            and got.tag == want.tag)
+cdef bint frame_matches(const Header *got, const Xfer *want) noexcept nogil:
+    """Is `got` the frame for receive `want`? Collective frames match by
+    (comm_id, seq, tag), whatever their kind (check_frame then compares the
+    fingerprints); point-to-point frames by (comm_id, tag or any tag)."""
+    if got.comm_id != want.hdr.comm_id:
+        return False
+    if want.hdr.kind == KIND_P2P:
+        return got.kind == KIND_P2P and (
+            (want.flags & XF_ANY_TAG) != 0 or got.tag == want.hdr.tag)
+    return (got.kind != KIND_P2P and got.seq == want.hdr.seq
+            and got.tag == want.hdr.tag)
 
 
 cdef str describe_call(const Header *h):
@@ -64,10 +72,22 @@ cdef int _raise_mismatch(const Header *got, const Xfer *want, int rank,
         f"called {describe_call(got)}")
 
 
+cdef int _raise_truncated(const Header *got, const Xfer *want, int rank,
+                          int peer) except -1 with gil:
+    raise MismatchError(
+        f"rank {rank}: a message of {got.length} bytes from rank {peer} "
+        f"(tag {<int64_t>got.tag}) does not fit the {want.nbytes}-byte "
+        f"receive buffer")
+
+
 cdef int check_frame(const Header *got, const Xfer *want, int rank,
                      int peer) except -1 nogil:
     # got.length is a u64 from the wire; compare in u64 so that no value
     # can wrap into a plausible size.
+    if want.hdr.kind == KIND_P2P:
+        if got.length > <uint64_t>want.nbytes:
+            return _raise_truncated(got, want, rank, peer)
+        return 0
     if (got.kind != want.hdr.kind or got.op != want.hdr.op
             or got.dtype != want.hdr.dtype or got.root != want.hdr.root
             or got.count != want.hdr.count
@@ -81,8 +101,11 @@ cdef int check_unmatched(const Header *got, const Xfer *posted, int rank,
     """A frame matched no posted receive: if one of them belongs to the same
     collective call (comm_id, seq) yet has another fingerprint, the ranks
     called different collectives."""
+    if got.kind == KIND_P2P:
+        return 0
     while posted is not NULL:
-        if got.comm_id == posted.hdr.comm_id and got.seq == posted.hdr.seq:
+        if (got.comm_id == posted.hdr.comm_id and got.seq == posted.hdr.seq
+                and posted.hdr.kind != KIND_P2P):
             if (got.kind != posted.hdr.kind or got.op != posted.hdr.op
                     or got.dtype != posted.hdr.dtype
                     or got.root != posted.hdr.root

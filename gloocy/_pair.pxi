@@ -36,6 +36,65 @@ cdef class Pair:
         self.closed = True
         return 0
 
+    def __dealloc__(self):
+        while self.unexp_head is not NULL:
+            self.drop_unexpected(self.unexp_head)
+
+    cdef Xfer *stash(self, const Header *h) except NULL nogil:
+        cdef Xfer *u = <Xfer *>_alloc(sizeof(Xfer))
+        memset(u, 0, sizeof(Xfer))
+        u.buf = <char *>malloc(h.length if h.length else 1)
+        if u.buf is NULL:
+            free(u)
+            _raise_nomem()
+        u.hdr = h[0]
+        u.nbytes = <int64_t>h.length
+        u.flags = XF_HEAP
+        u.peer = self.peer
+        u.state = XFER_POSTED
+        if self.unexp_tail is NULL:
+            self.unexp_head = u
+        else:
+            self.unexp_tail.next = u
+        self.unexp_tail = u
+        return u
+
+    cdef Xfer *find_unexpected(self, const Xfer *want, bint partial) noexcept nogil:
+        cdef Xfer *u = self.unexp_head
+        while u is not NULL:
+            if frame_matches(&u.hdr, want):
+                return u if (partial or u.state == XFER_DONE) else NULL
+            u = u.next
+        return NULL
+
+    cdef void drop_unexpected(self, Xfer *u) noexcept nogil:
+        cdef Xfer *prev = NULL
+        cdef Xfer *it = self.unexp_head
+        while it is not NULL and it is not u:
+            prev = it
+            it = it.next
+        if it is NULL:
+            return
+        if prev is NULL:
+            self.unexp_head = u.next
+        else:
+            prev.next = u.next
+        if self.unexp_tail is u:
+            self.unexp_tail = prev
+        free(u.buf)
+        free(u)
+
+    cdef int take_unexpected(self, Xfer *u, Xfer *x) except -1 nogil:
+        check_frame(&u.hdr, x, self.rank, self.peer)
+        memcpy(x.buf, u.buf, u.nbytes)
+        x.nbytes = u.nbytes
+        x.done = u.nbytes
+        x.hdr = u.hdr
+        x.peer = self.peer
+        x.state = XFER_DONE
+        self.drop_unexpected(u)
+        return 0
+
     def close(self, clean=True):
         self.shutdown(clean)
 

@@ -25,8 +25,9 @@ from libc.string cimport memcpy, memset
 from posix.unistd cimport close as c_close
 
 from gloocy._core cimport (Pair, Xfer, Header, HEADER_SIZE, KIND_BYE,
-                           XFER_DONE, XFER_POSTED, init_header, frame_matches,
-                           check_header, check_frame, check_unmatched)
+                           KIND_P2P, XFER_DONE, XFER_POSTED, EAGER_MAX,
+                           init_header, frame_matches, check_header,
+                           check_frame, check_unmatched)
 
 from gloocy.errors import PeerLostError, ProtocolError, RendezvousError
 
@@ -150,6 +151,22 @@ cdef class TcpPair(Pair):
     cdef int post_recv(self, Xfer *x) except -1 nogil:
         if self.fd < 0:
             return self.lost("the connection is closed", 0)
+        # A frame that came first (stashed) is the oldest match: use it.
+        cdef Xfer *u = self.find_unexpected(x, True)
+        if u is not NULL:
+            if u.state == XFER_DONE:
+                return self.take_unexpected(u, x)
+            # Still arriving (u is in_x): move what came so far into x and
+            # let the rest go straight there.
+            check_frame(&u.hdr, x, self.rank, self.peer)
+            memcpy(x.buf, u.buf, u.done)
+            x.done = u.done
+            x.nbytes = u.nbytes
+            x.hdr = u.hdr
+            x.peer = self.peer
+            self.in_x = x
+            self.drop_unexpected(u)
+            return 0
         if (self.peer_gone and not self.parked and self.in_hdr_got == 0
                 and self.st_lo == self.st_hi):
             return self.lost("the peer has left (closed its communicator)", 0)
@@ -159,18 +176,27 @@ cdef class TcpPair(Pair):
         return 0
 
     cdef int start_payload(self) except -1 nogil:
-        """A header is complete: hand its payload to the matching receive,
-        or park it (the stream waits) until that receive is posted."""
+        """A header is complete: hand its payload to the matching receive.
+        With none posted yet, stash the frame (a copy) if it is
+        point-to-point or small, else park it: the stream waits until that
+        receive is posted, and the payload still lands in place."""
         cdef Xfer *x = self.recv_head
         cdef Xfer *prev = NULL
-        while x is not NULL and not frame_matches(&self.in_hdr, &x.hdr):
+        while x is not NULL and not frame_matches(&self.in_hdr, x):
             prev = x
             x = x.next
         if x is NULL:
             check_unmatched(&self.in_hdr, self.recv_head, self.rank, self.peer)
-            self.parked = True
+            if self.in_hdr.kind == KIND_P2P or self.in_hdr.length <= EAGER_MAX:
+                self.in_x = self.stash(&self.in_hdr)
+                self.parked = False
+            else:
+                self.parked = True
             return 0
         check_frame(&self.in_hdr, x, self.rank, self.peer)
+        x.hdr = self.in_hdr
+        x.nbytes = <int64_t>self.in_hdr.length
+        x.peer = self.peer
         if prev is NULL:
             self.recv_head = x.next
         else:
