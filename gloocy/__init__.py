@@ -13,7 +13,8 @@ import secrets
 import urllib.parse
 
 from gloocy._core import Context
-from gloocy.communicator import IN_PLACE, Communicator
+from gloocy.communicator import (ANY_SOURCE, ANY_TAG, IN_PLACE, PROC_NULL,
+                                  Communicator, Status)
 from gloocy.errors import (CollectiveTimeout, ContextPoisoned, GloocyError,
                            MismatchError, PeerLostError, ProtocolError,
                            RendezvousError, RendezvousTimeout)
@@ -22,7 +23,8 @@ from gloocy.ops import BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MIN, PROD, SUM, Op
 __version__ = "0.1.0"
 
 __all__ = [
-    "init", "Communicator", "IN_PLACE", "Op",
+    "init", "Communicator", "IN_PLACE", "Op", "Status", "ANY_SOURCE",
+    "ANY_TAG", "PROC_NULL",
     "SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR",
     "GloocyError", "PeerLostError", "CollectiveTimeout", "MismatchError",
     "RendezvousError", "RendezvousTimeout", "ProtocolError", "ContextPoisoned",

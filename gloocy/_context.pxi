@@ -72,6 +72,7 @@ cdef class Context:
         self.spin_ns = spin_us * 1000
         self.small_allreduce = small_allreduce
         self._pairs = list(pairs)
+        self._to_self = []
         self._pair_ptrs = <void **>malloc(size * sizeof(void *))
         if self._pair_ptrs is NULL:
             raise MemoryError()
@@ -164,6 +165,49 @@ cdef class Context:
         c.itemsize = DTYPE_SIZES[dtype] if 0 <= dtype < DT_LAST else 1
         return 0
 
+    cdef int begin_p2p(self, Coll *c, object timeout) except -1:
+        """Like begin() for point-to-point: no collective sequence number."""
+        cdef uint64_t seq = self.seq
+        self.begin(c, KIND_P2P, OP_NONE, DT_BYTES, -1, 0, timeout)
+        self.seq = seq
+        c.proto.seq = 0
+        return 0
+
+    cdef int match_stashed(self, Coll *c, Xfer *x, int source, bint consume,
+                           bint block) except -1 nogil:
+        cdef int i, moved
+        cdef int64_t spin_until = 0
+        cdef Xfer *u
+        while True:
+            for i in range(self.size):
+                if i == self.rank or (source >= 0 and i != source):
+                    continue
+                u = (<Pair>self._pair_ptrs[i]).find_unexpected(x, False)
+                if u is NULL:
+                    continue
+                if consume:
+                    (<Pair>self._pair_ptrs[i]).take_unexpected(u, x)
+                else:
+                    x.hdr = u.hdr
+                    x.nbytes = u.nbytes
+                    x.peer = i
+                return 1
+            # Read whatever has arrived, from every pair that may send it.
+            moved = 0
+            for i in range(self.size):
+                if i != self.rank and (source < 0 or i == source):
+                    moved |= (<Pair>self._pair_ptrs[i]).progress()
+            if moved:
+                spin_until = 0
+                continue
+            if not block:
+                return 0
+            if spin_until == 0:
+                spin_until = now_ns() + self.spin_ns
+            if now_ns() >= spin_until:
+                self.block(c)
+                spin_until = 0
+
     cdef int fail(self, BaseException exc, Coll *c) except -1:
         """Something raised mid-call: the streams are in an unknown state, so
         the context is poisoned and the pairs forget the call's transfers."""
@@ -185,6 +229,7 @@ cdef class Context:
         x.hdr.tag = tag
         x.hdr.length = <uint64_t>n
         x.next = NULL
+        x.flags = 0
         x.state = XFER_POSTED
         return (<Pair>self._pair_ptrs[peer]).post_send(x)
 
@@ -197,6 +242,7 @@ cdef class Context:
         x.hdr.tag = tag
         x.hdr.length = <uint64_t>n
         x.next = NULL
+        x.flags = 0
         x.state = XFER_POSTED
         return (<Pair>self._pair_ptrs[peer]).post_recv(x)
 
@@ -360,6 +406,106 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+
+    # -- point-to-point ------------------------------------------------------
+    # Frames of kind P2P carry the user's tag and match by (communicator,
+    # source, tag) in arrival order; they are stashed when they come before
+    # their receive, so sends complete without waiting for it.
+
+    cdef int _check_peer(self, int rank, str name, bint any_ok) except -1:
+        if not (0 <= rank < self.size or (any_ok and rank == -1)):
+            raise ValueError(f"{name}: {rank} is not a rank of this "
+                             f"communicator (size {self.size})")
+        return 0
+
+    def send(self, buf, int dest, int tag=0, *, timeout=None):
+        """Send buf's bytes to rank `dest` with `tag` (>= 0)."""
+        cdef Coll c
+        cdef Xfer x
+        self._check_peer(dest, "dest", False)
+        if tag < 0:
+            raise ValueError(f"tag: must be >= 0, got {tag}")
+        cdef Buf b = get_buffer(buf, "buf", False)
+        if dest == self.rank:
+            self._to_self.append((tag, bytes(b.ptr[:b.nbytes])))
+            return
+        self.begin_p2p(&c, timeout)
+        try:
+            with nogil:
+                self.post_send(&c, &x, dest, <uint64_t>tag, b.ptr, b.nbytes)
+                self.wait(&c, &x)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+
+    def recv(self, buf, int source=-1, int tag=-1, *, timeout=None):
+        """Receive into buf from `source` (-1: any rank) with `tag` (-1: any
+        tag). Returns (source, tag, nbytes received)."""
+        cdef Coll c
+        cdef Xfer x
+        cdef int got
+        self._check_peer(source, "source", True)
+        if tag < -1:
+            raise ValueError(f"tag: must be >= 0 or -1 (any), got {tag}")
+        cdef Buf b = get_buffer(buf, "buf", True)
+        if source in (-1, self.rank):
+            for i, (t, data) in enumerate(self._to_self):
+                if tag == -1 or t == tag:
+                    if len(data) > b.nbytes:
+                        raise MismatchError(
+                            f"rank {self.rank}: a message of {len(data)} bytes "
+                            f"from rank {self.rank} (tag {t}) does not fit "
+                            f"the {b.nbytes}-byte receive buffer")
+                    del self._to_self[i]
+                    memcpy(b.ptr, <const char *>data, len(data))
+                    return self.rank, t, len(data)
+            if source == self.rank or self.size == 1:
+                raise ContextPoisoned(f"rank {self.rank}: recv from itself "
+                                      "with no message sent to itself: it "
+                                      "would wait forever")
+        self.begin_p2p(&c, timeout)
+        _p2p_want(&x, &c, b.ptr, b.nbytes, tag)
+        try:
+            with nogil:
+                if source >= 0:
+                    (<Pair>self._pair_ptrs[source]).post_recv(&x)
+                    self.wait(&c, &x)
+                else:
+                    self.match_stashed(&c, &x, -1, True, True)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+        return x.peer, <int64_t>x.hdr.tag, x.nbytes
+
+    def probe(self, int source=-1, int tag=-1, *, bint block=True,
+              timeout=None):
+        """(source, tag, nbytes) of the next message a recv(source, tag)
+        would get, without receiving it; None if `block` is False and
+        there is none yet."""
+        cdef Coll c
+        cdef Xfer x
+        cdef int found
+        self._check_peer(source, "source", True)
+        if source in (-1, self.rank):
+            for t, data in self._to_self:
+                if tag == -1 or t == tag:
+                    return self.rank, t, len(data)
+            if source == self.rank or self.size == 1:
+                if not block:
+                    return None
+                raise ContextPoisoned(f"rank {self.rank}: probe of itself "
+                                      "with no message sent to itself")
+        self.begin_p2p(&c, timeout)
+        _p2p_want(&x, &c, NULL, 0, tag)
+        try:
+            with nogil:
+                found = self.match_stashed(&c, &x, source, False, block)
+        except BaseException as e:
+            self.fail(e, &c)
+            raise
+        if not found:
+            return None
+        return x.peer, <int64_t>x.hdr.tag, x.nbytes
 
     def reduce(self, sendbuf, recvbuf, int op, int root, *, timeout=None,
                algorithm=None):
@@ -566,6 +712,19 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+
+
+cdef void _p2p_want(Xfer *x, Coll *c, char *buf, int64_t nbytes,
+                    int tag) noexcept:
+    """A point-to-point receive for match_stashed()."""
+    memset(x, 0, sizeof(Xfer))
+    x.buf = buf
+    x.nbytes = nbytes
+    x.hdr = c.proto
+    x.hdr.tag = <uint64_t>max(tag, 0)
+    x.hdr.length = <uint64_t>nbytes
+    x.flags = XF_ANY_TAG if tag < 0 else 0
+    x.state = XFER_POSTED
 
 
 cdef class I64:

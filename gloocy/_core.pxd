@@ -175,6 +175,7 @@ cdef class Context:
     cdef public int64_t segment       # pipeline segment size in bytes
     cdef public int64_t spin_ns       # how long to spin before blocking
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
+    cdef list _to_self                # (tag, bytes) messages sent to our own rank
     cdef char *_scratch               # temporary space kept between calls
     cdef int64_t _scratch_size
 
@@ -192,5 +193,13 @@ cdef class Context:
     cdef int begin(self, Coll *c, int kind, int op, int dtype, int root,
                    uint64_t count, object timeout) except -1
     cdef int fail(self, BaseException exc, Coll *c) except -1
+    cdef int begin_p2p(self, Coll *c, object timeout) except -1
+    cdef int _check_peer(self, int rank, str name, bint any_ok) except -1
+    # Wait for a point-to-point frame matching x from `source` (-1: any
+    # rank), stashed by a pair; deliver it into x when `consume`, else only
+    # fill in x.hdr/x.nbytes/x.peer (probe). `block` False: return 0 at once
+    # when there is none yet (1 when there is).
+    cdef int match_stashed(self, Coll *c, Xfer *x, int source, bint consume,
+                           bint block) except -1 nogil
     cdef int _check_root(self, int root) except -1
     cdef void _linger(self, int64_t deadline) noexcept nogil

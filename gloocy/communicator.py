@@ -9,7 +9,45 @@ import pickle
 
 from gloocy import ops as _ops
 
-__all__ = ["Communicator", "IN_PLACE"]
+__all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
+           "PROC_NULL"]
+
+# mpi4py's (MPICH's) values
+ANY_SOURCE = -2
+ANY_TAG = -1
+PROC_NULL = -1
+
+
+class Status:
+    """Where a received (or probed) message came from and how big it is."""
+
+    __slots__ = ("source", "tag", "count", "error")
+
+    def __init__(self, source=ANY_SOURCE, tag=ANY_TAG, count=0):
+        self.source, self.tag, self.count, self.error = source, tag, count, 0
+
+    def Get_source(self):
+        return self.source
+
+    def Get_tag(self):
+        return self.tag
+
+    def Get_count(self, datatype=None):
+        """Bytes received, or elements of `datatype` (anything with an
+        itemsize / Get_size())."""
+        if datatype is None:
+            return self.count
+        size = getattr(datatype, "itemsize", None) or datatype.Get_size()
+        return self.count // size
+
+    def Get_error(self):
+        return self.error
+
+    def _set(self, source, tag, count):
+        self.source, self.tag, self.count = source, tag, count
+
+    def __repr__(self):
+        return f"<Status source={self.source} tag={self.tag} count={self.count}>"
 
 
 class _InPlace:
@@ -276,6 +314,83 @@ class Communicator:
         _check_op(op)
         self._ctx.scan(_in_place(sendbuf), recvbuf, op.code, exclusive=True,
                        timeout=timeout)
+
+    # -- point-to-point ------------------------------------------------------
+
+    def _source(self, source):
+        return -1 if source == ANY_SOURCE else source
+
+    def Send(self, buf, dest, tag=0, *, timeout=None):
+        """Send buf to rank `dest`; returns once buf may be reused."""
+        if dest == PROC_NULL:
+            return
+        self._ctx.send(buf, dest, tag, timeout=timeout)
+
+    def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
+             timeout=None):
+        """Receive into buf (a shorter message is fine, a longer one is an
+        error); `status` gets the source, tag and byte count."""
+        if source == PROC_NULL:
+            if status is not None:
+                status._set(PROC_NULL, ANY_TAG, 0)
+            return
+        got = self._ctx.recv(buf, self._source(source), tag, timeout=timeout)
+        if status is not None:
+            status._set(*got)
+
+    def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None,
+                 source=ANY_SOURCE, recvtag=ANY_TAG, status=None, *,
+                 timeout=None):
+        """Send and receive at once (a send never waits for its receive)."""
+        self.Send(sendbuf, dest, sendtag, timeout=timeout)
+        self.Recv(recvbuf, source, recvtag, status, timeout=timeout)
+
+    def Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
+              timeout=None):
+        """Wait until a matching message can be received; True."""
+        got = self._ctx.probe(self._source(source), tag, timeout=timeout)
+        if status is not None:
+            status._set(*got)
+        return True
+
+    def Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        """Is a matching message there to receive now?"""
+        got = self._ctx.probe(self._source(source), tag, block=False)
+        if got is not None and status is not None:
+            status._set(*got)
+        return got is not None
+
+    def send(self, obj, dest, tag=0, *, timeout=None):
+        if dest != PROC_NULL:
+            self._ctx.send(_dumps(obj), dest, tag, timeout=timeout)
+
+    def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
+             timeout=None):
+        """The next object from `source` with `tag`."""
+        if source == PROC_NULL:
+            if status is not None:
+                status._set(PROC_NULL, ANY_TAG, 0)
+            return None
+        src, tag, n = self._ctx.probe(self._source(source), tag,
+                                      timeout=timeout)
+        data = bytearray(n)
+        got = self._ctx.recv(data, src, tag, timeout=timeout)
+        if status is not None:
+            status._set(*got)
+        return pickle.loads(data)
+
+    def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None,
+                 source=ANY_SOURCE, recvtag=ANY_TAG, status=None, *,
+                 timeout=None):
+        self.send(sendobj, dest, sendtag, timeout=timeout)
+        return self.recv(None, source, recvtag, status, timeout=timeout)
+
+    def probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
+              timeout=None):
+        return self.Probe(source, tag, status, timeout=timeout)
+
+    def iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        return self.Iprobe(source, tag, status)
 
     # -- object collectives ------------------------------------------------
 

@@ -1,0 +1,109 @@
+"""Smoke tests of gloocy-bench's harness (not of anyone's speed).
+
+Tiny sizes, one round, a tiny time budget: the JSON lines, the markdown
+tables and the PNGs are written and every point was verified. gloocy always
+runs; a peer that is not installed is skipped, naming what is missing.
+"""
+
+import importlib.util
+import json
+
+import pytest
+
+from gloocy.bench import __main__ as cli
+from gloocy.bench import report
+from gloocy.bench.impls import TorchGlooImpl, parse_spec
+
+COLLECTIVES = ["allreduce", "bcast", "barrier", "allgather"]
+SIZES = [4, 4096]
+KEYS = {"implementation", "transport", "label", "collective", "world_size",
+        "bytes", "size", "round", "iters", "median_s", "min_s", "max_s",
+        "busbw_GBps", "verified"}
+
+
+def sweep(tmp_path, *impls):
+    out = tmp_path / "out"
+    rc = cli.main(["-n", "2", "--impl", *impls, "--collective", *COLLECTIVES,
+                   "--sizes", ",".join(map(str, SIZES)), "--rounds", "1",
+                   "--budget", "0.01", "--max-iters", "50", "--out", str(out),
+                   "--quiet"])
+    return rc, out
+
+
+def check_outputs(out, label):
+    rows = report.load(out / "results.jsonl")
+    mine = [r for r in rows if r["label"] == label]
+    assert mine, f"no results for {label}"
+    for r in mine:
+        assert KEYS <= r.keys()
+        assert r["verified"] is True, r          # the check ran and passed
+        assert r["world_size"] == 2 and r["round"] == 0
+        assert 0 < r["min_s"] <= r["median_s"] <= r["max_s"]
+    have = parse_spec(label).collectives()
+    want = {(c, s) for c in COLLECTIVES if c in have
+            for s in ([0] if c == "barrier" else SIZES)}
+    assert {(r["collective"], r["size"]) for r in mine} == want
+    for c in COLLECTIVES:
+        text = (out / f"{c}.md").read_text()
+        assert f"| {label} µs" in text
+        assert "WRONG" not in text
+        if c not in have:
+            assert "n/a" in text
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed: no PNG to check")
+    for c in COLLECTIVES:
+        assert (out / f"{c}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.hard_timeout(60)
+def test_gloocy_and_a_missing_peer(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(TorchGlooImpl, "missing",
+                        lambda self: "torch is not installed (pretend)")
+    rc, out = sweep(tmp_path, "gloocy", "torch-gloo")
+    printed = capsys.readouterr()
+    assert rc == 0, printed.err
+    check_outputs(out, "gloocy:tcp")
+    meta = json.loads((out / "run.json").read_text())
+    assert {"label": "torch-gloo", "missing": "torch is not installed (pretend)",
+            "collectives": []} in meta["impls"]
+    assert "missing: torch-gloo" in printed.err
+    assert "**missing: torch-gloo** — torch is not installed" in printed.out
+
+
+@pytest.mark.hard_timeout(60)
+@pytest.mark.parametrize("label", ["torch-gloo", "mpi4py"])
+def test_peer(tmp_path, label):
+    why = parse_spec(label).missing()
+    if why:
+        pytest.skip(f"{label}: {why}")
+    rc, out = sweep(tmp_path, label)
+    assert rc == 0
+    check_outputs(out, label)
+
+
+def test_report_marks_wrong_results_and_ratios(tmp_path):
+    def row(label, t, verified=True, collective="allreduce", size=1 << 20):
+        return dict(label=label, collective=collective, world_size=2, size=size,
+                    bytes=size, median_s=t, verified=verified)
+    rows = [row("gloocy:tcp", 1e-3), row("gloocy:tcp", 3e-3),
+            row("torch-gloo", 4e-3), row("mpi4py", 1e-3, verified=False),
+            row("torch-gloo", 1e-3, collective="allgather")]
+    meta = dict(rounds=2, world_sizes=[2], collectives=["allreduce", "allgather"],
+                sizes=[1 << 20],
+                impls=[dict(label="gloocy:tcp", missing=None, collectives=["allreduce"]),
+                       dict(label="torch-gloo", missing=None,
+                            collectives=["allreduce", "allgather"]),
+                       dict(label="mpi4py", missing=None,
+                            collectives=["allreduce", "allgather"])])
+    text, files = report.write(tmp_path, rows, meta)
+    allreduce, allgather = text.split("### allgather")
+    # gloocy: median of 1 and 3 ms = 2 ms, spread 1-3 ms; torch 4 ms -> 2.00
+    line = next(x for x in allreduce.splitlines() if x.startswith("| 1 MiB"))
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert cells[1] == "2000 [1000–3000]"
+    assert cells[2] == "0.524"         # 2(n-1)/n = 1 at n = 2: 1 MiB / 2 ms
+    assert cells[-2:] == ["2.00", "0.50"]
+    assert "**WRONG RESULT**" in cells[5]
+    assert "**WRONG RESULT: mpi4py, N = 2, 1 MiB**" in allreduce
+    assert "| 1 MiB | n/a | n/a |" in allgather
+    assert "gloocy:tcp has no allgather yet" in allgather
