@@ -13,6 +13,20 @@ cdef enum:
     MAX_CHILDREN = 64
 
 
+ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
+              "recursive_doubling": ALGO_RECURSIVE_DOUBLING}
+
+
+cdef int _allreduce_algorithm(object name) except -1:
+    if name is None:
+        return ALGO_AUTO
+    try:
+        return ALGORITHMS[name]
+    except KeyError:
+        raise ValueError(f"algorithm: {name!r} is not one of "
+                         f"{', '.join(ALGORITHMS)}") from None
+
+
 cdef int _raise_nomem() except -1 with gil:
     raise MemoryError()
 

@@ -800,14 +800,3 @@ cdef int _same_layout(Buf a, Buf b) except -1:
                          f"{b.nbytes}")
     return _same_dtype(a, b)
 
-
-ALGORITHMS = {"auto": 0, "ring": 1, "recursive_doubling": 2}
-
-cdef int _allreduce_algorithm(object name) except -1:
-    if name is None:
-        return 0
-    try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"algorithm: {name!r} is not one of "
-                         f"{', '.join(ALGORITHMS)}") from None
