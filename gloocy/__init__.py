@@ -18,7 +18,8 @@ from gloocy.communicator import (ANY_SOURCE, ANY_TAG, IN_PLACE, PROC_NULL,
 from gloocy.errors import (CollectiveTimeout, ContextPoisoned, GloocyError,
                            MismatchError, PeerLostError, ProtocolError,
                            RendezvousError, RendezvousTimeout)
-from gloocy.ops import BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MIN, PROD, SUM, Op
+from gloocy.ops import (AVG, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,
+                        MIN, MINLOC, PROD, SUM, Op)
 
 __version__ = "0.1.0"
 
@@ -26,6 +27,7 @@ __all__ = [
     "init", "Communicator", "IN_PLACE", "Op", "Status", "ANY_SOURCE",
     "ANY_TAG", "PROC_NULL",
     "SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR",
+    "MAXLOC", "MINLOC", "AVG",
     "GloocyError", "PeerLostError", "CollectiveTimeout", "MismatchError",
     "RendezvousError", "RendezvousTimeout", "ProtocolError", "ContextPoisoned",
 ]

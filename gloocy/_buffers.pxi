@@ -1,20 +1,36 @@
 # The buffer layer: any object with the buffer protocol, C-contiguous,
 # writable when it receives, with a format that maps to a gloocy dtype.
 
+import re
+
 OP_NAMES = {OP_SUM: "SUM", OP_PROD: "PROD", OP_MIN: "MIN", OP_MAX: "MAX",
             OP_BAND: "BAND", OP_BOR: "BOR", OP_BXOR: "BXOR",
-            OP_LAND: "LAND", OP_LOR: "LOR", OP_LXOR: "LXOR"}
+            OP_LAND: "LAND", OP_LOR: "LOR", OP_LXOR: "LXOR",
+            OP_MAXLOC: "MAXLOC", OP_MINLOC: "MINLOC", OP_USER: "user"}
 OP_CODES = {name: code for code, name in OP_NAMES.items()}
 
 DTYPE_NAMES = {DT_BYTES: "bytes", DT_INT8: "int8", DT_INT16: "int16",
                DT_INT32: "int32", DT_INT64: "int64", DT_UINT8: "uint8",
                DT_UINT16: "uint16", DT_UINT32: "uint32", DT_UINT64: "uint64",
                DT_FLOAT16: "float16", DT_FLOAT32: "float32",
-               DT_FLOAT64: "float64", DT_BOOL: "bool"}
+               DT_FLOAT64: "float64", DT_BOOL: "bool",
+               DT_COMPLEX64: "complex64", DT_COMPLEX128: "complex128",
+               DT_LONGDOUBLE: "longdouble", DT_BFLOAT16: "bfloat16",
+               DT_FLOAT_INT: "float_int", DT_DOUBLE_INT: "double_int",
+               DT_LONG_INT: "long_int", DT_2INT: "2int",
+               DT_SHORT_INT: "short_int"}
 DTYPE_CODES = {name: code for code, name in DTYPE_NAMES.items()}
 
 cdef int64_t DTYPE_SIZES[<int>DT_LAST]
-DTYPE_SIZES[:] = [1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 1]
+DTYPE_SIZES[:] = [1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 1, 8, 16,
+                  sizeof(long double), 2, sizeof(gloocy_float_int),
+                  sizeof(gloocy_double_int), sizeof(gloocy_long_int),
+                  sizeof(gloocy_2int), sizeof(gloocy_short_int)]
+
+# numpy structured (value, index) pairs: T{<value code>:name:i:name:}
+_PAIR_FORMAT = re.compile(r"^T\{[@=<]?([fdlih]):[^:]*:[@=<]?i:[^:]*:\}$")
+_PAIR_CODES = {b"f": DT_FLOAT_INT, b"d": DT_DOUBLE_INT, b"l": DT_LONG_INT,
+               b"i": DT_2INT, b"h": DT_SHORT_INT}
 
 cdef int _int_code(bint signed, Py_ssize_t size) noexcept:
     if size == 1:
@@ -30,8 +46,19 @@ cdef int _int_code(bint signed, Py_ssize_t size) noexcept:
 cdef int dtype_of_format(bytes fmt, Py_ssize_t itemsize) noexcept:
     """The DtypeCode of a struct-module format, -1 when unknown."""
     cdef bytes code = fmt
+    cdef int dt
+    pair = _PAIR_FORMAT.match(fmt.decode("ascii", "replace"))
+    if pair:
+        dt = _PAIR_CODES[pair.group(1).encode()]
+        return dt if itemsize == DTYPE_SIZES[dt] else -1
     if code[:1] in (b"@", b"=", b"<") and len(code) > 1:
         code = code[1:]
+    if code == b"Zf" and itemsize == 8:
+        return DT_COMPLEX64
+    if code == b"Zd" and itemsize == 16:
+        return DT_COMPLEX128
+    if code == b"g" and itemsize == sizeof(long double):
+        return DT_LONGDOUBLE
     if len(code) != 1:
         return -1
     if code in b"bhilqn":
@@ -69,7 +96,8 @@ cdef class Buf:
         if self.dtype < 0:
             raise TypeError(
                 f"{self.name}: element format {self.format!r} has no gloocy "
-                f"dtype (supported: {', '.join(DTYPE_CODES)})")
+                f"dtype (supported: {', '.join(list(DTYPE_CODES)[1:])}; "
+                f"(value, index) pairs need an aligned structured dtype)")
         return 0
 
 
@@ -79,6 +107,9 @@ cdef Buf get_buffer(object obj, str name, bint writable):
     b.name = name
     if obj is None:
         raise TypeError(f"{name}: expected a buffer, got None")
+    cdef bint bf16 = _is_bfloat16(obj)
+    if bf16:
+        obj = obj.view("uint16")          # it exports no format of its own
     try:
         PyObject_GetBuffer(obj, &b.view, PyBUF_FORMAT | PyBUF_STRIDES)
     except (TypeError, ValueError, BufferError) as e:
@@ -94,6 +125,13 @@ cdef Buf get_buffer(object obj, str name, bint writable):
     b.nbytes = b.view.len
     b.itemsize = b.view.itemsize if b.view.itemsize > 0 else 1
     b.format = (b.view.format or b"B").decode("ascii", "replace")
-    b.dtype = dtype_of_format(b.format.encode("ascii"), b.itemsize)
+    b.dtype = (DT_BFLOAT16 if bf16
+               else dtype_of_format(b.format.encode("ascii"), b.itemsize))
     b.count = b.nbytes // b.itemsize
     return b
+
+
+cdef bint _is_bfloat16(object obj):
+    """An ml_dtypes.bfloat16 NumPy array (its buffer has no format)."""
+    dtype = getattr(obj, "dtype", None)
+    return dtype is not None and getattr(dtype, "name", None) == "bfloat16"

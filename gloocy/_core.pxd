@@ -42,7 +42,10 @@ cdef enum OpCode:
     OP_LAND = 8
     OP_LOR = 9
     OP_LXOR = 10
-    OP_LAST = 11
+    OP_MAXLOC = 11                # on (value, index) pairs; ties: lowest index
+    OP_MINLOC = 12
+    OP_USER = 13                  # a user's function (see set_user_op)
+    OP_LAST = 14
 
 # Element types (codes on the wire); DT_BYTES is untyped data.
 cdef enum DtypeCode:
@@ -59,7 +62,16 @@ cdef enum DtypeCode:
     DT_FLOAT32 = 10
     DT_FLOAT64 = 11
     DT_BOOL = 12
-    DT_LAST = 13
+    DT_COMPLEX64 = 13
+    DT_COMPLEX128 = 14
+    DT_LONGDOUBLE = 15
+    DT_BFLOAT16 = 16              # ml_dtypes.bfloat16 (exported as uint16)
+    DT_FLOAT_INT = 17             # (value, index) pairs as C structs, for MAXLOC/MINLOC
+    DT_DOUBLE_INT = 18
+    DT_LONG_INT = 19
+    DT_2INT = 20
+    DT_SHORT_INT = 21
+    DT_LAST = 22
 
 # States of an Xfer.
 cdef enum XferState:
@@ -175,6 +187,7 @@ cdef class Context:
     cdef public int64_t segment       # pipeline segment size in bytes
     cdef public int64_t spin_ns       # how long to spin before blocking
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
+    cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
     cdef char *_scratch               # temporary space kept between calls
     cdef int64_t _scratch_size

@@ -58,3 +58,25 @@ static inline uint16_t gloocy_f2h(float f)
     return sign | (uint16_t)half;
 }
 #endif
+
+/* bfloat16: the upper half of a float32; rounding to nearest even. */
+#ifndef GLOOCY_BF16_H
+#define GLOOCY_BF16_H
+static inline float gloocy_bf2f(uint16_t h)
+{
+    uint32_t bits = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+static inline uint16_t gloocy_f2bf(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, 4);
+    if ((x & 0x7fffffffu) > 0x7f800000u)    /* nan: keep it quiet */
+        return (uint16_t)((x >> 16) | 0x40u);
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+#endif

@@ -7,6 +7,9 @@ memoryview...) without copies; lower-case methods move picklable objects.
 import functools
 import pickle
 
+import numpy as np
+
+from gloocy import _core
 from gloocy import ops as _ops
 
 __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
@@ -76,6 +79,35 @@ def _check_op(op):
     if not isinstance(op, _ops.Op):
         raise TypeError(f"op: expected a gloocy op such as gloocy.SUM, got {op!r}")
     return op
+
+
+def _check_avg(op, recvbuf):
+    if op is _ops.AVG:
+        _core.check_floating(recvbuf)
+
+
+def _finish_avg(op, recvbuf, size):
+    if op is _ops.AVG:
+        _core.divide(recvbuf, size)
+
+
+def _array(buf):
+    """A NumPy view of any buffer (shares its memory)."""
+    return buf if isinstance(buf, np.ndarray) else np.asarray(memoryview(buf))
+
+
+def _fold(op, blocks):
+    """blocks[0] <op> blocks[1] <op> ... in rank order, for a user op."""
+    acc = blocks[0].copy()
+    for b in blocks[1:]:
+        if op.c_function:
+            _core.apply_c_op(op.c_function, op.c_context,
+                             b.view(np.uint8), acc.view(np.uint8), acc.size)
+        else:
+            inout = b.copy()
+            op(acc, inout)            # MPI's rule: inoutvec = invec <op> inoutvec
+            acc = inout
+    return acc
 
 
 def _check_callable(op):
@@ -154,9 +186,8 @@ class Communicator:
     communicator's ``timeout``.
     """
 
-    def __init__(self, context, *, algorithm=None):
+    def __init__(self, context):
         self._ctx = context
-        self._algorithm = algorithm
 
     # -- identity ----------------------------------------------------------
 
@@ -203,19 +234,47 @@ class Communicator:
     def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
                   algorithm=None):
         """recvbuf = op(sendbuf of every rank); sendbuf may be IN_PLACE."""
-        _check_op(op)
-        self._ctx.allreduce(_in_place(sendbuf), recvbuf, op.code, timeout=timeout,
-                            algorithm=algorithm or self._algorithm)
+        if _check_op(op).is_user:
+            blocks = self._user_inputs(sendbuf, recvbuf, None, timeout)
+            _array(recvbuf)[...] = _fold(op, blocks).reshape(_array(recvbuf).shape)
+            return
+        _check_avg(op, recvbuf)
+        self._ctx.allreduce(_in_place(sendbuf), recvbuf, op.code,
+                            timeout=timeout, algorithm=algorithm)
+        _finish_avg(op, recvbuf, self.size)
 
     def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
                algorithm=None):
         """recvbuf at root = op(sendbuf of every rank); recvbuf is ignored
         elsewhere; the root's sendbuf may be IN_PLACE."""
-        _check_op(op)
-        self._ctx.reduce(_in_place(sendbuf),
-                         recvbuf if self.rank == root else None, op.code, root,
-                         timeout=timeout,
-                         algorithm=algorithm or self._algorithm)
+        at_root = self.rank == root
+        if _check_op(op).is_user:
+            blocks = self._user_inputs(sendbuf, recvbuf, root, timeout)
+            if at_root:
+                out = _array(recvbuf)
+                out[...] = _fold(op, blocks).reshape(out.shape)
+            return
+        if at_root:
+            _check_avg(op, recvbuf)
+        self._ctx.reduce(_in_place(sendbuf), recvbuf if at_root else None,
+                         op.code, root, timeout=timeout, algorithm=algorithm)
+        if at_root:
+            _finish_avg(op, recvbuf, self.size)
+
+    def _user_inputs(self, sendbuf, recvbuf, root, timeout):
+        """Every rank's input as rows of an array (at root only when root is
+        not None), for user ops: they are folded in rank order here."""
+        mine = _array(recvbuf if _in_place(sendbuf) is None else sendbuf)
+        flat = np.ascontiguousarray(mine).reshape(-1)
+        out = np.empty((self.size, flat.size), flat.dtype)
+        if root is None:
+            self._ctx.allgatherv(flat, out, [flat.nbytes] * self.size,
+                                 timeout=timeout)
+            return out
+        self._ctx.gatherv(flat, out if self.rank == root else None,
+                          [flat.nbytes] * self.size, None, root,
+                          timeout=timeout)
+        return out
 
     def Allgather(self, sendbuf, recvbuf, *, timeout=None):
         """Every rank's sendbuf, in rank order, into every recvbuf."""
@@ -280,9 +339,10 @@ class Communicator:
                             timeout=timeout)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
-                       timeout=None):
+                       timeout=None, algorithm=None):
         """Reduce sendbuf over the ranks; rank i gets recvcounts[i] elements
-        (default: recvbuf's size on every rank)."""
+        (default: recvbuf's size on every rank; in place: recvbuf holds the
+        whole input and gets our block at its start)."""
         _check_op(op)
         if recvcounts is None:
             view = memoryview(recvbuf)
@@ -290,30 +350,51 @@ class Communicator:
             if _in_place(sendbuf) is None:
                 block //= self.size
             recvcounts = [block] * self.size
-        self._ctx.reduce_scatter(_in_place(sendbuf), recvbuf, recvcounts,
-                                 op.code, timeout=timeout)
+        counts = [int(n) for n in recvcounts]
+        if op.is_user:
+            blocks = self._user_inputs(sendbuf, recvbuf, None, timeout)
+            start = sum(counts[:self.rank])
+            mine = _fold(op, blocks)[start:start + counts[self.rank]]
+            _array(recvbuf).reshape(-1)[:mine.size] = mine
+            return
+        _check_avg(op, recvbuf)
+        kwargs = {"algorithm": algorithm} if algorithm is not None else {}
+        self._ctx.reduce_scatter(_in_place(sendbuf), recvbuf, counts, op.code,
+                                 timeout=timeout, **kwargs)
+        if op is _ops.AVG:
+            _finish_avg(op, _array(recvbuf).reshape(-1)[:counts[self.rank]],
+                        self.size)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
-                             timeout=None):
+                             timeout=None, algorithm=None):
         """Reduce sendbuf (size x block) over the ranks; rank i gets block i."""
-        _check_op(op)
         view = memoryview(recvbuf)
         block = view.nbytes // view.itemsize
-        if sendbuf is IN_PLACE or sendbuf is None:
+        if _in_place(sendbuf) is None:
             block //= self.size
-        self._ctx.reduce_scatter(_in_place(sendbuf), recvbuf,
-                                 [block] * self.size, op.code, timeout=timeout)
+        self.Reduce_scatter(sendbuf, recvbuf, [block] * self.size, op,
+                            timeout=timeout, algorithm=algorithm)
 
     def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
         """recvbuf on rank r = op over the sendbufs of ranks 0..r."""
-        _check_op(op)
-        self._ctx.scan(_in_place(sendbuf), recvbuf, op.code, timeout=timeout)
+        self._scan(sendbuf, recvbuf, op, False, timeout)
 
     def Exscan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
         """recvbuf on rank r > 0 = op over ranks 0..r-1 (rank 0: untouched)."""
-        _check_op(op)
-        self._ctx.scan(_in_place(sendbuf), recvbuf, op.code, exclusive=True,
-                       timeout=timeout)
+        self._scan(sendbuf, recvbuf, op, True, timeout)
+
+    def _scan(self, sendbuf, recvbuf, op, exclusive, timeout):
+        if _check_op(op) is _ops.AVG:
+            raise TypeError("op: AVG is not defined for scans")
+        if op.is_user:
+            blocks = self._user_inputs(sendbuf, recvbuf, None, timeout)
+            upto = self.rank if exclusive else self.rank + 1
+            if upto:
+                out = _array(recvbuf)
+                out[...] = _fold(op, blocks[:upto]).reshape(out.shape)
+            return
+        self._ctx.scan(_in_place(sendbuf), recvbuf, op.code,
+                       exclusive=exclusive, timeout=timeout)
 
     # -- point-to-point ------------------------------------------------------
 
@@ -423,9 +504,11 @@ class Communicator:
         return _loads_all(out, counts)
 
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
-        """op applied to every rank's `obj` in rank order."""
-        return functools.reduce(_check_callable(op),
-                                self.allgather(obj, timeout=timeout))
+        """op applied to every rank's `obj` in rank order (AVG: the sum
+        divided by the number of ranks)."""
+        total = functools.reduce(_check_callable(op),
+                                 self.allgather(obj, timeout=timeout))
+        return total / self.size if op is _ops.AVG else total
 
     def gather(self, obj, root=0, *, timeout=None):
         """List of every rank's `obj` at root, None elsewhere."""
