@@ -18,6 +18,8 @@ from gloocy.communicator import (ANY_SOURCE, ANY_TAG, IN_PLACE, PROC_NULL,
 from gloocy.errors import (CollectiveTimeout, ContextPoisoned, GloocyError,
                            MismatchError, PeerLostError, ProtocolError,
                            RendezvousError, RendezvousTimeout)
+from gloocy.requests import (Request, Testall, Testany, Waitall, Waitany,
+                             Waitsome)
 from gloocy.ops import (AVG, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,
                         MIN, MINLOC, PROD, SUM, Op)
 
@@ -25,6 +27,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "init", "Communicator", "IN_PLACE", "Op", "Status", "ANY_SOURCE",
+    "Request", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
     "ANY_TAG", "PROC_NULL",
     "SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR", "LAND", "LOR", "LXOR",
     "MAXLOC", "MINLOC", "AVG",
@@ -99,7 +102,8 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         raise ValueError(f"timeout: must be positive, got {timeout!r}")
     secret = _secret_bytes(secret, job)
     if size == 1:
-        return Communicator(Context(0, 1, [None], timeout=timeout, **_tuning(1)))
+        return Communicator(Context(0, 1, [None], timeout=timeout, **_tuning(1)),
+                            secret=secret, job=job)
     server = client = None
     try:
         if isinstance(store, str):
@@ -117,7 +121,7 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         ctx = Context(rank, size, pairs, timeout=timeout, **_tuning(size))
         # Once every rank is through this barrier, nobody needs the store.
         ctx.barrier()
-        return Communicator(ctx)
+        return Communicator(ctx, secret=secret, host=host, job=job)
     finally:
         if client is not None and client is not store:
             client.close()

@@ -4,27 +4,173 @@
 # sends and receives, the send is posted first: it leaves at once, and a peer
 # that finds a mismatch in what we sent still gets our frame to find it too.
 
+import os as _os
+
 cdef enum:
+    # Algorithm codes (one namespace for every collective; see the tables).
     ALGO_AUTO = 0
     ALGO_RING = 1
     ALGO_RECURSIVE_DOUBLING = 2
+    ALGO_HALVING_DOUBLING = 3
+    ALGO_BCUBE = 4
+    ALGO_BINOMIAL = 5
+    ALGO_SCATTER_ALLGATHER = 6
+    ALGO_HALVING = 7
     TAG_FOLD_OUT = 0xffffffff     # recursive doubling: result back to a folded rank
     TAG_GATHER = 0xfffffffe      # reduce: reduced chunks sent to the root
+    TAG_SCATTER = 0xfffffffd     # bcast scatter_allgather: the root's chunks
+    TAG_FOLD_IN = 0xfffffffc     # halving: a folded rank's input to its partner
     MAX_CHILDREN = 64
+    MAX_RADICES = 64             # digits of a rank in a hypercube (log2 of 2^63)
+    # bcube: group size of one hypercube dimension. Gloo's bcube found bases
+    # above 4 no faster; world sizes with a prime factor above 4 still get a
+    # group of that size (5, 7: one group, a direct exchange).
+    BCUBE_BASE = 4
+
+# Automatic choice (algorithm=None or "auto"). Measured with gloocy-bench on
+# this project's 2-core CI machines, forcing each algorithm by its
+# GLOOCY_ALGORITHM_* variable in interleaved runs; the figures are in
+# bench/README.md, section "Algorithm selection". Allreduce's small-message
+# bound is Context.small_allreduce (GLOOCY_SMALL_ALLREDUCE_BYTES).
+cdef enum:
+    # allreduce: above small_allreduce and up to this many bytes,
+    # halving-doubling (2 log2 n steps) beats the ring (2 (n-1) steps).
+    AUTO_ALLREDUCE_HALVING_MAX = 1 << 20
+    # bcast: from this many bytes and n >= 3, scatter + ring allgather
+    # beats the pipelined binomial tree (the root sends each byte once,
+    # not log2 n times).
+    AUTO_BCAST_SCATTER_MIN = 1 << 20
+    # allgather: up to this many gathered bytes, recursive doubling (log2 n
+    # steps) beats the ring (n - 1 steps); power-of-two n only.
+    AUTO_ALLGATHER_DOUBLING_MAX = 1 << 20
+    # reduce_scatter: up to this many input bytes per rank, recursive
+    # halving (log2 n steps) beats the ring (n - 1 steps).
+    AUTO_REDUCE_SCATTER_HALVING_MAX = 1 << 20
 
 
-ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
-              "recursive_doubling": ALGO_RECURSIVE_DOUBLING}
+# One table per collective: name -> code. "auto" (or None) is the automatic
+# choice; the keyword wins over the GLOOCY_ALGORITHM_<COLLECTIVE> variable.
+ALLREDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
+                        "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
+                        "halving_doubling": ALGO_HALVING_DOUBLING,
+                        "bcube": ALGO_BCUBE}
+BCAST_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
+                    "scatter_allgather": ALGO_SCATTER_ALLGATHER}
+ALLGATHER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
+                        "recursive_doubling": ALGO_RECURSIVE_DOUBLING}
+REDUCE_SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
+                             "halving": ALGO_HALVING}
+# "recursive_doubling" is the old name of the binomial tree (kept working).
+REDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
+                     "ring": ALGO_RING,
+                     "recursive_doubling": ALGO_BINOMIAL}
+ALGORITHMS = ALLREDUCE_ALGORITHMS      # the name before there were others
+ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
+                    "bcast": BCAST_ALGORITHMS,
+                    "allgather": ALLGATHER_ALGORITHMS,
+                    "reduce_scatter": REDUCE_SCATTER_ALGORITHMS,
+                    "reduce": REDUCE_ALGORITHMS}
+ALGORITHM_ENV = {name: f"GLOOCY_ALGORITHM_{name.upper()}"
+                 for name in ALGORITHM_TABLES}
+# code -> the name Context.last_algorithm reports
+ALGORITHM_NAMES = {ALGO_AUTO: "auto", ALGO_RING: "ring",
+                   ALGO_RECURSIVE_DOUBLING: "recursive_doubling",
+                   ALGO_HALVING_DOUBLING: "halving_doubling",
+                   ALGO_BCUBE: "bcube", ALGO_BINOMIAL: "binomial",
+                   ALGO_SCATTER_ALLGATHER: "scatter_allgather",
+                   ALGO_HALVING: "halving"}
 
 
-cdef int _allreduce_algorithm(object name) except -1:
+cdef int _algorithm(str collective, object name) except -1:
+    """The code of `collective`'s algorithm `name`; None: the environment
+    variable's, else automatic."""
+    cdef dict table = ALGORITHM_TABLES[collective]
+    what = "algorithm"
     if name is None:
-        return ALGO_AUTO
+        what = ALGORITHM_ENV[collective]
+        name = _os.environ.get(what) or None
+        if name is None:
+            return ALGO_AUTO
     try:
-        return ALGORITHMS[name]
-    except KeyError:
-        raise ValueError(f"algorithm: {name!r} is not one of "
-                         f"{', '.join(ALGORITHMS)}") from None
+        return table[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"{what}: {name!r} is not a {collective} algorithm "
+                         f"(one of {', '.join(table)})") from None
+
+
+# -- automatic choice (the table in bench/README.md) -----------------------------
+
+cdef int auto_allreduce(int n, int64_t small, int64_t count,
+                        int64_t itemsize) noexcept nogil:
+    cdef int64_t nbytes = count * itemsize
+    if nbytes <= small or count < n:
+        return ALGO_RECURSIVE_DOUBLING
+    if nbytes <= AUTO_ALLREDUCE_HALVING_MAX and n > 2:
+        return ALGO_HALVING_DOUBLING
+    return ALGO_RING
+
+
+cdef int auto_bcast(int n, int64_t nbytes) noexcept nogil:
+    if n >= 3 and nbytes >= AUTO_BCAST_SCATTER_MIN:
+        return ALGO_SCATTER_ALLGATHER
+    return ALGO_BINOMIAL
+
+
+cdef int auto_allgather(int n, int64_t total) noexcept nogil:
+    """`total`: bytes gathered. Recursive doubling where it may run (see
+    pick_allgather) and the buffer is small."""
+    if total <= AUTO_ALLGATHER_DOUBLING_MAX:
+        return ALGO_RECURSIVE_DOUBLING
+    return ALGO_RING
+
+
+cdef int auto_reduce_scatter(int n, int64_t total_bytes) noexcept nogil:
+    if total_bytes <= AUTO_REDUCE_SCATTER_HALVING_MAX:
+        return ALGO_HALVING
+    return ALGO_RING
+
+
+cdef int auto_reduce(int n, int64_t small, int64_t count,
+                     int64_t itemsize) noexcept nogil:
+    if count * itemsize <= small or count < n:
+        return ALGO_BINOMIAL
+    return ALGO_RING
+
+
+ALGORITHM_THRESHOLDS = {
+    "allreduce_small": 1 << 16,        # Context.small_allreduce's default
+    "allreduce_halving_max": AUTO_ALLREDUCE_HALVING_MAX,
+    "bcast_scatter_min": AUTO_BCAST_SCATTER_MIN,
+    "allgather_doubling_max": AUTO_ALLGATHER_DOUBLING_MAX,
+    "reduce_scatter_halving_max": AUTO_REDUCE_SCATTER_HALVING_MAX,
+}
+
+
+def auto_algorithm(str collective, int size, int64_t nbytes, *,
+                   int64_t itemsize=4, int64_t small_allreduce=1 << 16):
+    """The name of the algorithm "auto" picks for `collective` at world size
+    `size` and `nbytes` (allreduce, reduce, bcast: the buffer; allgather:
+    the gathered total in equal blocks laid end to end; reduce_scatter:
+    each rank's input)."""
+    cdef int code
+    if size < 1 or nbytes < 0 or itemsize < 1:
+        raise ValueError("size, nbytes and itemsize must be positive")
+    if collective == "allreduce":
+        code = auto_allreduce(size, small_allreduce, nbytes // itemsize, itemsize)
+    elif collective == "reduce":
+        code = auto_reduce(size, small_allreduce, nbytes // itemsize, itemsize)
+    elif collective == "bcast":
+        code = auto_bcast(size, nbytes)
+    elif collective == "allgather":
+        code = auto_allgather(size, nbytes)
+        if size & (size - 1):
+            code = ALGO_RING
+    elif collective == "reduce_scatter":
+        code = auto_reduce_scatter(size, nbytes)
+    else:
+        raise ValueError(f"collective: {collective!r} is not one of "
+                         f"{', '.join(ALGORITHM_TABLES)}")
+    return ALGORITHM_NAMES[code]
 
 
 cdef int _raise_nomem() except -1 with gil:
@@ -53,7 +199,60 @@ cdef int run_barrier(Context ctx, Coll *c) except -1 nogil:
     return 0
 
 
-cdef int run_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes) except -1 nogil:
+cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) noexcept nogil:
+    """The algorithm a bcast of `nbytes` runs (`algo` unless automatic)."""
+    return algo if algo != ALGO_AUTO else auto_bcast(ctx.size, nbytes)
+
+
+cdef int run_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
+                   int algo=ALGO_AUTO) except -1 nogil:
+    if ctx.size == 1:
+        return 0
+    if pick_bcast(ctx, nbytes, algo) == ALGO_SCATTER_ALLGATHER:
+        return bcast_scatter_allgather(ctx, c, buf, nbytes)
+    return bcast_binomial(ctx, c, buf, nbytes)
+
+
+cdef int bcast_scatter_allgather(Context ctx, Coll *c, char *buf,
+                                 int64_t nbytes) except -1 nogil:
+    """The root sends rank q its n-th of the buffer (chunk (q - root) mod
+    n, chunks in buffer order), then a ring allgather gives every rank every
+    chunk. The root sends each byte about twice instead of once per child
+    (log2 n times), and every link carries a share (van de Geijn's
+    long-message broadcast)."""
+    cdef int n = ctx.size, r = ctx.rank, root = c.proto.root, q, v
+    cdef int64_t per = nbytes // n, extra = nbytes % n
+    cdef int64_t *offs = <int64_t *>_alloc(2 * n * sizeof(int64_t))
+    cdef int64_t *sizes = offs + n
+    cdef Xfer *xs = NULL
+    try:
+        for q in range(n):
+            v = (q - root + n) % n             # chunk v, in buffer order
+            sizes[q] = per + (1 if v < extra else 0)
+            offs[q] = per * v + min(<int64_t>v, extra)
+        xs = <Xfer *>_alloc(n * sizeof(Xfer))
+        if r == root:
+            for v in range(1, n):
+                q = (root + v) % n
+                ctx.post_send(c, &xs[q], q, TAG_SCATTER, buf + offs[q],
+                              sizes[q])
+        else:
+            ctx.post_recv(c, &xs[r], root, TAG_SCATTER, buf + offs[r],
+                          sizes[r])
+            ctx.wait(c, &xs[r])
+        allgather_ring(ctx, c, buf, offs, sizes)
+        if r == root:
+            for q in range(n):
+                if q != root:
+                    ctx.wait(c, &xs[q])
+    finally:
+        free(offs)
+        free(xs)
+    return 0
+
+
+cdef int bcast_binomial(Context ctx, Coll *c, char *buf,
+                        int64_t nbytes) except -1 nogil:
     """Binomial tree rooted at c.proto.root, pipelined in segments: a rank
     forwards each segment to its children as soon as it has it."""
     cdef int n = ctx.size, root = c.proto.root
@@ -100,17 +299,25 @@ cdef int run_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes) except -1 no
     return 0
 
 
+cdef int pick_allreduce(Context ctx, int64_t count, int64_t itemsize,
+                        int algo) noexcept nogil:
+    """The algorithm an allreduce of `count` elements runs."""
+    if algo != ALGO_AUTO:
+        return algo
+    return auto_allreduce(ctx.size, ctx.small_allreduce, count, itemsize)
+
+
 cdef int run_allreduce(Context ctx, Coll *c, char *buf, int64_t count,
                        int algo) except -1 nogil:
     if ctx.size == 1:
         return 0
-    if algo == ALGO_AUTO:
-        if count * c.itemsize <= ctx.small_allreduce or count < ctx.size:
-            algo = ALGO_RECURSIVE_DOUBLING
-        else:
-            algo = ALGO_RING
+    algo = pick_allreduce(ctx, count, c.itemsize, algo)
     if algo == ALGO_RING:
         return allreduce_ring(ctx, c, buf, count)
+    if algo == ALGO_HALVING_DOUBLING:
+        return allreduce_halving_doubling(ctx, c, buf, count)
+    if algo == ALGO_BCUBE:
+        return allreduce_bcube(ctx, c, buf, count)
     return allreduce_recursive_doubling(ctx, c, buf, count)
 
 
@@ -183,6 +390,194 @@ cdef int allreduce_ring(Context ctx, Coll *c, char *buf,
                             ctx.scratch(ring_scratch_bytes(ctx, c, lens)))
     finally:
         free(offs)
+    return 0
+
+
+cdef int allreduce_halving_doubling(Context ctx, Coll *c, char *buf,
+                                    int64_t count) except -1 nogil:
+    """Rabenseifner: reduce-scatter by recursive halving, then allgather by
+    recursive doubling, over p = 2^k ranks: each rank sends ~2x the buffer
+    in 2k steps. For n not a power of two the first 2*(n-p) ranks fold
+    pairwise (even into odd) before, and the even ones get the result after.
+    Each element is reduced at exactly one rank and then copied, so every
+    rank ends with the same bits."""
+    cdef int n = ctx.size, r = ctx.rank, p = 1, k = 0, rem, vr, i
+    cdef int radix[MAX_RADICES]
+    cdef int64_t isz = c.itemsize, nbytes = count * isz, need
+    cdef Xfer x
+    cdef char *tmp
+    while p * 2 <= n:
+        radix[k] = 2
+        k += 1
+        p *= 2
+    rem = n - p
+    vr = r // 2 if r < 2 * rem else r - rem
+    cdef int64_t *bo = <int64_t *>_alloc((p + 1) * sizeof(int64_t))
+    try:
+        for i in range(p + 1):
+            bo[i] = (count // p) * i + min(<int64_t>i, count % p)
+        if r < 2 * rem and r % 2 == 0:
+            ctx.post_send(c, &x, r + 1, TAG_FOLD_IN, buf, nbytes)
+            ctx.wait(c, &x)
+            ctx.post_recv(c, &x, r + 1, TAG_FOLD_OUT, buf, nbytes)
+            ctx.wait(c, &x)
+            return 0
+        need = _radix_scratch(p, vr, radix, k, bo)
+        tmp = ctx.scratch(max(need, count if rem else 0) * isz)
+        if r < 2 * rem:
+            ctx.post_recv(c, &x, r - 1, TAG_FOLD_IN, tmp, nbytes)
+            ctx.wait(c, &x)
+            c.fn(buf, tmp, count)
+        radix_exchange(ctx, c, buf, isz, p, vr, rem, radix, k, bo, tmp,
+                       True, True)
+        if r < 2 * rem:
+            ctx.post_send(c, &x, r - 1, TAG_FOLD_OUT, buf, nbytes)
+            ctx.wait(c, &x)
+    finally:
+        free(bo)
+    return 0
+
+
+cdef int bcube_radices(int n, int *radix) noexcept nogil:
+    """Group sizes of bcube's dimensions, product n: n's prime factors,
+    smallest first, merged while the product stays <= BCUBE_BASE (8 ->
+    4 x 2, 6 -> 2 x 3, 7 -> 7). Returns how many."""
+    cdef int k = 0, cur = 1, f = 2
+    while n > 1:
+        while n % f == 0:
+            if cur > 1 and cur * f > BCUBE_BASE:
+                radix[k] = cur
+                k += 1
+                cur = 1
+            cur *= f
+            n //= f
+        f += 1
+    if cur > 1:
+        radix[k] = cur
+        k += 1
+    return k
+
+
+cdef int allreduce_bcube(Context ctx, Coll *c, char *buf,
+                         int64_t count) except -1 nogil:
+    """BCube (as in Gloo): the ranks form a mixed-radix hypercube whose
+    dimensions are groups of up to BCUBE_BASE ranks (bcube_radices); a
+    reduce-scatter inside the group of each dimension in turn, then an
+    allgather back. Fewer, wider steps than halving-doubling, and any world
+    size works without folding (a prime size is one group: a direct
+    reduce-scatter and allgather)."""
+    cdef int n = ctx.size, r = ctx.rank, i, k
+    cdef int radix[MAX_RADICES]
+    cdef int64_t isz = c.itemsize
+    cdef int64_t *bo = <int64_t *>_alloc((n + 1) * sizeof(int64_t))
+    try:
+        k = bcube_radices(n, radix)
+        for i in range(n + 1):
+            bo[i] = (count // n) * i + min(<int64_t>i, count % n)
+        radix_exchange(ctx, c, buf, isz, n, r, 0, radix, k, bo,
+                       ctx.scratch(_radix_scratch(n, r, radix, k, bo) * isz),
+                       True, True)
+    finally:
+        free(bo)
+    return 0
+
+
+cdef inline int _real_rank(int64_t v, int rem) noexcept nogil:
+    """Real rank of virtual rank v when the first 2*rem ranks fold in pairs
+    (virtual rank v < rem is the odd one of the pair)."""
+    return <int>(2 * v + 1 if v < rem else v + rem)
+
+
+cdef int64_t _radix_scratch(int vn, int vr, const int *radix, int k,
+                            const int64_t *bo) noexcept nogil:
+    """Elements of incoming partial results radix_exchange's reduce-scatter
+    holds at once (the most over its steps)."""
+    cdef int64_t w = vn, base = 0, most = 0, d, ln
+    cdef int i
+    for i in range(k):
+        w //= radix[i]
+        d = (vr // w) % radix[i]
+        ln = bo[base + (d + 1) * w] - bo[base + d * w]
+        most = max(most, (radix[i] - 1) * ln)
+        base += d * w
+    return most
+
+
+cdef int radix_exchange(Context ctx, Coll *c, char *buf, int64_t isz, int vn,
+                        int vr, int rem, const int *radix, int k,
+                        const int64_t *bo, char *tmp, bint reduce_scatter,
+                        bint allgather) except -1 nogil:
+    """Reduce-scatter and/or allgather over vn virtual ranks arranged as a
+    mixed-radix hypercube, vn = radix[0] x ... x radix[k-1] (all 2:
+    recursive halving / doubling; wider: bcube). Virtual rank v owns block v,
+    elements [bo[v], bo[v+1]) of buf (items of isz bytes); it is real rank
+    _real_rank(v, rem).
+
+    v's digits, most significant first, are d_0..d_{k-1}. At reduce-scatter
+    step i the group of ranks that differ from v only in digit i share a
+    range of blocks; it is cut in radix[i] parts, part j to the member with
+    digit j: v sends every other member its part and reduces into its own
+    the partial results they send (in a fixed order). After the last step
+    v holds block v reduced over every rank, computed nowhere else. The
+    allgather runs the steps backwards, each member sending its part to
+    the others. `tmp` holds _radix_scratch() elements."""
+    cdef int64_t bases[MAX_RADICES]
+    cdef int64_t ws[MAX_RADICES]
+    cdef int64_t w = vn, base = 0, lo, ln, mlo, mln
+    cdef int digits[MAX_RADICES]
+    cdef int i, j, jj, b, d, nx, maxb = 1
+    cdef uint64_t tag
+    for i in range(k):
+        w //= radix[i]
+        ws[i] = w
+        digits[i] = <int>((vr // w) % radix[i])
+        bases[i] = base
+        base += digits[i] * w
+        maxb = max(maxb, radix[i])
+    cdef Xfer *xs = <Xfer *>_alloc(2 * maxb * sizeof(Xfer))
+    try:
+        if reduce_scatter:
+            for i in range(k):
+                b, d, w, base = radix[i], digits[i], ws[i], bases[i]
+                tag = i + 1
+                mlo = bo[base + d * w]
+                mln = bo[base + (d + 1) * w] - mlo
+                # Sends first, each member starting at a different peer.
+                for j in range(1, b):
+                    jj = (d + j) % b
+                    lo = bo[base + jj * w]
+                    ln = bo[base + (jj + 1) * w] - lo
+                    ctx.post_send(c, &xs[j - 1], _real_rank(vr + (jj - d) * w, rem),
+                                  tag, buf + lo * isz, ln * isz)
+                for j in range(1, b):
+                    jj = (d + j) % b
+                    ctx.post_recv(c, &xs[b - 2 + j],
+                                  _real_rank(vr + (jj - d) * w, rem), tag,
+                                  tmp + (j - 1) * mln * isz, mln * isz)
+                for j in range(1, b):
+                    ctx.wait(c, &xs[b - 2 + j])
+                    c.fn(buf + mlo * isz, tmp + (j - 1) * mln * isz, mln)
+                ctx.waitall(c, xs, b - 1)
+        if allgather:
+            for i in range(k - 1, -1, -1):
+                b, d, w, base = radix[i], digits[i], ws[i], bases[i]
+                tag = k + i + 1
+                mlo = bo[base + d * w]
+                mln = bo[base + (d + 1) * w] - mlo
+                for j in range(1, b):
+                    jj = (d + j) % b
+                    ctx.post_send(c, &xs[j - 1], _real_rank(vr + (jj - d) * w, rem),
+                                  tag, buf + mlo * isz, mln * isz)
+                for j in range(1, b):
+                    jj = (d + j) % b
+                    lo = bo[base + jj * w]
+                    ln = bo[base + (jj + 1) * w] - lo
+                    ctx.post_recv(c, &xs[b - 2 + j],
+                                  _real_rank(vr + (jj - d) * w, rem), tag,
+                                  buf + lo * isz, ln * isz)
+                ctx.waitall(c, xs, 2 * (b - 1))
+    finally:
+        free(xs)
     return 0
 
 
@@ -292,7 +687,59 @@ cdef inline int64_t _mod(int64_t a, int64_t n) noexcept nogil:
     return ((a % n) + n) % n
 
 
+cdef bint _end_to_end(int n, const int64_t *offs,
+                      const int64_t *sizes) noexcept nogil:
+    cdef int i
+    for i in range(n - 1):
+        if offs[i] + sizes[i] != offs[i + 1]:
+            return False
+    return True
+
+
+cdef int pick_allgather(Context ctx, const int64_t *offs, const int64_t *sizes,
+                        int algo) noexcept nogil:
+    """The algorithm an allgatherv of blocks (offs, sizes) runs: recursive
+    doubling needs a power-of-two size and blocks laid end to end in rank
+    order (each step moves one contiguous range); otherwise the ring."""
+    cdef int n = ctx.size, i
+    cdef int64_t total = 0
+    cdef bint doubling_ok = (n & (n - 1)) == 0 and _end_to_end(n, offs, sizes)
+    for i in range(n):
+        total += sizes[i]
+    if algo == ALGO_AUTO:
+        algo = auto_allgather(n, total)
+    if algo == ALGO_RECURSIVE_DOUBLING and not doubling_ok:
+        algo = ALGO_RING
+    return algo
+
+
 cdef int run_allgatherv(Context ctx, Coll *c, char *buf, const int64_t *offs,
+                        const int64_t *sizes, int algo=ALGO_AUTO) except -1 nogil:
+    """Block r (sizes[r] bytes at offs[r]) of rank r's buf into every buf."""
+    cdef int n = ctx.size, i, k = 0
+    cdef int radix[MAX_RADICES]
+    cdef int64_t *bo
+    if n == 1:
+        return 0
+    if pick_allgather(ctx, offs, sizes, algo) != ALGO_RECURSIVE_DOUBLING:
+        return allgather_ring(ctx, c, buf, offs, sizes)
+    # Recursive doubling: the allgather half of the radix-2 hypercube.
+    while (1 << k) < n:
+        radix[k] = 2
+        k += 1
+    bo = <int64_t *>_alloc((n + 1) * sizeof(int64_t))
+    try:
+        for i in range(n):
+            bo[i] = offs[i]
+        bo[n] = offs[n - 1] + sizes[n - 1]
+        radix_exchange(ctx, c, buf, 1, n, ctx.rank, 0, radix, k, bo, NULL,
+                       False, True)
+    finally:
+        free(bo)
+    return 0
+
+
+cdef int allgather_ring(Context ctx, Coll *c, char *buf, const int64_t *offs,
                         const int64_t *sizes) except -1 nogil:
     """Ring: at step t pass block r-t to the right, take block r-t-1 from
     the left."""
@@ -305,6 +752,86 @@ cdef int run_allgatherv(Context ctx, Coll *c, char *buf, const int64_t *offs,
         ctx.post_recv(c, &xs[0], (r - 1 + n) % n, t, buf + offs[rb], sizes[rb])
         ctx.waitall(c, xs, 2)
     return 0
+
+
+cdef int pick_reduce_scatter(Context ctx, int64_t total_bytes,
+                             int algo) noexcept nogil:
+    """The algorithm a reduce_scatter of `total_bytes` per rank runs."""
+    return algo if algo != ALGO_AUTO else auto_reduce_scatter(ctx.size, total_bytes)
+
+
+cdef int run_reduce_scatter(Context ctx, Coll *c, char *acc,
+                            const int64_t *offs, const int64_t *lens,
+                            int algo) except -1 nogil:
+    """Reduce every rank's `acc` (clobbered): rank r ends with block r
+    (lens[r] elements at offs[r]; blocks laid end to end in rank order)
+    reduced over every rank, in its `acc`."""
+    cdef int n = ctx.size, i
+    cdef int64_t total = 0
+    if n == 1:
+        return 0
+    for i in range(n):
+        total += lens[i]
+    if pick_reduce_scatter(ctx, total * c.itemsize, algo) == ALGO_HALVING:
+        return reduce_scatter_halving(ctx, c, acc, offs, lens, total)
+    return ring_reduce_scatter(ctx, c, acc, offs, lens, False,
+                               ctx.scratch(ring_scratch_bytes(ctx, c, lens)))
+
+
+cdef int reduce_scatter_halving(Context ctx, Coll *c, char *acc,
+                                const int64_t *offs, const int64_t *lens,
+                                int64_t total) except -1 nogil:
+    """Recursive halving over p = 2^k ranks (log2 p steps, each rank sends
+    ~the buffer once). For n not a power of two the first 2*(n-p) ranks fold
+    pairwise (even into odd) first; the odd rank then stands for both
+    blocks, and sends the even one its block at the end."""
+    cdef int n = ctx.size, r = ctx.rank, p = 1, k = 0, rem, vr, v
+    cdef int radix[MAX_RADICES]
+    cdef int64_t isz = c.itemsize, need
+    cdef Xfer x
+    cdef char *tmp
+    while p * 2 <= n:
+        radix[k] = 2
+        k += 1
+        p *= 2
+    rem = n - p
+    vr = r // 2 if r < 2 * rem else r - rem
+    cdef int64_t *bo = <int64_t *>_alloc((p + 1) * sizeof(int64_t))
+    try:
+        for v in range(p):                    # virtual v's blocks: rank order
+            bo[v] = offs[_real_rank(v, rem) - (1 if v < rem else 0)]
+        bo[p] = offs[0] + total
+        if r < 2 * rem and r % 2 == 0:
+            ctx.post_send(c, &x, r + 1, TAG_FOLD_IN, acc + offs[0] * isz,
+                          total * isz)
+            ctx.wait(c, &x)
+            ctx.post_recv(c, &x, r + 1, TAG_FOLD_OUT, acc + offs[r] * isz,
+                          lens[r] * isz)
+            ctx.wait(c, &x)
+            return 0
+        need = _radix_scratch(p, vr, radix, k, bo)
+        tmp = ctx.scratch(max(need, total if rem else 0) * isz)
+        if r < 2 * rem:
+            ctx.post_recv(c, &x, r - 1, TAG_FOLD_IN, tmp, total * isz)
+            ctx.wait(c, &x)
+            c.fn(acc + offs[0] * isz, tmp, total)
+        radix_exchange(ctx, c, acc, isz, p, vr, rem, radix, k, bo, tmp,
+                       True, False)
+        if r < 2 * rem:
+            ctx.post_send(c, &x, r - 1, TAG_FOLD_OUT, acc + offs[r - 1] * isz,
+                          lens[r - 1] * isz)
+            ctx.wait(c, &x)
+    finally:
+        free(bo)
+    return 0
+
+
+cdef int pick_reduce(Context ctx, int64_t count, int64_t itemsize,
+                     int algo) noexcept nogil:
+    """The algorithm a reduce of `count` elements runs."""
+    if algo != ALGO_AUTO:
+        return algo
+    return auto_reduce(ctx.size, ctx.small_allreduce, count, itemsize)
 
 
 cdef int run_reduce(Context ctx, Coll *c, char *acc, int64_t count, char *out,
@@ -320,10 +847,7 @@ cdef int run_reduce(Context ctx, Coll *c, char *acc, int64_t count, char *out,
         if out != acc:
             memmove(out, acc, nbytes)
         return 0
-    if algo == ALGO_AUTO:
-        algo = (ALGO_RECURSIVE_DOUBLING if nbytes <= ctx.small_allreduce
-                or count < n else ALGO_RING)
-    if algo != ALGO_RING:
+    if pick_reduce(ctx, count, isz, algo) != ALGO_RING:
         reduce_binomial(ctx, c, acc, count, ctx.scratch(nbytes))
         if r == root and out != acc:
             memmove(out, acc, nbytes)

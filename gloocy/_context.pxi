@@ -73,6 +73,7 @@ cdef class Context:
         self.small_allreduce = small_allreduce
         self._pairs = list(pairs)
         self._to_self = []
+        self._requests = set()
         self._pair_ptrs = <void **>malloc(size * sizeof(void *))
         if self._pair_ptrs is NULL:
             raise MemoryError()
@@ -345,15 +346,19 @@ cdef class Context:
             self.fail(e, &c)
             raise
 
-    def bcast(self, buf, int root, *, timeout=None):
-        """Copy root's `buf` into every other rank's `buf` (same byte size)."""
+    def bcast(self, buf, int root, *, timeout=None, algorithm=None):
+        """Copy root's `buf` into every other rank's `buf` (same byte size).
+        `algorithm`: a name in BCAST_ALGORITHMS (None: automatic)."""
         cdef Coll c
         self._check_root(root)
         cdef Buf b = get_buffer(buf, "buf", self.rank != root)
+        cdef int algo = _algorithm("bcast", algorithm)
         self.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
+        algo = pick_bcast(self, b.nbytes, algo)
+        self.last_algorithm = ALGORITHM_NAMES[algo]
         try:
             with nogil:
-                run_bcast(self, &c, b.ptr, b.nbytes)
+                run_bcast(self, &c, b.ptr, b.nbytes, algo)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -367,12 +372,14 @@ cdef class Context:
         cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
         rb.require_dtype()
         cdef reduce_fn fn = kernel_for(op, rb.dtype)
-        cdef int algo = _allreduce_algorithm(algorithm)
+        cdef int algo = _algorithm("allreduce", algorithm)
         if sendbuf is not None:
             sb = get_buffer(sendbuf, "sendbuf", False)
             _same_layout(sb, rb)
         self.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)
         c.fn = fn
+        algo = pick_allreduce(self, rb.count, c.itemsize, algo)
+        self.last_algorithm = ALGORITHM_NAMES[algo]
         try:
             with nogil:
                 if sb is not None and sb.ptr != rb.ptr:
@@ -383,10 +390,13 @@ cdef class Context:
             raise
 
     def allgatherv(self, sendbuf, recvbuf, counts, displs=None, *,
-                   timeout=None):
+                   timeout=None, algorithm=None):
         """Every rank's sendbuf lands in every recvbuf: rank i's block is
         counts[i] bytes at byte displs[i] (default: end to end). sendbuf
-        None: our block is already in place in recvbuf."""
+        None: our block is already in place in recvbuf. `algorithm`: a name
+        in ALLGATHER_ALGORITHMS (None: automatic; recursive doubling falls
+        back to the ring unless the size is a power of two and the blocks
+        lie end to end)."""
         cdef Coll c
         cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
         cdef I64 sizes, offs
@@ -397,12 +407,15 @@ cdef class Context:
             if sb.nbytes != sizes.v[self.rank]:
                 raise ValueError(f"sendbuf has {sb.nbytes} bytes but "
                                  f"counts[{self.rank}] is {sizes.v[self.rank]}")
+        cdef int algo = _algorithm("allgather", algorithm)
         self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
+        algo = pick_allgather(self, offs.v, sizes.v, algo)
+        self.last_algorithm = ALGORITHM_NAMES[algo]
         try:
             with nogil:
                 if sb is not None:
                     memmove(rb.ptr + offs.v[self.rank], sb.ptr, sb.nbytes)
-                run_allgatherv(self, &c, rb.ptr, offs.v, sizes.v)
+                run_allgatherv(self, &c, rb.ptr, offs.v, sizes.v, algo)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -477,6 +490,52 @@ cdef class Context:
             raise
         return x.peer, <int64_t>x.hdr.tag, x.nbytes
 
+    def isend(self, buf, int dest, int tag=0):
+        """Start sending buf to `dest`; returns a P2PHandle to wait on. buf
+        must not change until then."""
+        self._check_peer(dest, "dest", False)
+        if tag < 0:
+            raise ValueError(f"tag: must be >= 0, got {tag}")
+        cdef Buf b = get_buffer(buf, "buf", False)
+        cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
+        h.ctx, h.buf, h.peer, h.tag, h.is_send = self, b, dest, tag, True
+        if dest == self.rank:
+            self._to_self.append((tag, bytes(b.ptr[:b.nbytes])))
+            h.result = (dest, tag, b.nbytes)
+            return h
+        self.begin_p2p(&h.c, None)
+        try:
+            with nogil:
+                self.post_send(&h.c, &h.x, dest, <uint64_t>tag, b.ptr, b.nbytes)
+        except BaseException as e:
+            self.fail(e, &h.c)
+            raise
+        h.posted = True
+        self._requests.add(h)
+        return h
+
+    def irecv(self, buf, int source=-1, int tag=-1):
+        """Start receiving into buf from `source` (-1: any) with `tag` (-1:
+        any); returns a P2PHandle to wait on."""
+        self._check_peer(source, "source", True)
+        if tag < -1:
+            raise ValueError(f"tag: must be >= 0 or -1 (any), got {tag}")
+        cdef Buf b = get_buffer(buf, "buf", True)
+        cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
+        h.ctx, h.buf, h.peer, h.tag = self, b, source, tag
+        self.begin_p2p(&h.c, None)
+        _p2p_want(&h.x, &h.c, b.ptr, b.nbytes, tag)
+        if source >= 0 and source != self.rank:
+            try:
+                with nogil:
+                    (<Pair>self._pair_ptrs[source]).post_recv(&h.x)
+            except BaseException as e:
+                self.fail(e, &h.c)
+                raise
+            h.posted = True
+            self._requests.add(h)
+        return h
+
     def probe(self, int source=-1, int tag=-1, *, bint block=True,
               timeout=None):
         """(source, tag, nbytes) of the next message a recv(source, tag)
@@ -524,9 +583,11 @@ cdef class Context:
         if sb is not None and rb is not None:
             _same_layout(sb, rb)
         cdef reduce_fn fn = kernel_for(op, ref.dtype)
-        cdef int algo = _allreduce_algorithm(algorithm)
+        cdef int algo = _algorithm("reduce", algorithm)
         self.begin(&c, KIND_REDUCE, op, ref.dtype, root, ref.count, timeout)
         c.fn = fn
+        algo = pick_reduce(self, ref.count, c.itemsize, algo)
+        self.last_algorithm = ALGORITHM_NAMES[algo]
         cdef char *acc
         cdef char *out = rb.ptr if rb is not None else NULL
         try:
@@ -550,10 +611,11 @@ cdef class Context:
             raise
 
     def reduce_scatter(self, sendbuf, recvbuf, counts, int op, *,
-                       timeout=None):
+                       timeout=None, algorithm=None):
         """Reduce every rank's sendbuf (sum(counts) elements) and leave block
         i (counts[i] elements) on rank i, in recvbuf. sendbuf None: recvbuf
-        holds the whole input (in place)."""
+        holds the whole input (in place). `algorithm`: a name in
+        REDUCE_SCATTER_ALGORITHMS (None: automatic)."""
         cdef Coll c
         cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
         cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
@@ -571,18 +633,19 @@ cdef class Context:
         if rb.count < lens.v[self.rank]:
             raise ValueError(f"recvbuf has {rb.count} elements but "
                              f"recvcounts[{self.rank}] is {lens.v[self.rank]}")
+        cdef int algo = _algorithm("reduce_scatter", algorithm)
         self.begin(&c, KIND_REDUCE_SCATTER, op, sb.dtype, -1, total, timeout)
         c.fn = fn
         cdef int64_t isz = sb.itemsize, mine = lens.v[self.rank] * isz
+        algo = pick_reduce_scatter(self, total * isz, algo)
+        self.last_algorithm = ALGORITHM_NAMES[algo]
         cdef char *acc
         try:
             with nogil:
                 acc = <char *>_alloc(total * isz)
                 try:
                     memcpy(acc, sb.ptr, total * isz)
-                    ring_reduce_scatter(
-                        self, &c, acc, offs.v, lens.v, False,
-                        self.scratch(ring_scratch_bytes(self, &c, lens.v)))
+                    run_reduce_scatter(self, &c, acc, offs.v, lens.v, algo)
                     memcpy(rb.ptr, acc + offs.v[self.rank] * isz, mine)
                 finally:
                     free(acc)
@@ -712,6 +775,108 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+
+
+cdef class P2PHandle:
+    """An Isend or Irecv in flight. Its Xfer lives here, so the Context keeps
+    the handle (and through it the buffer) alive until it is done or
+    cancelled. Progress is made by any wait on the communicator."""
+    cdef Context ctx
+    cdef Buf buf
+    cdef Coll c
+    cdef Xfer x
+    cdef int peer           # dest, or source (-1: any)
+    cdef int tag            # receives: the wanted tag (-1: any)
+    cdef bint is_send
+    cdef bint posted        # x sits in a pair's queue
+    cdef bint _cancelled
+    cdef object result      # (source or dest, tag, nbytes) once done
+
+    @property
+    def done(self):
+        return self.result is not None or self._cancelled
+
+    @property
+    def cancelled(self):
+        return self._cancelled
+
+    def wait(self, timeout=None):
+        """Block until done; (source, tag, nbytes), None if cancelled."""
+        while not self._step(True, timeout):
+            pass
+        return self.result
+
+    def test(self):
+        """Make progress without blocking; (source, tag, nbytes) if done."""
+        self._step(False, None)
+        return self.result
+
+    def cancel(self):
+        """Withdraw a receive that nothing has arrived for; True if it was
+        (sends cannot be withdrawn)."""
+        if self.done or self.is_send:
+            return False
+        if self.posted and not (<Pair>self.ctx._pair_ptrs[self.peer]).cancel_recv(&self.x):
+            return False
+        self._cancelled = True
+        self.ctx._requests.discard(self)
+        return True
+
+    cdef bint _take_from_self(self) except -1:
+        """A receive from ourselves (or anyone): messages we sent us."""
+        cdef Context ctx = self.ctx
+        for i, (t, data) in enumerate(ctx._to_self):
+            if self.tag == -1 or t == self.tag:
+                if len(data) > self.buf.nbytes:
+                    raise MismatchError(
+                        f"rank {ctx.rank}: a message of {len(data)} bytes "
+                        f"from rank {ctx.rank} (tag {t}) does not fit the "
+                        f"{self.buf.nbytes}-byte receive buffer")
+                del ctx._to_self[i]
+                memcpy(self.buf.ptr, <const char *>data, len(data))
+                self.result = (ctx.rank, t, len(data))
+                return True
+        return False
+
+    cdef int _step(self, bint block, object timeout) except -1:
+        """One attempt to finish; 1 when done."""
+        cdef Context ctx = self.ctx
+        cdef int found = 0
+        if self.done:
+            return 1
+        if not self.is_send and not self.posted:
+            if self._take_from_self():
+                return 1
+            if self.peer == ctx.rank or ctx.size == 1:
+                if block:
+                    raise ContextPoisoned(
+                        f"rank {ctx.rank}: waiting for a message from itself "
+                        "that was never sent: it would wait forever")
+                return 0
+        if ctx.error is not None:
+            raise ContextPoisoned(f"rank {ctx.rank}: communicator unusable "
+                                  f"after an earlier error: {ctx.error}")
+        cdef double t = ctx.timeout if timeout is None else timeout
+        self.c.deadline = now_ns() + <int64_t>min(t * 1e9, 4e18)
+        try:
+            with nogil:
+                if self.posted:
+                    if block:
+                        ctx.wait(&self.c, &self.x)
+                    else:
+                        ctx.progress_all()
+                    found = self.x.state == XFER_DONE
+                else:
+                    found = ctx.match_stashed(&self.c, &self.x, -1, True, block)
+        except BaseException as e:
+            ctx.fail(e, &self.c)
+            raise
+        if not found:
+            return 0
+        self.result = (self.peer if self.is_send else self.x.peer,
+                       <int64_t>self.x.hdr.tag, self.x.nbytes)
+        ctx._requests.discard(self)
+        return 1
 
 
 cdef void _p2p_want(Xfer *x, Coll *c, char *buf, int64_t nbytes,

@@ -146,6 +146,8 @@ cdef class Pair:
     cdef void abandon(self) noexcept nogil
     # Close; say goodbye first when `clean`. Idempotent.
     cdef int shutdown(self, bint clean) except -1
+    # Withdraw a posted receive nothing has arrived for; True if withdrawn.
+    cdef bint cancel_recv(self, Xfer *x) noexcept nogil
 
     # The unexpected-frame queue, shared by every transport: stash() a frame
     # no receive matches (its payload then goes to the returned copy);
@@ -189,6 +191,8 @@ cdef class Context:
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
     cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
+    cdef set _requests                # unfinished Isend/Irecv handles: their
+                                      # Xfers are posted, so they must live
     cdef char *_scratch               # temporary space kept between calls
     cdef int64_t _scratch_size
 

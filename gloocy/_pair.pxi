@@ -32,6 +32,9 @@ cdef class Pair:
     cdef void abandon(self) noexcept nogil:
         pass
 
+    cdef bint cancel_recv(self, Xfer *x) noexcept nogil:
+        return False
+
     cdef int shutdown(self, bint clean) except -1:
         self.closed = True
         return 0

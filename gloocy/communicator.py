@@ -11,6 +11,7 @@ import numpy as np
 
 from gloocy import _core
 from gloocy import ops as _ops
+from gloocy import requests as _requests
 
 __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
@@ -186,8 +187,13 @@ class Communicator:
     communicator's ``timeout``.
     """
 
-    def __init__(self, context):
+    def __init__(self, context, *, secret=b"", host="127.0.0.1",
+                 job="gloocy"):
         self._ctx = context
+        self._secret, self._host, self._job = secret, host, job
+        self._dups = 0              # Dup() calls so far: names the next job
+        self._shadow = None         # Dup running the nonblocking collectives
+        self._worker = None
 
     # -- identity ----------------------------------------------------------
 
@@ -227,9 +233,9 @@ class Communicator:
         """Return only when every rank has called Barrier."""
         self._ctx.barrier(timeout=timeout)
 
-    def Bcast(self, buf, root=0, *, timeout=None):
+    def Bcast(self, buf, root=0, *, timeout=None, algorithm=None):
         """Copy `buf` from `root` into `buf` on every other rank."""
-        self._ctx.bcast(buf, root, timeout=timeout)
+        self._ctx.bcast(buf, root, timeout=timeout, algorithm=algorithm)
 
     def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
                   algorithm=None):
@@ -276,17 +282,17 @@ class Communicator:
                           timeout=timeout)
         return out
 
-    def Allgather(self, sendbuf, recvbuf, *, timeout=None):
+    def Allgather(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """Every rank's sendbuf, in rank order, into every recvbuf."""
         sizes, displs = _blocks(recvbuf, self.size, "recvbuf")
         self._ctx.allgatherv(_in_place(sendbuf), recvbuf, sizes, displs,
-                             timeout=timeout)
+                             timeout=timeout, algorithm=algorithm)
 
-    def Allgatherv(self, sendbuf, recvbuf, *, timeout=None):
+    def Allgatherv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """recvbuf is [buf, counts] or [buf, (counts, displs)] (elements)."""
         buf, sizes, displs = _vector(recvbuf, self.size, "recvbuf")
         self._ctx.allgatherv(_in_place(sendbuf), buf, sizes, displs,
-                             timeout=timeout)
+                             timeout=timeout, algorithm=algorithm)
 
     def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None):
         """Every rank's sendbuf, in rank order, into recvbuf at root."""
@@ -576,10 +582,123 @@ class Communicator:
         objs = self.allgather(obj, timeout=timeout)
         return functools.reduce(op, objs[:self.rank]) if self.rank else None
 
+    # -- nonblocking -----------------------------------------------------------
+
+    def Isend(self, buf, dest, tag=0):
+        """Start sending buf (which must not change until the request is
+        done)."""
+        if dest == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        return _requests.P2PRequest(self._ctx.isend(buf, dest, tag), buf)
+
+    def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+        """Start receiving into buf."""
+        if source == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        return _requests.P2PRequest(
+            self._ctx.irecv(buf, self._source(source), tag), buf)
+
+    def isend(self, obj, dest, tag=0):
+        if dest == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        data = _dumps(obj)
+        return _requests.P2PRequest(self._ctx.isend(data, dest, tag), data)
+
+    def irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
+        """A request whose wait() returns the object received."""
+        if source == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        return _requests.ObjectRecvRequest(self, self._source(source), tag)
+
+    def _start(self, method, *args, **kwargs):
+        """Run collective `method` of the shadow communicator on the worker.
+        The first call builds both (collectively: every rank makes it)."""
+        if self._shadow is None:
+            self._shadow = self.Dup()
+            self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
+        call = getattr(self._shadow, method)
+        return self._worker.submit(lambda: call(*args, **kwargs),
+                                   _requests.CollectiveRequest())
+
+    def Ibarrier(self):
+        return self._start("Barrier")
+
+    def Ibcast(self, buf, root=0):
+        return self._start("Bcast", buf, root)
+
+    def Iallreduce(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Allreduce", sendbuf, recvbuf, op)
+
+    def Ireduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0):
+        return self._start("Reduce", sendbuf, recvbuf, op, root)
+
+    def Iallgather(self, sendbuf, recvbuf):
+        return self._start("Allgather", sendbuf, recvbuf)
+
+    def Iallgatherv(self, sendbuf, recvbuf):
+        return self._start("Allgatherv", sendbuf, recvbuf)
+
+    def Igather(self, sendbuf, recvbuf, root=0):
+        return self._start("Gather", sendbuf, recvbuf, root)
+
+    def Igatherv(self, sendbuf, recvbuf, root=0):
+        return self._start("Gatherv", sendbuf, recvbuf, root)
+
+    def Iscatter(self, sendbuf, recvbuf, root=0):
+        return self._start("Scatter", sendbuf, recvbuf, root)
+
+    def Iscatterv(self, sendbuf, recvbuf, root=0):
+        return self._start("Scatterv", sendbuf, recvbuf, root)
+
+    def Ialltoall(self, sendbuf, recvbuf):
+        return self._start("Alltoall", sendbuf, recvbuf)
+
+    def Ialltoallv(self, sendbuf, recvbuf):
+        return self._start("Alltoallv", sendbuf, recvbuf)
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM):
+        return self._start("Reduce_scatter", sendbuf, recvbuf, recvcounts, op)
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
+
+    def Iscan(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Scan", sendbuf, recvbuf, op)
+
+    def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Exscan", sendbuf, recvbuf, op)
+
+    # -- new communicators -----------------------------------------------------
+
+    def Dup(self, *, timeout=None):
+        """A communicator of the same ranks with its own connections (made
+        over this one: no store needed). Collective."""
+        from gloocy import transport
+
+        self._dups += 1
+        job = f"{self._job}/dup{self._dups}"
+        ctx = self._ctx
+        pairs = transport.connect_over(
+            self, self._secret, host=self._host, job=job,
+            timeout=ctx.timeout if timeout is None else timeout)
+        dup = type(ctx)(ctx.rank, ctx.size, pairs, comm_id=ctx.comm_id + self._dups,
+                        timeout=ctx.timeout, segment=ctx.segment,
+                        spin_us=ctx.spin_ns // 1000,
+                        small_allreduce=ctx.small_allreduce)
+        return Communicator(dup, secret=self._secret, host=self._host, job=job)
+
+    Clone = Dup
+
     # -- lifetime ------------------------------------------------------------
 
     def Free(self):
         """Close the connections (peers are told this rank left cleanly)."""
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        if self._shadow is not None:
+            self._shadow.Free()
+            self._shadow = None
         self._ctx.close()
 
     @property

@@ -223,7 +223,7 @@ def test_bad_input_raises_locally_and_the_job_goes_on(tmp_path):
             "root": lambda: comm.Bcast(np.ones(4), root=3),
             "negroot": lambda: comm.Bcast(np.ones(4), root=-1),
             "op_dtype": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4), op=gloocy.BAND),
-            "dtype": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4, np.complex128)),
+            "dtype": lambda: comm.Allreduce(gloocy.IN_PLACE, np.zeros(4, "U1")),
             "not_buffer": lambda: comm.Bcast([1, 2, 3], root=0),
             "mixed": lambda: comm.Allreduce(np.ones(4, np.float32), np.ones(2, np.float64)),
             "op": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4), op="sum"),

@@ -2,8 +2,9 @@
 
 from typing_extensions import Self, disjoint_base
 
+from collections.abc import Callable
+
 from gloocy._core import Pair
-from gloocy.rendezvous.store import Store
 
 
 @disjoint_base
@@ -16,8 +17,11 @@ class TcpPair(Pair):
                 address: str = "") -> Self: ...
 
 
-def connect_mesh(store: Store, rank: int, size: int, secret: bytes, *,
+def connect_mesh(rank: int, size: int, secret: bytes,
+                 publish: Callable[[str], object],
+                 lookup: Callable[[int, float], str], *,
                  host: str = "127.0.0.1", job: str = "",
                  timeout: float = 300.0) -> list[TcpPair | None]:
     """Connect this rank to every other one; a list of TcpPair indexed by
-    rank (None at `rank`)."""
+    rank (None at `rank`). publish(address) makes ours known, lookup(peer,
+    timeout) returns a peer's "host:port"."""

@@ -313,6 +313,23 @@ cdef class TcpPair(Pair):
             ev |= POLLIN | POLLRDHUP    # data, or a hang-up to notice
         return ev
 
+    cdef bint cancel_recv(self, Xfer *x) noexcept nogil:
+        cdef Xfer *prev = NULL
+        cdef Xfer *it = self.recv_head
+        while it is not NULL and it is not x:
+            prev = it
+            it = it.next
+        if it is NULL:
+            return False                  # matched already (or never posted)
+        if prev is NULL:
+            self.recv_head = x.next
+        else:
+            prev.next = x.next
+        if self.recv_tail is x:
+            self.recv_tail = prev
+        x.next = NULL
+        return True
+
     cdef void abandon(self) noexcept nogil:
         self.send_head = self.send_tail = NULL
         self.recv_head = self.recv_tail = NULL
@@ -446,17 +463,23 @@ def _tune(sock):
     sock.setblocking(False)
 
 
-def connect_mesh(store, int rank, int size, bytes secret, *, str host="127.0.0.1",
-                 str job="", double timeout=300.0):
+def connect_mesh(int rank, int size, bytes secret, publish, lookup, *,
+                 str host="127.0.0.1", str job="", double timeout=300.0):
     """Connect this rank to every other one; returns a list of TcpPair
-    indexed by rank (None at `rank`)."""
+    indexed by rank (None at `rank`). `publish(address)` makes our
+    "host:port" known to the others (a store, an allgather...);
+    `lookup(peer, timeout)` returns a peer's."""
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind((host, 0))
     listener.listen(max(16, size))
-    store.set(f"{job}/tcp/{rank}", _fmt(listener.getsockname()).encode())
+    try:
+        publish(_fmt(listener.getsockname()))
+    except BaseException:
+        listener.close()
+        raise
 
     socks = {}
     failure = []
@@ -504,9 +527,8 @@ def connect_mesh(store, int rank, int size, bytes secret, *, str host="127.0.0.1
     acceptor.start()
     try:
         for peer in range(rank):
-            left = deadline - time.monotonic()
-            text = store.get(f"{job}/tcp/{peer}", timeout=max(left, 0.001))
-            addr = _parse_addr(text.decode())
+            addr = _parse_addr(lookup(peer, max(deadline - time.monotonic(),
+                                                0.001)))
             socks[peer] = (_connect_one(addr, secret, rank, peer, size, job,
                                         deadline), _fmt(addr))
         acceptor.join()

@@ -1,0 +1,289 @@
+"""Requests: handles on nonblocking operations, with mpi4py's methods.
+
+Point-to-point requests (Isend, Irecv) are transfers posted on the
+communicator's own connections; any wait on the communicator moves them.
+Nonblocking collectives run, in the order they were started, on a worker
+thread of the communicator over a duplicate of it (its own connections), so
+they progress while the caller computes; the idle worker sleeps on a queue.
+"""
+
+import pickle
+import queue
+import threading
+import time
+
+__all__ = ["Request", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
+           "Testsome", "UNDEFINED"]
+
+UNDEFINED = -32766          # mpi4py's (MPICH's) value
+
+
+def _set_status(status, result):
+    if status is not None and result is not None:
+        status._set(*result)
+
+
+class Request:
+    """A nonblocking operation in flight."""
+
+    def Wait(self, status=None):
+        """Block until done; fill `status` (source, tag, count)."""
+        _set_status(status, self._wait(None))
+        return True
+
+    def Test(self, status=None):
+        """True when done (then `status` is filled)."""
+        result = self._test()
+        if result is None and not self._done():
+            return False
+        _set_status(status, result)
+        return True
+
+    def Get_status(self, status=None):
+        """Like Test, but the request stays usable."""
+        return self.Test(status)
+
+    def Cancel(self):
+        """Withdraw the operation if it can still be (a receive nothing
+        has arrived for); otherwise no effect."""
+
+    def Free(self):
+        """Forget the request (the operation itself completes anyway)."""
+
+    def wait(self, status=None):
+        """Wait; for an object receive (irecv), the object."""
+        self.Wait(status)
+        return self._value()
+
+    def test(self, status=None):
+        """(done, object or None)."""
+        done = self.Test(status)
+        return done, (self._value() if done else None)
+
+    # The four primitives subclasses provide:
+    def _wait(self, timeout):           # -> (source, tag, count) or None
+        raise NotImplementedError
+
+    def _test(self):                    # -> result or None
+        raise NotImplementedError
+
+    def _done(self):
+        raise NotImplementedError
+
+    def _value(self):
+        return None
+
+    # mpi4py spells the multi-request functions as Request class methods too.
+    @staticmethod
+    def Waitall(requests, statuses=None):
+        return Waitall(requests, statuses)
+
+    @staticmethod
+    def Testall(requests, statuses=None):
+        return Testall(requests, statuses)
+
+    @staticmethod
+    def Waitany(requests, status=None):
+        return Waitany(requests, status)
+
+    @staticmethod
+    def Testany(requests, status=None):
+        return Testany(requests, status)
+
+    @staticmethod
+    def Waitsome(requests, statuses=None):
+        return Waitsome(requests, statuses)
+
+    @staticmethod
+    def waitall(requests, statuses=None):
+        return [r.wait(None if statuses is None else statuses[i])
+                for i, r in enumerate(requests)]
+
+
+class P2PRequest(Request):
+    """Isend / Irecv: a core handle plus, for objects, how to decode."""
+
+    def __init__(self, handle, keep=None, decode=None):
+        self._h = handle
+        self._keep = keep             # the buffer must live until done
+        self._decode = decode
+
+    def _wait(self, timeout):
+        return self._h.wait(timeout)
+
+    def _test(self):
+        return self._h.test()
+
+    def _done(self):
+        return self._h.done
+
+    def Cancel(self):
+        self._h.cancel()
+
+    def _value(self):
+        if self._decode is None or self._h.cancelled:
+            return None
+        return self._decode(self._h.wait())
+
+
+class ObjectRecvRequest(Request):
+    """irecv of a Python object: its size is unknown until it arrives, so
+    the receive happens at wait/test time (probe, then receive)."""
+
+    def __init__(self, comm, source, tag):
+        self._comm, self._source, self._tag = comm, source, tag
+        self._result = self._obj = None
+
+    def _finish(self, probed):
+        src, tag, n = probed
+        data = bytearray(n)
+        self._result = self._comm._ctx.recv(data, src, tag)
+        self._obj = pickle.loads(data)
+        return self._result
+
+    def _wait(self, timeout):
+        if self._result is None:
+            self._finish(self._comm._ctx.probe(self._source, self._tag,
+                                               timeout=timeout))
+        return self._result
+
+    def _test(self):
+        if self._result is None:
+            probed = self._comm._ctx.probe(self._source, self._tag, block=False)
+            if probed is not None:
+                self._finish(probed)
+        return self._result
+
+    def _done(self):
+        return self._result is not None
+
+    def _value(self):
+        return self._obj
+
+
+class CollectiveRequest(Request):
+    """A collective running on the communicator's worker thread."""
+
+    def __init__(self, value=None):
+        self._event = threading.Event()
+        self._error = None
+        self._result = value
+
+    @classmethod
+    def _finished(cls):
+        """A request that is already complete (e.g. to PROC_NULL)."""
+        request = cls()
+        request._event.set()
+        return request
+
+    def _run(self, call):
+        try:
+            out = call()
+            if out is not None:
+                self._result = out
+        except BaseException as e:      # re-raised in the waiting thread
+            self._error = e
+        finally:
+            self._event.set()
+
+    def _wait(self, timeout):
+        self._event.wait()
+        if self._error is not None:
+            raise self._error
+        return None
+
+    def _test(self):
+        if self._event.is_set() and self._error is not None:
+            raise self._error
+        return None
+
+    def _done(self):
+        return self._event.is_set()
+
+    def _value(self):
+        return self._result
+
+
+class Worker:
+    """One thread running a communicator's nonblocking collectives in order."""
+
+    def __init__(self, name):
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._loop, name=name,
+                                        daemon=True)
+        self._thread.start()
+
+    def submit(self, call, request):
+        self._jobs.put((call, request))
+        return request
+
+    def _loop(self):
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            call, request = job
+            request._run(call)
+
+    def stop(self):
+        self._jobs.put(None)
+        self._thread.join()
+
+
+def Waitall(requests, statuses=None):
+    for i, r in enumerate(requests):
+        r.Wait(None if statuses is None else statuses[i])
+    return True
+
+
+def Testall(requests, statuses=None):
+    done = [r.Test() for r in requests]     # test every one: each progresses
+    if not all(done):
+        return False
+    if statuses is not None:
+        for r, s in zip(requests, statuses):
+            r.Test(s)
+    return True
+
+
+def _first_done(requests, status):
+    for i, r in enumerate(requests):
+        if r is not None and r.Test(status):
+            return i
+    return None
+
+
+def Waitany(requests, status=None):
+    """Index of a finished request (UNDEFINED if there are none)."""
+    live = [r for r in requests if r is not None]
+    if not live:
+        return UNDEFINED
+    delay = 0.0
+    while True:
+        i = _first_done(requests, status)
+        if i is not None:
+            return i
+        time.sleep(delay)           # each Test made progress; back off a bit
+        delay = min(0.001, delay + 0.00005)
+
+
+def Testany(requests, status=None):
+    """(index, done): index UNDEFINED when none has finished."""
+    i = _first_done(requests, status)
+    return (UNDEFINED, False) if i is None else (i, True)
+
+
+def Waitsome(requests, statuses=None):
+    """Indices of the requests that have finished (at least one)."""
+    first = Waitany(requests)
+    if first == UNDEFINED:
+        return None
+    return Testsome(requests, statuses)
+
+
+def Testsome(requests, statuses=None):
+    out = [i for i, r in enumerate(requests) if r is not None and r.Test()]
+    if statuses is not None:
+        for k, i in enumerate(out):
+            requests[i].Test(statuses[k])
+    return out
