@@ -151,6 +151,23 @@ cdef class Context:
         cdef double t = self.timeout if timeout is None else timeout
         if not t > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        cdef Xfer *stale
+        cdef Header *past
+        if kind != KIND_P2P:
+            # A frame of a call of ours that is over, never taken: the ranks
+            # called different collectives there (ones that only send).
+            for p in self._pairs:
+                stale = NULL if p is None else (<Pair>p).find_stale(self.comm_id, self.seq)
+                if stale is not NULL:
+                    past = &self._recent[stale.hdr.seq % 16]
+                    mine = (f"called {describe_call(past)}"
+                            if past.seq == stale.hdr.seq and past.kind
+                            else f"made call #{stale.hdr.seq} without taking it")
+                    e = MismatchError(
+                        f"rank {self.rank} {mine} but rank {(<Pair>p).peer} "
+                        f"called {describe_call(&stale.hdr)}")
+                    self.fail(e, c)
+                    raise e
         init_header(&c.proto)
         c.proto.kind = kind
         c.proto.op = op
@@ -160,6 +177,8 @@ cdef class Context:
         c.proto.comm_id = self.comm_id
         c.proto.seq = self.seq
         self.seq += 1
+        if kind != KIND_P2P:
+            self._recent[c.proto.seq % 16] = c.proto
         # Clamp: converting a double beyond int64 (inf) to int64 is undefined.
         c.deadline = now_ns() + <int64_t>min(t * 1e9, 4e18)
         c.fn = NULL
@@ -214,8 +233,13 @@ cdef class Context:
         the context is poisoned and the pairs forget the call's transfers."""
         if self.error is None:
             self.error = exc
+        # A mismatch is a bug in the program that every rank should hear of,
+        # not only the one whose frame showed it.
+        why = str(exc).encode() if isinstance(exc, MismatchError) else None
         for p in self._pairs:
             if p is not None:
+                if why is not None:
+                    (<Pair>p).say_abort(why)
                 (<Pair>p).abandon()
         return 0
 
@@ -764,9 +788,11 @@ cdef class Context:
                                     "sendbuf")
         sb = get_buffer(sendbuf, "sendbuf", False)
         if ssizes.v[self.rank] != rsizes.v[self.rank]:
-            raise ValueError(f"rank {self.rank} sends itself "
-                             f"{ssizes.v[self.rank]} bytes but expects "
-                             f"{rsizes.v[self.rank]}")
+            raise ValueError(f"sendbuf block {self.rank} has "
+                             f"{ssizes.v[self.rank]} bytes but recvbuf block "
+                             f"{self.rank} has {rsizes.v[self.rank]}: rank "
+                             f"{self.rank} sends itself one and receives the "
+                             f"other")
         self.begin(&c, KIND_ALLTOALLV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
             with nogil:

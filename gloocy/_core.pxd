@@ -27,7 +27,9 @@ cdef enum Kind:
     KIND_SCAN = 10
     KIND_EXSCAN = 11
     KIND_P2P = 12                 # point-to-point: tag is the user's tag
-    KIND_LAST = 13
+    KIND_ABORT = 13               # the peer found a mismatch; payload: its message
+    KIND_LAST = 14
+    ABORT_MAX = 1024              # longest abort message
 
 # Reduction ops (codes on the wire and in gloocy.ops).
 cdef enum OpCode:
@@ -148,6 +150,9 @@ cdef class Pair:
     cdef int shutdown(self, bint clean) except -1
     # Withdraw a posted receive nothing has arrived for; True if withdrawn.
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil
+    # Best effort, before abandon(): tell the peer we stop because of `why`
+    # (only when our stream to it is between frames).
+    cdef int say_abort(self, bytes why) except -1
 
     # The unexpected-frame queue, shared by every transport: stash() a frame
     # no receive matches (its payload then goes to the returned copy);
@@ -158,6 +163,11 @@ cdef class Pair:
     cdef void drop_unexpected(self, Xfer *u) noexcept nogil
     # Deliver a complete stashed frame into receive x (checked), drop it.
     cdef int take_unexpected(self, Xfer *u, Xfer *x) except -1 nogil
+    # MismatchError if a stashed frame belongs to receive x's call but has
+    # another fingerprint (x itself matched none), or belongs to a call of
+    # ours that is over (sequence number below `seq`).
+    cdef int check_stash(self, const Xfer *x) except -1 nogil
+    cdef Xfer *find_stale(self, uint32_t comm_id, uint64_t seq) noexcept nogil
 
 
 # Shared by transports: frame checks that raise the right gloocy error.
@@ -166,6 +176,7 @@ cdef int check_header(const Header *got, int rank, int peer) except -1 nogil
 cdef int check_frame(const Header *got, const Xfer *want, int rank, int peer) except -1 nogil
 cdef int check_unmatched(const Header *got, const Xfer *posted, int rank, int peer) except -1 nogil
 cdef void init_header(Header *h) noexcept nogil
+cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil
 
 
 # One collective call in flight: the header template its frames carry, its
@@ -190,6 +201,7 @@ cdef class Context:
     cdef public int64_t spin_ns       # how long to spin before blocking
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
     cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
+    cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
     cdef set _requests                # unfinished Isend/Irecv handles: their
                                       # Xfers are posted, so they must live

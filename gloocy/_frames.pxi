@@ -7,7 +7,8 @@ KIND_NAMES = {KIND_BYE: "bye", KIND_BARRIER: "barrier", KIND_BCAST: "bcast",
               KIND_REDUCE: "reduce", KIND_GATHERV: "gather",
               KIND_SCATTERV: "scatter", KIND_ALLTOALLV: "alltoall",
               KIND_REDUCE_SCATTER: "reduce_scatter", KIND_SCAN: "scan",
-              KIND_EXSCAN: "exscan", KIND_P2P: "send/recv"}
+              KIND_EXSCAN: "exscan", KIND_P2P: "send/recv",
+              KIND_ABORT: "abort"}
 
 
 cdef void init_header(Header *h) noexcept nogil:
@@ -52,7 +53,8 @@ cdef int _raise_bad_header(const Header *got, int rank, int peer) except -1 with
 cdef int check_header(const Header *got, int rank, int peer) except -1 nogil:
     if (got.magic != FRAME_MAGIC or got.version != FRAME_VERSION
             or got.kind >= KIND_LAST
-            or (got.kind == KIND_BYE and got.length != 0)):
+            or (got.kind == KIND_BYE and got.length != 0)
+            or (got.kind == KIND_ABORT and got.length > ABORT_MAX)):
         return _raise_bad_header(got, rank, peer)
     return 0
 
@@ -113,3 +115,9 @@ cdef int check_unmatched(const Header *got, const Xfer *posted, int rank,
                 return _raise_mismatch(got, posted, rank, peer)
         posted = posted.next
     return 0
+
+
+cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil:
+    """The peer sent KIND_ABORT: it stopped on a mismatch it found."""
+    why = u.buf[:u.nbytes].decode("utf-8", "replace")
+    raise MismatchError(f"rank {rank}: rank {peer} stopped the call: {why}")

@@ -35,6 +35,9 @@ cdef class Pair:
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil:
         return False
 
+    cdef int say_abort(self, bytes why) except -1:
+        return 0
+
     cdef int shutdown(self, bint clean) except -1:
         self.closed = True
         return 0
@@ -97,6 +100,22 @@ cdef class Pair:
         x.state = XFER_DONE
         self.drop_unexpected(u)
         return 0
+
+    cdef int check_stash(self, const Xfer *x) except -1 nogil:
+        cdef Xfer *u = self.unexp_head
+        while u is not NULL:
+            check_unmatched(&u.hdr, x, self.rank, self.peer)
+            u = u.next
+        return 0
+
+    cdef Xfer *find_stale(self, uint32_t comm_id, uint64_t seq) noexcept nogil:
+        cdef Xfer *u = self.unexp_head
+        while u is not NULL:
+            if (u.hdr.kind != KIND_P2P and u.hdr.comm_id == comm_id
+                    and u.hdr.seq < seq):
+                return u
+            u = u.next
+        return NULL
 
     def close(self, clean=True):
         self.shutdown(clean)

@@ -168,10 +168,14 @@ def _vector(spec, size, name):
     buf, counts, displs = spec[0], spec[1], None
     if len(spec) == 3:
         displs = spec[2]
-    elif isinstance(counts, tuple) and len(counts) == 2 and not isinstance(
-            counts[0], int):
-        counts, displs = counts
-    item = memoryview(buf).itemsize
+    elif (isinstance(counts, tuple) and len(counts) == 2
+          and all(hasattr(part, "__len__") for part in counts)):
+        counts, displs = counts          # (counts, displs), not two counts
+    try:
+        item = memoryview(buf).itemsize
+    except TypeError:
+        raise TypeError(f"{name}: {type(buf).__name__} does not expose a "
+                        "buffer") from None
     sizes = [int(n) * item for n in counts]
     if len(sizes) != size:
         raise ValueError(f"{name}: expected {size} counts, got {len(sizes)}")

@@ -25,9 +25,10 @@ from libc.string cimport memcpy, memset
 from posix.unistd cimport close as c_close
 
 from gloocy._core cimport (Pair, Xfer, Header, HEADER_SIZE, KIND_BYE,
-                           KIND_P2P, XFER_DONE, XFER_POSTED, EAGER_MAX,
-                           init_header, frame_matches, check_header,
-                           check_frame, check_unmatched)
+                           KIND_P2P, KIND_ABORT, ABORT_MAX, XFER_DONE,
+                           XFER_POSTED, XF_HEAP, EAGER_MAX, init_header,
+                           frame_matches, check_header, check_frame,
+                           check_unmatched, raise_peer_abort)
 
 from gloocy.errors import PeerLostError, ProtocolError, RendezvousError
 
@@ -167,6 +168,8 @@ cdef class TcpPair(Pair):
             self.in_x = x
             self.drop_unexpected(u)
             return 0
+        x.next = NULL
+        self.check_stash(x)
         if (self.peer_gone and not self.parked and self.in_hdr_got == 0
                 and self.st_lo == self.st_hi):
             return self.lost("the peer has left (closed its communicator)", 0)
@@ -274,6 +277,9 @@ cdef class TcpPair(Pair):
                     self.peer_said_bye = True
                     self.in_hdr_got = 0
                     continue
+                if self.in_hdr.kind == KIND_ABORT:
+                    self.in_x = self.stash(&self.in_hdr)   # read, then raise
+                    continue
                 self.start_payload()
                 continue
             x = self.in_x
@@ -283,6 +289,8 @@ cdef class TcpPair(Pair):
                     return moved
                 x.done += got
                 moved = 1
+            if x.hdr.kind == KIND_ABORT and (x.flags & XF_HEAP):
+                return raise_peer_abort(x, self.rank, self.peer)
             x.state = XFER_DONE
             self.in_x = NULL
             self.in_hdr_got = 0
@@ -312,6 +320,27 @@ cdef class TcpPair(Pair):
         if not self.parked:
             ev |= POLLIN | POLLRDHUP    # data, or a hang-up to notice
         return ev
+
+    cdef int say_abort(self, bytes why) except -1:
+        cdef Header h
+        cdef bytes text = why[:ABORT_MAX]
+        cdef iovec iov[2]
+        cdef msghdr msg
+        if (self.fd < 0 or self.peer_gone
+                or (self.send_head is not NULL and self.send_head.done > 0)):
+            return 0                      # mid-frame: the peer can't parse it
+        init_header(&h)
+        h.kind = KIND_ABORT
+        h.length = len(text)
+        memset(&msg, 0, sizeof(msg))
+        iov[0].iov_base = &h
+        iov[0].iov_len = HEADER_SIZE
+        iov[1].iov_base = <char *>text
+        iov[1].iov_len = len(text)
+        msg.msg_iov = iov
+        msg.msg_iovlen = 2
+        sendmsg(self.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT)
+        return 0
 
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil:
         cdef Xfer *prev = NULL
