@@ -28,9 +28,11 @@ DTYPE_SIZES[:] = [1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 1, 8, 16,
                   sizeof(gloocy_2int), sizeof(gloocy_short_int)]
 
 # numpy structured (value, index) pairs: T{<value code>:name:i:name:}
-_PAIR_FORMAT = re.compile(r"^T\{[@=<]?([fdlih]):[^:]*:[@=<]?i:[^:]*:\}$")
+# (padding between the fields shows as "xx" or "2x")
+_PAIR_FORMAT = re.compile(
+    r"^T\{[@=<]?([fdlqih]):[^:]*:(?:\d*x)*[@=<]?i:[^:]*:\}$")
 _PAIR_CODES = {b"f": DT_FLOAT_INT, b"d": DT_DOUBLE_INT, b"l": DT_LONG_INT,
-               b"i": DT_2INT, b"h": DT_SHORT_INT}
+               b"q": DT_LONG_INT, b"i": DT_2INT, b"h": DT_SHORT_INT}
 
 cdef int _int_code(bint signed, Py_ssize_t size) noexcept:
     if size == 1:

@@ -94,16 +94,15 @@ cdef class Context:
             self._scratch_size = max(nbytes, 4096)
         return self._scratch
 
-    @property
-    def closed(self):
-        return all(p is None or (<Pair>p).closed for p in self._pairs)
-
     def close(self, *, double linger=1.0):
         """Close every pair; peers are told goodbye unless we are poisoned.
 
         After losing a peer, wait up to `linger` seconds for the others to
         hang up first: they are then sure to notice the lost peer itself
         rather than our leaving, and name the right rank."""
+        if self.closed:
+            return
+        self.closed = True
         if isinstance(self.error, PeerLostError) and linger > 0:
             with nogil:
                 self._linger(now_ns() + <int64_t>(linger * 1e9))
@@ -146,7 +145,7 @@ cdef class Context:
             raise ContextPoisoned(
                 f"rank {self.rank}: communicator unusable after an earlier "
                 f"error: {self.error}")
-        if any(p is not None and (<Pair>p).closed for p in self._pairs):
+        if self.closed:
             raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
         cdef double t = self.timeout if timeout is None else timeout
         if not t > 0:

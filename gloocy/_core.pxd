@@ -195,6 +195,7 @@ cdef class Context:
     cdef readonly uint64_t seq        # collectives issued so far
     cdef public double timeout        # default deadline of a call, seconds
     cdef readonly object error        # first fatal error; set => poisoned
+    cdef readonly bint closed         # close() was called
     cdef list _pairs                  # Pair per rank (None at our own rank)
     cdef void **_pair_ptrs            # borrowed _pairs items, for nogil use
     cdef public int64_t segment       # pipeline segment size in bytes

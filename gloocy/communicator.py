@@ -97,6 +97,12 @@ def _array(buf):
     return buf if isinstance(buf, np.ndarray) else np.asarray(memoryview(buf))
 
 
+def _proc_null(status):
+    if status is not None:
+        status._set(PROC_NULL, ANY_TAG, 0)
+    return True
+
+
 def _fold(op, blocks):
     """blocks[0] <op> blocks[1] <op> ... in rank order, for a user op."""
     acc = blocks[0].copy()
@@ -115,6 +121,12 @@ def _check_callable(op):
     if not callable(op):
         raise TypeError(f"op: expected a gloocy op or a callable, got {op!r}")
     return op
+
+
+def _check_scan_op(op):
+    if op is _ops.AVG:
+        raise TypeError("op: AVG is not defined for scans")
+    return _check_callable(op)
 
 
 def _in_place(buf):
@@ -142,8 +154,11 @@ def _loads_all(data, counts):
     return objs
 
 
-def _blocks(buf, size, name):
-    """Byte sizes and displacements of `size` equal blocks filling buf."""
+def _extent(buf, name):
+    """(itemsize, number of elements) of any buffer. NumPy arrays are asked
+    directly: some (bfloat16) export no buffer format."""
+    if isinstance(buf, np.ndarray):
+        return buf.itemsize, buf.size
     if buf is None or buf is IN_PLACE:
         raise TypeError(f"{name}: expected a buffer, got {buf!r}")
     try:
@@ -151,11 +166,16 @@ def _blocks(buf, size, name):
     except TypeError:
         raise TypeError(f"{name}: {type(buf).__name__} does not expose a "
                         "buffer") from None
-    items = view.nbytes // view.itemsize
+    return view.itemsize, view.nbytes // view.itemsize
+
+
+def _blocks(buf, size, name):
+    """Byte sizes and displacements of `size` equal blocks filling buf."""
+    item, items = _extent(buf, name)
     if items % size:
         raise ValueError(f"{name}: {items} elements do not split into "
                          f"{size} equal blocks")
-    block = items // size * view.itemsize
+    block = items // size * item
     return [block] * size, [block * i for i in range(size)]
 
 
@@ -171,11 +191,7 @@ def _vector(spec, size, name):
     elif (isinstance(counts, tuple) and len(counts) == 2
           and all(hasattr(part, "__len__") for part in counts)):
         counts, displs = counts          # (counts, displs), not two counts
-    try:
-        item = memoryview(buf).itemsize
-    except TypeError:
-        raise TypeError(f"{name}: {type(buf).__name__} does not expose a "
-                        "buffer") from None
+    item = _extent(buf, name)[0]
     sizes = [int(n) * item for n in counts]
     if len(sizes) != size:
         raise ValueError(f"{name}: expected {size} counts, got {len(sizes)}")
@@ -264,8 +280,7 @@ class Communicator:
                 out = _array(recvbuf)
                 out[...] = _fold(op, blocks).reshape(out.shape)
             return
-        if at_root:
-            _check_avg(op, recvbuf)
+        _check_avg(op, recvbuf if at_root else sendbuf)
         self._ctx.reduce(_in_place(sendbuf), recvbuf if at_root else None,
                          op.code, root, timeout=timeout, algorithm=algorithm)
         if at_root:
@@ -355,8 +370,7 @@ class Communicator:
         whole input and gets our block at its start)."""
         _check_op(op)
         if recvcounts is None:
-            view = memoryview(recvbuf)
-            block = view.nbytes // view.itemsize
+            block = _extent(recvbuf, "recvbuf")[1]
             if _in_place(sendbuf) is None:
                 block //= self.size
             recvcounts = [block] * self.size
@@ -378,8 +392,7 @@ class Communicator:
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
                              timeout=None, algorithm=None):
         """Reduce sendbuf (size x block) over the ranks; rank i gets block i."""
-        view = memoryview(recvbuf)
-        block = view.nbytes // view.itemsize
+        block = _extent(recvbuf, "recvbuf")[1]
         if _in_place(sendbuf) is None:
             block //= self.size
         self.Reduce_scatter(sendbuf, recvbuf, [block] * self.size, op,
@@ -439,6 +452,8 @@ class Communicator:
     def Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
               timeout=None):
         """Wait until a matching message can be received; True."""
+        if source == PROC_NULL:
+            return _proc_null(status)
         got = self._ctx.probe(self._source(source), tag, timeout=timeout)
         if status is not None:
             status._set(*got)
@@ -446,6 +461,8 @@ class Communicator:
 
     def Iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         """Is a matching message there to receive now?"""
+        if source == PROC_NULL:
+            return _proc_null(status)
         got = self._ctx.probe(self._source(source), tag, block=False)
         if got is not None and status is not None:
             status._set(*got)
@@ -572,17 +589,20 @@ class Communicator:
         elsewhere)."""
         _check_callable(op)
         objs = self.gather(obj, root, timeout=timeout)
-        return functools.reduce(op, objs) if self.rank == root else None
+        if self.rank != root:
+            return None
+        total = functools.reduce(op, objs)
+        return total / self.size if op is _ops.AVG else total
 
     def scan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank, in rank order."""
-        _check_callable(op)
+        _check_scan_op(op)
         objs = self.allgather(obj, timeout=timeout)
         return functools.reduce(op, objs[:self.rank + 1])
 
     def exscan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank-1; None on rank 0."""
-        _check_callable(op)
+        _check_scan_op(op)
         objs = self.allgather(obj, timeout=timeout)
         return functools.reduce(op, objs[:self.rank]) if self.rank else None
 

@@ -133,6 +133,13 @@ class ObjectRecvRequest(Request):
     def __init__(self, comm, source, tag):
         self._comm, self._source, self._tag = comm, source, tag
         self._result = self._obj = None
+        self._cancelled = False
+
+    def Cancel(self):
+        """Nothing is received before wait/test: withdrawing always works
+        until then."""
+        if self._result is None:
+            self._cancelled = True
 
     def _finish(self, probed):
         src, tag, n = probed
@@ -142,20 +149,20 @@ class ObjectRecvRequest(Request):
         return self._result
 
     def _wait(self, timeout):
-        if self._result is None:
+        if self._result is None and not self._cancelled:
             self._finish(self._comm._ctx.probe(self._source, self._tag,
                                                timeout=timeout))
         return self._result
 
     def _test(self):
-        if self._result is None:
+        if self._result is None and not self._cancelled:
             probed = self._comm._ctx.probe(self._source, self._tag, block=False)
             if probed is not None:
                 self._finish(probed)
         return self._result
 
     def _done(self):
-        return self._result is not None
+        return self._result is not None or self._cancelled
 
     def _value(self):
         return self._obj

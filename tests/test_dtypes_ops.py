@@ -257,12 +257,9 @@ def r_bad_pairs(comm, cases):
         log.append((op, name, [
             attempt(lambda: comm.Allreduce(IN_PLACE, x.copy(), op=o)),
             attempt(lambda: comm.Allreduce(x, np.zeros_like(x), op=o)),
-            # Reduce with AVG on integers: see the xfail test below (the
-            # non-roots would send and spoil this world)
-            "skipped" if op == "AVG" and name in ("int32", "int64") else
             attempt(lambda: comm.Reduce(x, np.zeros_like(x), op=o, root=0)),
-            attempt(lambda: comm.Reduce_scatter(     # (explicit counts: see
-                np.concatenate([x] * comm.size),     # the bfloat16 xfail)
+            attempt(lambda: comm.Reduce_scatter(
+                np.concatenate([x] * comm.size),
                 np.zeros_like(x), [x.size] * comm.size, op=o)),
             attempt(lambda: comm.Scan(x, np.zeros_like(x), op=o)),
             attempt(lambda: comm.Exscan(x, np.zeros_like(x), op=o)),
@@ -415,11 +412,7 @@ def test_bfloat16_sum_max(world, size):
     check_reductions(world(size).run(r_reductions, cases), size, cases)
 
 
-PAIR_PARAMS = [pytest.param(v, marks=pytest.mark.xfail(strict=True, reason=(
-    "NumPy exports dtype([('v','i2'),('i','i4')], align=True) as "
-    "'T{h:v:xxi:i:}' (explicit padding); _PAIR_FORMAT does not allow the "
-    "'xx', so the short_int pair is rejected with TypeError")))
-    if v == "i2" else v for v in PAIR_VALUES]
+PAIR_PARAMS = PAIR_VALUES
 
 
 @pytest.mark.parametrize("value", PAIR_PARAMS)
@@ -476,9 +469,6 @@ def test_avg(world, size):
                         1j * (size - 1) / 2, "TypeError", "TypeError")
 
 
-@pytest.mark.xfail(strict=True, reason="object reduce() (and scan/exscan) "
-                   "with AVG fold with operator.add and never divide: "
-                   "reduce(1.0, 2.0; op=AVG) is 3.0 while allreduce gives 1.5")
 @pytest.mark.parametrize("size", [2, 3])
 def test_object_reduce_avg_divides(world, size):
     avg = (size + 1) / 2
@@ -498,11 +488,6 @@ def r_bfloat16_reduce_scatter_block(comm, k):
     return out
 
 
-@pytest.mark.xfail(strict=True, reason="Communicator.Reduce_scatter_block "
-                   "(also Allgather, Gather, Scatter, Alltoall) calls "
-                   "memoryview() on the array itself; a bfloat16 array has no "
-                   "buffer format: ValueError \"cannot include dtype 'E' in "
-                   "a buffer\"")
 @pytest.mark.parametrize("size", [1, 3])
 def test_bfloat16_reduce_scatter_block(world, size):
     k = 5
@@ -529,10 +514,6 @@ def test_meaningless_op_dtype_pairs_raise_type_error(world, size):
         assert after == [size * (size + 1) / 2] * 3
 
 
-@pytest.mark.xfail(strict=True, reason="Reduce with AVG checks the dtype at "
-                   "the root only: the other ranks send their int32 data, "
-                   "the root raises TypeError, and the next collective "
-                   "fails with MismatchError")
 def test_reduce_avg_int_raises_everywhere_before_sending():
     with harness.World(3, timeout=20) as w:
         for out, y in w.run(r_reduce_avg_int):

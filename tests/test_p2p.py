@@ -719,10 +719,6 @@ def test_proc_null(world, size):
             assert log[5] == ("sendrecv", ("obj", r - 1))
 
 
-@pytest.mark.xfail(strict=True, reason="Probe/Iprobe treat PROC_NULL (-1) as "
-                   "ANY_SOURCE: Iprobe(PROC_NULL) is False with nothing "
-                   "pending and Probe(PROC_NULL) blocks; MPI returns at once "
-                   "with status source PROC_NULL")
 def test_probe_proc_null_returns_at_once():
     with harness.World(2, timeout=20) as w:
         for log in w.run(r_probe_proc_null):
@@ -835,10 +831,6 @@ def test_cancel_irecv_nothing_was_sent_to(world, size):
     assert log[6] == ("after done", True, (0, 80, m.nbytes, m.tolist()))
 
 
-@pytest.mark.xfail(strict=True, reason="Request.Cancel of an object irecv "
-                   "does nothing (ObjectRecvRequest has no Cancel): the "
-                   "request never completes and would take the next "
-                   "matching message if tested again")
 def test_cancel_object_irecv(world):
     assert world(2).run(r_cancel_object_irecv)[0] == (True, "obj79")
 
@@ -918,18 +910,10 @@ def test_dup_works_independently(world, size):
         assert log["threads"] == {
             "dup": [base + size * k for k in range(rounds)],
             "parent": [-2.0 * (base + size * k) for k in range(rounds)]}
-        # (A world of one reports closed from the start: see the xfail below.)
-        assert log["freed"][0] is True
-        if size > 1:
-            assert log["freed"][1] is False
+        assert log["freed"] == (True, False)
 
 
-@pytest.mark.parametrize("size", [
-    pytest.param(1, marks=pytest.mark.xfail(strict=True, reason=(
-        "Context.closed is all(p is None or p.closed): with no pairs (a world "
-        "of one) it is True from the start, so gloocy.init() builds a new "
-        "world on every call and a freed communicator stays usable"))),
-    2])
+@pytest.mark.parametrize("size", [1, 2])
 def test_closed_flag_and_use_after_free(world, size):
     assert world(size).run(r_closed_flags) == [
         [False, False, True, "refused"]] * size

@@ -1,0 +1,482 @@
+"""Every algorithm of every collective, forced and automatic, at world sizes 1-7.
+
+Algorithms are chosen by name (the ``algorithm=`` keyword or the
+``GLOOCY_ALGORITHM_<COLLECTIVE>`` environment variable; the keyword wins).
+``Context.last_algorithm`` names the algorithm the last call ran, which
+proves the choice was honoured (or that a documented fall-back happened).
+
+A *case* is a tuple ``(collective, algorithm, n, seed, kind)``; every rank
+runs a batch of cases (``r_cases``) and returns, per case, what its buffer
+holds afterwards and ``last_algorithm``. The test process rebuilds every
+rank's input from the seed and predicts the result with NumPy (``expect``).
+Data are exact in any reduction order (integers over their whole range,
+integer-valued floats, MAX with NaN) except two kinds that only check that
+every rank got the same bits: inexact float sums ("noise") and MIN over 0.0
+vs -0.0 and NaNs with different payloads ("zeros").
+"""
+
+import functools
+import hashlib
+import os
+import zlib
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+import gloocy
+from gloocy import IN_PLACE
+from gloocy import _core
+
+SIZES = [1, 2, 3, 4, 5, 6, 7]
+TINY_SEGMENT = {"GLOOCY_SEGMENT_BYTES": 8}     # pipelined algorithms: 8-byte segments
+
+NAMES = {                                      # collective -> forced algorithm names
+    "allreduce": ["ring", "recursive_doubling", "halving_doubling", "bcube"],
+    "bcast": ["binomial", "scatter_allgather"],
+    "allgather": ["ring", "recursive_doubling"],
+    "reduce_scatter": ["ring", "halving"],
+    "reduce": ["binomial", "ring", "recursive_doubling"],
+}
+ENV = {c: f"GLOOCY_ALGORITHM_{c.upper()}" for c in NAMES}
+
+# kind -> (dtype, op) for the reductions; "noise"/"zeros": bits agree only
+REDUCE_KINDS = {
+    "i64-sum": ("int64", "SUM"), "i8-prod": ("int8", "PROD"),
+    "u16-bxor": ("uint16", "BXOR"), "f64-sum": ("float64", "SUM"),
+    "f32-max": ("float32", "MAX"), "bool-lor": ("bool", "LOR"),
+    "noise": ("float32", "SUM"), "zeros": ("float64", "MIN"),
+}
+UFUNCS = {"SUM": np.add, "PROD": np.multiply, "MIN": np.minimum,
+          "MAX": np.maximum, "BXOR": np.bitwise_xor, "LOR": np.logical_or}
+EXACT_KINDS = ["i64-sum", "i8-prod", "u16-bxor", "f64-sum", "f32-max", "bool-lor"]
+# allgather layouts: equal blocks (Allgather), ragged end to end, gaps between
+GATHER_KINDS = ["equal", "ragged", "gaps"]
+SCATTER_KINDS = ["block", "ragged"]            # Reduce_scatter_block / ragged counts
+
+
+def counts_for(size):
+    """Counts that break index arithmetic: 0, 1, below the size, odd, big."""
+    return sorted({0, 1, max(size - 1, 0), size + 2, 7, 1001})
+
+
+def digest(data):
+    data = memoryview(data).tobytes()
+    return data if len(data) <= 4096 else hashlib.sha256(data).digest()
+
+
+# -- deterministic inputs (built alike on ranks and in the test process) ---------
+
+def rng_for(seed, rank, n, kind):
+    return np.random.default_rng([seed, rank, n, zlib.crc32(kind.encode())])
+
+
+def reduce_input(seed, rank, n, kind):
+    dtype, op = REDUCE_KINDS[kind]
+    rng = rng_for(seed, rank, n, kind)
+    if kind == "noise":
+        return (rng.standard_normal(n) * 10.0 ** rng.integers(-3, 4, n)).astype(dtype)
+    if kind == "zeros":                        # equal values, different bits
+        x = np.where((np.arange(n) + rank) % 2 == 0, 0.0, -0.0)
+        nan = np.array([0x7FF8000000000000 + rank + 1], np.uint64).view(np.float64)
+        x[np.arange(n) % 5 == 3] = nan[0]
+        return x
+    if dtype == "bool":
+        return rng.random(n) < 0.3
+    if dtype == "float64":                      # sums of these are exact
+        return rng.integers(-(1 << 40), 1 << 40, n).astype(dtype)
+    if dtype == "float32":
+        x = (rng.standard_normal(n) * 100).astype(dtype)
+        x[rng.random(n) < 0.05] = np.nan
+        return x
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, n, dtype=dtype, endpoint=True)
+
+
+def reduce_oracle(seed, size, n, kind):
+    _, op = REDUCE_KINDS[kind]
+    parts = [reduce_input(seed, r, n, kind) for r in range(size)]
+    with np.errstate(all="ignore"):
+        return functools.reduce(UFUNCS[op], parts).astype(parts[0].dtype)
+
+
+def scatter_counts(seed, size, n, kind):
+    if kind == "block":
+        return [n] * size
+    rng = np.random.default_rng([seed, size, n, 7])
+    counts = rng.integers(0, n + 1, size).tolist()
+    counts[int(rng.integers(size))] = 0         # some rank gets nothing
+    return counts
+
+
+def gather_layout(seed, size, n, kind):
+    """(counts, displs) in int32 elements; displs None: end to end."""
+    if kind == "equal":
+        return [n] * size, None
+    rng = np.random.default_rng([seed, size, n, 9])
+    counts = rng.integers(0, n + 1, size).tolist()
+    if kind == "ragged":
+        return counts, None
+    displs, at = [], 0
+    for c in counts:                            # a gap of 1 before every block
+        at += 1
+        displs.append(at)
+        at += c
+    return counts, displs
+
+
+def gather_block(seed, rank, count):
+    return rng_for(seed, rank, count, "gather").integers(
+        -2**31, 2**31, count, dtype=np.int32)
+
+
+def bcast_data(seed, n):
+    return rng_for(seed, 0, n, "bcast").integers(0, 256, n, dtype=np.uint8)
+
+
+# -- rank side -------------------------------------------------------------------
+
+def run_case(comm, coll, algo, n, seed, kind):
+    """One call; returns (what our buffer holds, the algorithm that ran)."""
+    kw = {} if algo is None else {"algorithm": algo}
+    r, size = comm.rank, comm.size
+    if coll == "allreduce":
+        x = reduce_input(seed, r, n, kind)
+        comm.Allreduce(IN_PLACE, x, op=getattr(gloocy, REDUCE_KINDS[kind][1]), **kw)
+        out = x
+    elif coll == "reduce":
+        root = seed % size
+        x = reduce_input(seed, r, n, kind)
+        out = np.zeros_like(x) if r == root else None
+        comm.Reduce(x, out, op=getattr(gloocy, REDUCE_KINDS[kind][1]),
+                    root=root, **kw)
+        out = b"" if out is None else out
+    elif coll == "reduce_scatter":
+        skind, rkind = kind.split("/")
+        counts = scatter_counts(seed, size, n, skind)
+        x = reduce_input(seed, r, sum(counts), rkind)
+        op = getattr(gloocy, REDUCE_KINDS[rkind][1])
+        out = np.zeros(counts[r], x.dtype)
+        if skind == "block":
+            comm.Reduce_scatter_block(x, out, op=op, **kw)
+        else:
+            comm.Reduce_scatter(x, out, counts, op=op, **kw)
+    elif coll == "allgather":
+        counts, displs = gather_layout(seed, size, n, kind)
+        mine = gather_block(seed, r, counts[r])
+        if kind == "equal":
+            out = np.zeros(n * size, np.int32)
+            comm.Allgather(mine, out, **kw)
+        else:
+            end = (displs[-1] if displs else 0) + counts[-1] if displs else sum(counts)
+            out = np.full(end, -1, np.int32)
+            spec = [out, counts] if displs is None else [out, (counts, displs)]
+            comm.Allgatherv(mine, spec, **kw)
+    elif coll == "bcast":
+        root = seed % size
+        out = bcast_data(seed, n) if r == root else np.full(n, r, np.uint8)
+        comm.Bcast(out, root=root, **kw)
+    else:
+        raise ValueError(coll)
+    return digest(out), comm._ctx.last_algorithm
+
+
+def r_cases(comm, cases):
+    return [run_case(comm, *case) for case in cases]
+
+
+def r_env_cases(comm, env, cases):
+    """Run cases with `env` set in os.environ for the call only (the
+    variables are read at every call)."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        return r_cases(comm, cases)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def r_errors(comm, calls):
+    """Each call (collective, keyword algorithm, env value) must raise
+    ValueError before anything is sent; returns the messages."""
+    out = []
+    for coll, algo, env in calls:
+        saved = os.environ.get(ENV[coll])
+        if env is not None:
+            os.environ[ENV[coll]] = env
+        try:
+            run_case(comm, coll, algo, 4, 1, {
+                "allreduce": "i64-sum", "reduce": "i64-sum", "bcast": "",
+                "allgather": "equal", "reduce_scatter": "block/i64-sum"}[coll])
+        except ValueError as e:
+            out.append(str(e))
+        else:
+            out.append(None)
+        finally:
+            if saved is None:
+                os.environ.pop(ENV[coll], None)
+            else:
+                os.environ[ENV[coll]] = saved
+    # Nothing was sent: the world still works.
+    x = np.full(3, comm.rank + 1, np.int64)
+    comm.Allreduce(IN_PLACE, x)
+    out.append(x.tolist())
+    return out
+
+
+# -- the test side ---------------------------------------------------------------
+
+def expect(coll, size, n, seed, kind):
+    """Per rank: the digest its buffer must hold (None: no check beyond
+    every rank agreeing)."""
+    if coll == "allreduce":
+        if kind in ("noise", "zeros"):
+            return [None] * size
+        return [digest(reduce_oracle(seed, size, n, kind))] * size
+    if coll == "reduce":
+        root = seed % size
+        want = digest(reduce_oracle(seed, size, n, kind))
+        return [want if r == root else digest(b"") for r in range(size)]
+    if coll == "reduce_scatter":
+        skind, rkind = kind.split("/")
+        counts = scatter_counts(seed, size, n, skind)
+        full = reduce_oracle(seed, size, sum(counts), rkind)
+        offs = np.cumsum([0] + counts)
+        return [digest(full[offs[r]:offs[r + 1]]) for r in range(size)]
+    if coll == "allgather":
+        counts, displs = gather_layout(seed, size, n, kind)
+        blocks = [gather_block(seed, r, counts[r]) for r in range(size)]
+        if displs is None:
+            return [digest(np.concatenate(blocks))] * size
+        out = np.full(displs[-1] + counts[-1], -1, np.int32)
+        for r in range(size):
+            out[displs[r]:displs[r] + counts[r]] = blocks[r]
+        return [digest(out)] * size
+    return [digest(bcast_data(seed, n))] * size
+
+
+def expected_algorithm(coll, algo, size, kind):
+    """The name last_algorithm must show after forcing `algo`."""
+    if coll == "reduce" and algo == "recursive_doubling":
+        return "binomial"                       # the old name of the tree
+    if coll == "allgather" and algo == "recursive_doubling" and (
+            size & (size - 1) or (kind == "gaps" and size > 1)):
+        return "ring"                           # documented fall-back
+    return algo
+
+
+def check(results, cases, size):
+    for i, (coll, algo, n, seed, kind) in enumerate(cases):
+        what = f"{coll} algorithm={algo} size={size} n={n} seed={seed} kind={kind}"
+        got = [results[r][i][0] for r in range(size)]
+        ran = {results[r][i][1] for r in range(size)}
+        assert len(ran) == 1, f"{what}: ranks ran {ran}"
+        ran = ran.pop()
+        if algo is None:
+            assert ran in _core.ALGORITHM_TABLES[coll] and ran != "auto", what
+        else:
+            assert ran == expected_algorithm(coll, algo, size, kind), f"{what}: ran {ran}"
+        if coll in ("allreduce", "allgather", "bcast"):
+            assert all(g == got[0] for g in got), f"{what}: ranks got different bits"
+        for r, want in enumerate(expect(coll, size, n, seed, kind)):
+            if want is not None:
+                assert got[r] == want, f"{what}: rank {r} is wrong"
+
+
+def all_cases(size, counts, seed=0):
+    cases = []
+    for coll, names in NAMES.items():
+        for algo in [None] + names:
+            for n in counts:
+                seed += 1
+                if coll == "allreduce":
+                    kinds = EXACT_KINDS + ["noise", "zeros"]
+                elif coll == "reduce":
+                    kinds = ["i64-sum", "f32-max"]
+                elif coll == "reduce_scatter":
+                    kinds = [f"{s}/{k}" for s in SCATTER_KINDS
+                             for k in ("i64-sum", "f64-sum", "u16-bxor")]
+                elif coll == "allgather":
+                    kinds = GATHER_KINDS
+                else:
+                    kinds = [""]
+                cases += [(coll, algo, n, seed, k) for k in kinds]
+    return cases
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_every_algorithm_every_collective(world, size):
+    cases = all_cases(size, counts_for(size))
+    check(world(size).run(r_cases, cases), cases, size)
+
+
+@pytest.mark.parametrize("size", [2, 3, 5, 6])
+def test_tiny_segments(world, size):
+    # Segmented algorithms (ring allreduce / reduce / reduce_scatter, the
+    # binomial bcast) with 8-byte segments; the others ride along.
+    cases = all_cases(size, [0, 1, size - 1, 13, 301], seed=100)
+    check(world(size, **TINY_SEGMENT).run(r_cases, cases), cases, size)
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_algorithms_hypothesis(world, data):
+    size = data.draw(st.sampled_from(SIZES), "size")
+    coll = data.draw(st.sampled_from(list(NAMES)), "collective")
+    algo = data.draw(st.sampled_from([None] + NAMES[coll]), "algorithm")
+    n = data.draw(st.integers(0, 3000), "n")
+    seed = data.draw(st.integers(0, 2**32), "seed")
+    kind = data.draw(st.sampled_from(
+        {"allreduce": EXACT_KINDS + ["noise", "zeros"],
+         "reduce": EXACT_KINDS,
+         "reduce_scatter": [f"{s}/{k}" for s in SCATTER_KINDS for k in EXACT_KINDS],
+         "allgather": GATHER_KINDS, "bcast": [""]}[coll]), "kind")
+    env = data.draw(st.sampled_from([{}, TINY_SEGMENT]), "env")
+    cases = [(coll, algo, n, seed, kind)]
+    check(world(size, **env).run(r_cases, cases), cases, size)
+
+
+@pytest.mark.parametrize("size", [3, 5, 6, 7])
+def test_float_sums_bitwise_same_on_every_rank(world, size):
+    # Inexact sums: the ranks must still agree bit for bit, and be close.
+    n, seed = 2003, size
+    got = world(size).run(r_noise_values, n, seed, NAMES["allreduce"])
+    parts = [reduce_input(seed, r, n, "noise").astype(np.float64) for r in range(size)]
+    exact, mag = np.sum(parts, axis=0), np.sum(np.abs(parts), axis=0)
+    for i, algo in enumerate(NAMES["allreduce"]):
+        assert all(g[i] == got[0][i] for g in got), f"{algo}: ranks disagree"
+        err = np.abs(np.frombuffer(got[0][i], np.float32).astype(np.float64) - exact)
+        assert (err <= (size - 1) * np.finfo(np.float32).eps * mag * 1.01).all(), algo
+
+
+def r_noise_values(comm, n, seed, algos):
+    out = []
+    for algo in algos:
+        x = reduce_input(seed, comm.rank, n, "noise")
+        comm.Allreduce(IN_PLACE, x, algorithm=algo)
+        out.append(x.tobytes())
+    return out
+
+
+def test_environment_chooses_and_keyword_wins(world):
+    # A world started with every variable set: calls without the keyword
+    # run the variable's algorithm; the keyword wins over it.
+    env = {ENV["allreduce"]: "bcube", ENV["bcast"]: "scatter_allgather",
+           ENV["allgather"]: "recursive_doubling", ENV["reduce_scatter"]: "halving",
+           ENV["reduce"]: "ring"}
+    size = 4
+    plain = [("allreduce", None, 10, 1, "i64-sum"), ("bcast", None, 10, 2, ""),
+             ("allgather", None, 10, 3, "equal"),
+             ("reduce_scatter", None, 10, 4, "block/i64-sum"),
+             ("reduce", None, 10, 5, "i64-sum")]
+    forced = [("allreduce", "ring", 10, 1, "i64-sum"),
+              ("bcast", "binomial", 10, 2, ""),
+              ("allgather", "ring", 10, 3, "equal"),
+              ("reduce_scatter", "ring", 10, 4, "block/i64-sum"),
+              ("reduce", "binomial", 10, 5, "i64-sum")]
+    results = world(size, **env).run(r_cases, plain + forced)
+    ran = [results[0][i][1] for i in range(len(plain + forced))]
+    assert ran[:5] == [env[ENV[c[0]]] for c in plain], ran
+    assert ran[5:] == [c[1] for c in forced], ran
+    check([res[:5] for res in results], [(c, env[ENV[c]], *rest)
+                                         for c, _, *rest in plain], size)
+    check([res[5:] for res in results], forced, size)
+
+
+@pytest.mark.parametrize("size", [3, 4])
+def test_environment_is_read_at_every_call(world, size):
+    # The same world, the variable set and changed between calls.
+    for coll, names in NAMES.items():
+        kind = {"allreduce": "i64-sum", "reduce": "i64-sum", "bcast": "",
+                "allgather": "equal", "reduce_scatter": "ragged/i64-sum"}[coll]
+        for name in names:
+            cases = [(coll, None, 37, 11, kind)]
+            results = world(size).run(r_env_cases, {ENV[coll]: name}, cases)
+            ran = {res[0][1] for res in results}
+            assert ran == {expected_algorithm(coll, name, size, kind)}, (coll, name, ran)
+            check(results, [(coll, name, 37, 11, kind)], size)
+    # Empty or "auto": the automatic choice.
+    results = world(size).run(r_env_cases, {ENV["allreduce"]: ""},
+                              [("allreduce", None, 37, 1, "i64-sum")])
+    assert results[0][0][1] == "recursive_doubling"
+    results = world(size).run(r_env_cases, {ENV["allreduce"]: "auto"},
+                              [("allreduce", None, 37, 1, "i64-sum")])
+    assert results[0][0][1] == "recursive_doubling"
+
+
+def test_unknown_names_raise_value_error(world):
+    size = 3
+    calls = ([(c, "tree-of-life", None) for c in NAMES]
+             + [(c, None, "tree-of-life") for c in NAMES]
+             + [("allreduce", 3, None), ("bcast", "ring", None),
+                ("reduce_scatter", "bcube", None),
+                ("allgather", "halving", None), ("reduce", "halving_doubling", None)])
+    got = world(size).run(r_errors, calls)
+    for msgs in got:
+        assert msgs[-1] == [size * (size + 1) // 2] * 3, "the world broke"
+        for (coll, algo, env), msg in zip(calls, msgs):
+            assert msg is not None, f"{coll} {algo!r} {env!r}: no ValueError"
+            names = _core.ALGORITHM_TABLES[coll]
+            assert all(name in msg for name in names), msg
+            assert coll in msg, msg
+            if env is not None:
+                assert ENV[coll] in msg, msg      # names the variable
+            else:
+                assert msg.startswith("algorithm:"), msg
+
+
+def test_tables_and_names():
+    assert _core.ALGORITHMS is _core.ALLREDUCE_ALGORITHMS     # the old name
+    for coll, names in NAMES.items():
+        table = _core.ALGORITHM_TABLES[coll]
+        assert set(table) == {"auto", *names}, coll
+        assert _core.ALGORITHM_ENV[coll] == ENV[coll]
+        for name in names:
+            assert _core.ALGORITHM_NAMES[table[name]] == expected_algorithm(
+                coll, name, 4, "equal")
+
+
+def r_auto(comm, cases):
+    """(collective, bytes) -> the algorithm "auto" picked."""
+    out = []
+    for coll, nbytes in cases:
+        n = nbytes // 4
+        if coll == "allreduce":
+            comm.Allreduce(IN_PLACE, np.ones(n, np.float32))
+        elif coll == "bcast":
+            comm.Bcast(np.ones(n, np.float32), root=0)
+        elif coll == "allgather":
+            comm.Allgather(np.ones(n // comm.size, np.float32),
+                           np.ones(n // comm.size * comm.size, np.float32))
+        elif coll == "reduce_scatter":
+            comm.Reduce_scatter_block(np.ones(n // comm.size * comm.size, np.float32),
+                                      np.ones(n // comm.size, np.float32))
+        elif coll == "reduce":
+            comm.Reduce(np.ones(n, np.float32), np.ones(n, np.float32), root=0)
+        out.append(comm._ctx.last_algorithm)
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_automatic_choice_follows_the_table(world, size):
+    t = _core.ALGORITHM_THRESHOLDS
+    small = t["allreduce_small"]
+    cases = [("allreduce", 4 * size), ("allreduce", small),
+             ("allreduce", small + 4 * size), ("allreduce", t["allreduce_halving_max"]),
+             ("allreduce", t["allreduce_halving_max"] + 4 * size),
+             ("bcast", 4), ("bcast", t["bcast_scatter_min"]),
+             ("allgather", 4 * size), ("allgather", t["allgather_doubling_max"] + 4 * size),
+             ("reduce_scatter", 4 * size),
+             ("reduce_scatter", t["reduce_scatter_halving_max"] + 4 * size),
+             ("reduce", 4 * size), ("reduce", small + 4 * size)]
+    got = world(size).run(r_auto, cases)
+    assert all(g == got[0] for g in got)
+    # The bytes each call really moved (whole float32 blocks per rank).
+    moved = [b // 4 // size * size * 4 if c in ("allgather", "reduce_scatter")
+             else b // 4 * 4 for c, b in cases]
+    want = [_core.auto_algorithm(c, size, m) for (c, _), m in zip(cases, moved)]
+    assert got[0] == want, list(zip(cases, got[0], want))
