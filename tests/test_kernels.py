@@ -95,8 +95,11 @@ def random_array(rng, dtype, n):
 # -- the tables ------------------------------------------------------------------
 
 def test_op_and_dtype_tables():
-    assert set(OP_CODES) == set(UFUNCS)
-    assert set(DTYPE_CODES) == set(INTS + FLOATS + ["bool", "bytes"])
+    assert set(OP_CODES) == set(UFUNCS) | {"MAXLOC", "MINLOC", "user"}
+    assert set(DTYPE_CODES) == set(
+        INTS + FLOATS + ["bool", "bytes", "complex64", "complex128",
+                         "longdouble", "bfloat16", "float_int", "double_int",
+                         "long_int", "2int", "short_int"])
     assert len(set(OP_CODES.values())) == len(OP_CODES)
     assert len(set(DTYPE_CODES.values())) == len(DTYPE_CODES)
     assert all(isinstance(v, int) for v in [*OP_CODES.values(), *DTYPE_CODES.values()])
