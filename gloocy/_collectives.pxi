@@ -27,25 +27,42 @@ cdef enum:
     # group of that size (5, 7: one group, a direct exchange).
     BCUBE_BASE = 4
 
-# Automatic choice (algorithm=None or "auto"). Measured with gloocy-bench on
-# this project's 2-core CI machines, forcing each algorithm by its
-# GLOOCY_ALGORITHM_* variable in interleaved runs; the figures are in
-# bench/README.md, section "Algorithm selection". Allreduce's small-message
-# bound is Context.small_allreduce (GLOOCY_SMALL_ALLREDUCE_BYTES).
+# Automatic choice (algorithm=None or "auto"): thresholds measured with
+# gloocy-bench (and a reduce micro-benchmark) on the project's 2-core
+# machine, world sizes 2-8, each algorithm forced by its GLOOCY_ALGORITHM_*
+# variable in interleaved runs; figures and method in bench/README.md,
+# "Algorithm selection". Sizes are bytes per rank unless said otherwise.
+# Allreduce's small-message bound is Context.small_allreduce
+# (GLOOCY_SMALL_ALLREDUCE_BYTES, 64 KiB): recursive doubling was fastest up
+# to 64 KiB at every size 2-8.
 cdef enum:
-    # allreduce: above small_allreduce and up to this many bytes,
-    # halving-doubling (2 log2 n steps) beats the ring (2 (n-1) steps).
-    AUTO_ALLREDUCE_HALVING_MAX = 1 << 20
-    # bcast: from this many bytes and n >= 3, scatter + ring allgather
-    # beats the pipelined binomial tree (the root sends each byte once,
-    # not log2 n times).
-    AUTO_BCAST_SCATTER_MIN = 1 << 20
-    # allgather: up to this many gathered bytes, recursive doubling (log2 n
-    # steps) beats the ring (n - 1 steps); power-of-two n only.
-    AUTO_ALLGATHER_DOUBLING_MAX = 1 << 20
-    # reduce_scatter: up to this many input bytes per rank, recursive
-    # halving (log2 n steps) beats the ring (n - 1 steps).
-    AUTO_REDUCE_SCATTER_HALVING_MAX = 1 << 20
+    # allreduce, n <= 3: recursive doubling stays fastest up to this many
+    # times small_allreduce (256 KiB: 292 vs 397-413 us at n=2, 477 vs
+    # 632-809 us at n=3); from n=4 halving-doubling takes over above 64 KiB.
+    AUTO_ALLREDUCE_DOUBLING_SMALL_WORLD = 4
+    # allreduce, n >= 4: halving-doubling up to here (4 MiB: 11.1 vs 13.9 ms
+    # for the ring at n=4, 15.2 vs 20.1 ms at n=7), the pipelined ring
+    # above (16 MiB+: the ring ties or wins at n=4, 5, 7, 8).
+    AUTO_ALLREDUCE_HALVING_MAX = 4 << 20
+    # bcast: scatter + ring allgather only from this many ranks and bytes
+    # (n=8: tie at 16 MiB, 145 vs 160 ms at 64 MiB). Below, the pipelined
+    # binomial tree wins (it moves fewer bytes in all, which is what counts
+    # when every rank shares one host's memory bandwidth).
+    AUTO_BCAST_SCATTER_MIN_RANKS = 8
+    AUTO_BCAST_SCATTER_MIN = 16 << 20
+    # allgather: recursive doubling (power-of-two n, blocks end to end) up
+    # to this many gathered bytes (n=4: 1.16 vs 1.45 ms at 1 MiB, 6.2 vs
+    # 6.4 ms at 4 MiB; the ring wins from 16 MiB: 19.8 vs 37.2 ms).
+    AUTO_ALLGATHER_DOUBLING_MAX = 4 << 20
+    # reduce_scatter: recursive halving up to this many input bytes (it won
+    # or tied up to 4 MiB at every n in 2-7; the ring won at 16 MiB for
+    # n=3, 5, 6, 7).
+    AUTO_REDUCE_SCATTER_HALVING_MAX = 4 << 20
+    # reduce: the ring (reduce-scatter + gather) only from this many ranks
+    # and bytes (n=8: 57 vs 66 ms at 16 MiB, 398 vs 435 ms at 64 MiB); the
+    # binomial tree won everywhere at n=2-6 up to 64 MiB.
+    AUTO_REDUCE_RING_MIN_RANKS = 8
+    AUTO_REDUCE_RING_MIN = 16 << 20
 
 
 # One table per collective: name -> code. "auto" (or None) is the automatic
@@ -105,13 +122,17 @@ cdef int auto_allreduce(int n, int64_t small, int64_t count,
     cdef int64_t nbytes = count * itemsize
     if nbytes <= small or count < n:
         return ALGO_RECURSIVE_DOUBLING
-    if nbytes <= AUTO_ALLREDUCE_HALVING_MAX and n > 2:
+    if n <= 3:
+        if nbytes <= small * AUTO_ALLREDUCE_DOUBLING_SMALL_WORLD:
+            return ALGO_RECURSIVE_DOUBLING
+        return ALGO_RING
+    if nbytes <= AUTO_ALLREDUCE_HALVING_MAX:
         return ALGO_HALVING_DOUBLING
     return ALGO_RING
 
 
 cdef int auto_bcast(int n, int64_t nbytes) noexcept nogil:
-    if n >= 3 and nbytes >= AUTO_BCAST_SCATTER_MIN:
+    if n >= AUTO_BCAST_SCATTER_MIN_RANKS and nbytes >= AUTO_BCAST_SCATTER_MIN:
         return ALGO_SCATTER_ALLGATHER
     return ALGO_BINOMIAL
 
@@ -130,19 +151,24 @@ cdef int auto_reduce_scatter(int n, int64_t total_bytes) noexcept nogil:
     return ALGO_RING
 
 
-cdef int auto_reduce(int n, int64_t small, int64_t count,
-                     int64_t itemsize) noexcept nogil:
-    if count * itemsize <= small or count < n:
-        return ALGO_BINOMIAL
-    return ALGO_RING
+cdef int auto_reduce(int n, int64_t count, int64_t itemsize) noexcept nogil:
+    if (n >= AUTO_REDUCE_RING_MIN_RANKS and count >= n
+            and count * itemsize >= AUTO_REDUCE_RING_MIN):
+        return ALGO_RING
+    return ALGO_BINOMIAL
 
 
+# The thresholds above, for documentation and tests.
 ALGORITHM_THRESHOLDS = {
     "allreduce_small": 1 << 16,        # Context.small_allreduce's default
+    "allreduce_doubling_small_world": AUTO_ALLREDUCE_DOUBLING_SMALL_WORLD,
     "allreduce_halving_max": AUTO_ALLREDUCE_HALVING_MAX,
+    "bcast_scatter_min_ranks": AUTO_BCAST_SCATTER_MIN_RANKS,
     "bcast_scatter_min": AUTO_BCAST_SCATTER_MIN,
     "allgather_doubling_max": AUTO_ALLGATHER_DOUBLING_MAX,
     "reduce_scatter_halving_max": AUTO_REDUCE_SCATTER_HALVING_MAX,
+    "reduce_ring_min_ranks": AUTO_REDUCE_RING_MIN_RANKS,
+    "reduce_ring_min": AUTO_REDUCE_RING_MIN,
 }
 
 
@@ -158,7 +184,7 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     if collective == "allreduce":
         code = auto_allreduce(size, small_allreduce, nbytes // itemsize, itemsize)
     elif collective == "reduce":
-        code = auto_reduce(size, small_allreduce, nbytes // itemsize, itemsize)
+        code = auto_reduce(size, nbytes // itemsize, itemsize)
     elif collective == "bcast":
         code = auto_bcast(size, nbytes)
     elif collective == "allgather":
@@ -831,7 +857,7 @@ cdef int pick_reduce(Context ctx, int64_t count, int64_t itemsize,
     """The algorithm a reduce of `count` elements runs."""
     if algo != ALGO_AUTO:
         return algo
-    return auto_reduce(ctx.size, ctx.small_allreduce, count, itemsize)
+    return auto_reduce(ctx.size, count, itemsize)
 
 
 cdef int run_reduce(Context ctx, Coll *c, char *acc, int64_t count, char *out,

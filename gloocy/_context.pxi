@@ -79,8 +79,15 @@ cdef class Context:
             raise MemoryError()
         for i, p in enumerate(self._pairs):
             self._pair_ptrs[i] = <void *>p
+            if p is not None:
+                (<Pair>p).wild_head = &self._wild_head
+                (<Pair>p).wild_tail = &self._wild_tail
 
     def __dealloc__(self):
+        if self._pairs is not None:
+            for p in self._pairs:
+                if p is not None:
+                    (<Pair>p).wild_head = (<Pair>p).wild_tail = NULL
         free(self._pair_ptrs)
         free(self._scratch)
 
@@ -232,6 +239,7 @@ cdef class Context:
         the context is poisoned and the pairs forget the call's transfers."""
         if self.error is None:
             self.error = exc
+        self._wild_head = self._wild_tail = NULL
         # A mismatch is a bug in the program that every rank should hear of,
         # not only the one whose frame showed it.
         why = str(exc).encode() if isinstance(exc, MismatchError) else None
@@ -272,10 +280,50 @@ cdef class Context:
 
     cdef int progress_all(self) except -1 nogil:
         cdef int i, moved = 0
+        cdef bint everyone = self._wild_head is not NULL  # any source may send
         for i in range(self.size):
-            if i != self.rank and (<Pair>self._pair_ptrs[i]).busy():
+            if i != self.rank and (everyone or (<Pair>self._pair_ptrs[i]).busy()):
                 moved |= (<Pair>self._pair_ptrs[i]).progress()
         return moved
+
+    cdef int post_p2p_recv(self, Xfer *x, int source) except -1 nogil:
+        cdef int i
+        cdef Xfer *u
+        x.order = self._order
+        self._order += 1
+        if source >= 0:
+            return (<Pair>self._pair_ptrs[source]).post_recv(x)
+        for i in range(self.size):      # a frame that came first
+            if i != self.rank:
+                u = (<Pair>self._pair_ptrs[i]).find_unexpected(x, False)
+                if u is not NULL:
+                    return (<Pair>self._pair_ptrs[i]).take_unexpected(u, x)
+        x.next = NULL
+        if self._wild_tail is NULL:
+            self._wild_head = x
+        else:
+            self._wild_tail.next = x
+        self._wild_tail = x
+        return 0
+
+    cdef bint cancel_p2p_recv(self, Xfer *x, int source) noexcept nogil:
+        cdef Xfer *prev = NULL
+        cdef Xfer *it = self._wild_head
+        if source >= 0:
+            return (<Pair>self._pair_ptrs[source]).cancel_recv(x)
+        while it is not NULL and it is not x:
+            prev = it
+            it = it.next
+        if it is NULL:
+            return False
+        if prev is NULL:
+            self._wild_head = x.next
+        else:
+            prev.next = x.next
+        if self._wild_tail is x:
+            self._wild_tail = prev
+        x.next = NULL
+        return True
 
     cdef int wait(self, Coll *c, Xfer *x) except -1 nogil:
         cdef int64_t spin_until = 0
@@ -463,7 +511,7 @@ cdef class Context:
             raise ValueError(f"tag: must be >= 0, got {tag}")
         cdef Buf b = get_buffer(buf, "buf", False)
         if dest == self.rank:
-            self._to_self.append((tag, bytes(b.ptr[:b.nbytes])))
+            self._send_to_self(tag, bytes(b.ptr[:b.nbytes]))
             return
         self.begin_p2p(&c, timeout)
         try:
@@ -503,11 +551,8 @@ cdef class Context:
         _p2p_want(&x, &c, b.ptr, b.nbytes, tag)
         try:
             with nogil:
-                if source >= 0:
-                    (<Pair>self._pair_ptrs[source]).post_recv(&x)
-                    self.wait(&c, &x)
-                else:
-                    self.match_stashed(&c, &x, -1, True, True)
+                self.post_p2p_recv(&x, source)
+                self.wait(&c, &x)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -523,7 +568,7 @@ cdef class Context:
         cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
         h.ctx, h.buf, h.peer, h.tag, h.is_send = self, b, dest, tag, True
         if dest == self.rank:
-            self._to_self.append((tag, bytes(b.ptr[:b.nbytes])))
+            self._send_to_self(tag, bytes(b.ptr[:b.nbytes]))
             h.result = (dest, tag, b.nbytes)
             return h
         self.begin_p2p(&h.c, None)
@@ -548,16 +593,41 @@ cdef class Context:
         h.ctx, h.buf, h.peer, h.tag = self, b, source, tag
         self.begin_p2p(&h.c, None)
         _p2p_want(&h.x, &h.c, b.ptr, b.nbytes, tag)
-        if source >= 0 and source != self.rank:
-            try:
-                with nogil:
-                    (<Pair>self._pair_ptrs[source]).post_recv(&h.x)
-            except BaseException as e:
-                self.fail(e, &h.c)
-                raise
-            h.posted = True
-            self._requests.add(h)
+        if source == self.rank or (source == -1 and h._take_from_self()):
+            return h                  # from ourselves: matched at wait time
+        try:
+            with nogil:
+                self.post_p2p_recv(&h.x, source)
+        except BaseException as e:
+            self.fail(e, &h.c)
+            raise
+        h.posted = True
+        self._requests.add(h)
         return h
+
+    cdef int _send_to_self(self, int tag, bytes data) except -1:
+        """A message to ourselves: to the oldest any-source receive posted
+        that takes it, else kept for a later receive."""
+        cdef Header h
+        cdef Xfer *x = self._wild_head
+        init_header(&h)
+        h.kind = KIND_P2P
+        h.comm_id = self.comm_id
+        h.tag = <uint64_t>tag
+        h.length = len(data)
+        while x is not NULL and not frame_matches(&h, x):
+            x = x.next
+        if x is NULL:
+            self._to_self.append((tag, data))
+            return 0
+        check_frame(&h, x, self.rank, self.rank)
+        self.cancel_p2p_recv(x, -1)
+        memcpy(x.buf, <const char *>data, len(data))
+        x.hdr = h
+        x.nbytes = len(data)
+        x.peer = self.rank
+        x.state = XFER_DONE
+        return 0
 
     def probe(self, int source=-1, int tag=-1, *, bint block=True,
               timeout=None):
@@ -841,7 +911,7 @@ cdef class P2PHandle:
         (sends cannot be withdrawn)."""
         if self.done or self.is_send:
             return False
-        if self.posted and not (<Pair>self.ctx._pair_ptrs[self.peer]).cancel_recv(&self.x):
+        if self.posted and not self.ctx.cancel_p2p_recv(&self.x, self.peer):
             return False
         self._cancelled = True
         self.ctx._requests.discard(self)
@@ -869,15 +939,18 @@ cdef class P2PHandle:
         cdef int found = 0
         if self.done:
             return 1
-        if not self.is_send and not self.posted:
+        if not self.is_send and not self.posted:   # a receive from ourselves
             if self._take_from_self():
                 return 1
-            if self.peer == ctx.rank or ctx.size == 1:
-                if block:
-                    raise ContextPoisoned(
-                        f"rank {ctx.rank}: waiting for a message from itself "
-                        "that was never sent: it would wait forever")
-                return 0
+            if block:
+                raise ContextPoisoned(
+                    f"rank {ctx.rank}: waiting for a message from itself "
+                    "that was never sent: it would wait forever")
+            return 0
+        if self.posted and self.x.state == XFER_DONE:  # sent to us by us
+            self.result = (self.x.peer, <int64_t>self.x.hdr.tag, self.x.nbytes)
+            ctx._requests.discard(self)
+            return 1
         if ctx.error is not None:
             raise ContextPoisoned(f"rank {ctx.rank}: communicator unusable "
                                   f"after an earlier error: {ctx.error}")
@@ -885,14 +958,11 @@ cdef class P2PHandle:
         self.c.deadline = now_ns() + <int64_t>min(t * 1e9, 4e18)
         try:
             with nogil:
-                if self.posted:
-                    if block:
-                        ctx.wait(&self.c, &self.x)
-                    else:
-                        ctx.progress_all()
-                    found = self.x.state == XFER_DONE
+                if block:
+                    ctx.wait(&self.c, &self.x)
                 else:
-                    found = ctx.match_stashed(&self.c, &self.x, -1, True, block)
+                    ctx.progress_all()
+                found = self.x.state == XFER_DONE
         except BaseException as e:
             ctx.fail(e, &self.c)
             raise

@@ -121,6 +121,7 @@ ctypedef struct Xfer:
     int state               # XferState
     int flags               # XferFlags
     int peer                # receives: the rank the frame came from
+    uint64_t order          # p2p receives: posting order, for matching
     Xfer *next              # link in the pair's queue
 
 
@@ -132,6 +133,12 @@ cdef class Pair:
     cdef readonly bint peer_said_bye  # ... and said goodbye first (clean exit)
     cdef Xfer *unexp_head             # frames that arrived before their receive
     cdef Xfer *unexp_tail             # (XF_HEAP copies, oldest first)
+    cdef Xfer **wild_head             # the Context's any-source receives, shared
+    cdef Xfer **wild_tail             # by its pairs (oldest first)
+
+    # The receive an arriving frame goes to: the oldest match among `posted`
+    # (this pair's list) and the any-source receives; unlinked from either.
+    cdef Xfer *claim(self, const Header *h, Xfer **posted, Xfer **posted_tail) noexcept nogil
 
     # Queue a send / receive; never blocks. A receive is matched to incoming
     # frames by (comm_id, seq, tag) and checked with check_frame().
@@ -203,6 +210,9 @@ cdef class Context:
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
     cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
     cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
+    cdef Xfer *_wild_head             # posted any-source receives, oldest first
+    cdef Xfer *_wild_tail
+    cdef uint64_t _order              # p2p receives posted so far
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
     cdef set _requests                # unfinished Isend/Irecv handles: their
                                       # Xfers are posted, so they must live
@@ -224,6 +234,10 @@ cdef class Context:
                    uint64_t count, object timeout) except -1
     cdef int fail(self, BaseException exc, Coll *c) except -1
     cdef int begin_p2p(self, Coll *c, object timeout) except -1
+    # Post a p2p receive x from `source` (-1: any rank) in posting order.
+    cdef int post_p2p_recv(self, Xfer *x, int source) except -1 nogil
+    cdef bint cancel_p2p_recv(self, Xfer *x, int source) noexcept nogil
+    cdef int _send_to_self(self, int tag, bytes data) except -1
     cdef int _check_peer(self, int rank, str name, bint any_ok) except -1
     # Wait for a point-to-point frame matching x from `source` (-1: any
     # rank), stashed by a pair; deliver it into x when `consume`, else only

@@ -108,6 +108,18 @@ cdef class Pair:
             u = u.next
         return 0
 
+    cdef Xfer *claim(self, const Header *h, Xfer **posted, Xfer **posted_tail) noexcept nogil:
+        cdef Xfer *x = _first_match(posted[0], h)
+        cdef Xfer *w
+        if h.kind == KIND_P2P and self.wild_head is not NULL:
+            w = _first_match(self.wild_head[0], h)
+            if w is not NULL and (x is NULL or w.order < x.order):
+                _unlink(self.wild_head, self.wild_tail, w)
+                return w
+        if x is not NULL:
+            _unlink(posted, posted_tail, x)
+        return x
+
     cdef Xfer *find_stale(self, uint32_t comm_id, uint64_t seq) noexcept nogil:
         cdef Xfer *u = self.unexp_head
         while u is not NULL:
@@ -123,3 +135,26 @@ cdef class Pair:
     def __repr__(self):
         return (f"<{type(self).__name__} rank {self.rank} -> peer "
                 f"{self.peer}{' closed' if self.closed else ''}>")
+
+
+cdef Xfer *_first_match(Xfer *x, const Header *h) noexcept nogil:
+    while x is not NULL and not frame_matches(h, x):
+        x = x.next
+    return x
+
+
+cdef void _unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
+    cdef Xfer *prev = NULL
+    cdef Xfer *it = head[0]
+    while it is not NULL and it is not x:
+        prev = it
+        it = it.next
+    if it is NULL:
+        return
+    if prev is NULL:
+        head[0] = x.next
+    else:
+        prev.next = x.next
+    if tail[0] is x:
+        tail[0] = prev
+    x.next = NULL

@@ -844,10 +844,6 @@ def test_truncated_message_is_a_mismatch():
         assert w.run(r_truncated_irecv) == ["MismatchError", "sent"]
 
 
-@pytest.mark.xfail(strict=True, reason="an Irecv from ANY_SOURCE is not "
-                   "posted until it is waited for, so a later Recv from a "
-                   "definite source overtakes it (MPI: receives match in "
-                   "the order they were posted)")
 def test_receives_match_in_posting_order(world):
     assert world(2).run(r_posting_order)[0] == (b"first", b"second")
 

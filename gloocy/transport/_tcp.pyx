@@ -183,11 +183,7 @@ cdef class TcpPair(Pair):
         With none posted yet, stash the frame (a copy) if it is
         point-to-point or small, else park it: the stream waits until that
         receive is posted, and the payload still lands in place."""
-        cdef Xfer *x = self.recv_head
-        cdef Xfer *prev = NULL
-        while x is not NULL and not frame_matches(&self.in_hdr, x):
-            prev = x
-            x = x.next
+        cdef Xfer *x = self.claim(&self.in_hdr, &self.recv_head, &self.recv_tail)
         if x is NULL:
             check_unmatched(&self.in_hdr, self.recv_head, self.rank, self.peer)
             if self.in_hdr.kind == KIND_P2P or self.in_hdr.length <= EAGER_MAX:
@@ -200,13 +196,6 @@ cdef class TcpPair(Pair):
         x.hdr = self.in_hdr
         x.nbytes = <int64_t>self.in_hdr.length
         x.peer = self.peer
-        if prev is NULL:
-            self.recv_head = x.next
-        else:
-            prev.next = x.next
-        if self.recv_tail is x:
-            self.recv_tail = prev
-        x.next = NULL
         x.done = 0
         self.in_x = x
         self.parked = False
