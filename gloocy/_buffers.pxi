@@ -109,14 +109,18 @@ cdef Buf get_buffer(object obj, str name, bint writable):
     b.name = name
     if obj is None:
         raise TypeError(f"{name}: expected a buffer, got None")
-    cdef bint bf16 = _is_bfloat16(obj)
-    if bf16:
-        obj = obj.view("uint16")          # it exports no format of its own
+    cdef bint bf16 = False
     try:
         PyObject_GetBuffer(obj, &b.view, PyBUF_FORMAT | PyBUF_STRIDES)
     except (TypeError, ValueError, BufferError) as e:
-        raise type(e)(f"{name}: {type(obj).__name__} does not expose a "
-                      f"usable buffer ({e})") from None
+        # bfloat16 arrays export no format of their own: view them as uint16
+        # (asked only here: dtype.name costs microseconds).
+        bf16 = _is_bfloat16(obj)
+        if not bf16:
+            raise type(e)(f"{name}: {type(obj).__name__} does not expose a "
+                          f"usable buffer ({e})") from None
+        PyObject_GetBuffer(obj.view("uint16"), &b.view,
+                           PyBUF_FORMAT | PyBUF_STRIDES)
     b.held = True
     if not PyBuffer_IsContiguous(&b.view, b'C'):
         raise ValueError(f"{name}: buffer is not C-contiguous; pass a "
