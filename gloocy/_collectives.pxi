@@ -3,6 +3,12 @@
 # until waited for, and heap memory is freed on every path. Where a step both
 # sends and receives, the send is posted first: it leaves at once, and a peer
 # that finds a mismatch in what we sent still gets our frame to find it too.
+#
+# Each collective with a choice has a table of algorithm names (below), an
+# environment override GLOOCY_ALGORITHM_<COLLECTIVE> and an automatic choice
+# by world size and bytes (auto_*; bench/README.md "Algorithm selection").
+# The def methods in _context.pxi resolve the name (_algorithm), pick
+# (pick_*), record Context.last_algorithm and call run_*.
 
 import os as _os
 
@@ -22,8 +28,8 @@ cdef enum:
     TAG_FOLD_IN = 0xfffffffc     # halving: a folded rank's input to its partner
     MAX_CHILDREN = 64
     MAX_RADICES = 64             # digits of a rank in a hypercube (log2 of 2^63)
-    # bcube: group size of one hypercube dimension. Gloo's bcube found bases
-    # above 4 no faster; world sizes with a prime factor above 4 still get a
+    # bcube: largest group of one hypercube dimension (Gloo's users pick
+    # bases up to 4); a world size with a prime factor above 4 still gets a
     # group of that size (5, 7: one group, a direct exchange).
     BCUBE_BASE = 4
 
@@ -243,9 +249,9 @@ cdef int bcast_scatter_allgather(Context ctx, Coll *c, char *buf,
                                  int64_t nbytes) except -1 nogil:
     """The root sends rank q its n-th of the buffer (chunk (q - root) mod
     n, chunks in buffer order), then a ring allgather gives every rank every
-    chunk. The root sends each byte about twice instead of once per child
-    (log2 n times), and every link carries a share (van de Geijn's
-    long-message broadcast)."""
+    chunk (van de Geijn's long-message broadcast). The root sends about 2B
+    in all instead of B per child (B log2 n), and every link carries a
+    share; but every rank sends, so more bytes move in all."""
     cdef int n = ctx.size, r = ctx.rank, root = c.proto.root, q, v
     cdef int64_t per = nbytes // n, extra = nbytes % n
     cdef int64_t *offs = <int64_t *>_alloc(2 * n * sizeof(int64_t))

@@ -463,16 +463,22 @@ def r_auto(comm, cases):
 
 @pytest.mark.parametrize("size", [2, 3, 4])
 def test_automatic_choice_follows_the_table(world, size):
+    # The Context picks what auto_algorithm() (the documented table) says,
+    # on both sides of every threshold.
     t = _core.ALGORITHM_THRESHOLDS
     small = t["allreduce_small"]
-    cases = [("allreduce", 4 * size), ("allreduce", small),
-             ("allreduce", small + 4 * size), ("allreduce", t["allreduce_halving_max"]),
-             ("allreduce", t["allreduce_halving_max"] + 4 * size),
+    step = 4 * size
+    cases = [("allreduce", step), ("allreduce", small), ("allreduce", small + step),
+             ("allreduce", small * t["allreduce_doubling_small_world"]),
+             ("allreduce", small * t["allreduce_doubling_small_world"] + step),
+             ("allreduce", t["allreduce_halving_max"]),
+             ("allreduce", t["allreduce_halving_max"] + step),
              ("bcast", 4), ("bcast", t["bcast_scatter_min"]),
-             ("allgather", 4 * size), ("allgather", t["allgather_doubling_max"] + 4 * size),
-             ("reduce_scatter", 4 * size),
-             ("reduce_scatter", t["reduce_scatter_halving_max"] + 4 * size),
-             ("reduce", 4 * size), ("reduce", small + 4 * size)]
+             ("allgather", step), ("allgather", t["allgather_doubling_max"]),
+             ("allgather", t["allgather_doubling_max"] + step),
+             ("reduce_scatter", step), ("reduce_scatter", t["reduce_scatter_halving_max"]),
+             ("reduce_scatter", t["reduce_scatter_halving_max"] + step),
+             ("reduce", step), ("reduce", t["reduce_ring_min"])]
     got = world(size).run(r_auto, cases)
     assert all(g == got[0] for g in got)
     # The bytes each call really moved (whole float32 blocks per rank).
@@ -480,3 +486,35 @@ def test_automatic_choice_follows_the_table(world, size):
              else b // 4 * 4 for c, b in cases]
     want = [_core.auto_algorithm(c, size, m) for (c, _), m in zip(cases, moved)]
     assert got[0] == want, list(zip(cases, got[0], want))
+
+
+KiB, MiB = 1 << 10, 1 << 20
+AUTO_TABLE = [   # (collective, world size, bytes, choice): bench/README.md's table
+    ("allreduce", 2, 4, "recursive_doubling"),
+    ("allreduce", 5, 16, "recursive_doubling"),             # count < size
+    ("allreduce", 7, 64 * KiB, "recursive_doubling"),
+    ("allreduce", 2, 256 * KiB, "recursive_doubling"),
+    ("allreduce", 3, 256 * KiB, "recursive_doubling"),
+    ("allreduce", 3, 256 * KiB + 4, "ring"),
+    ("allreduce", 2, 64 * MiB, "ring"),
+    ("allreduce", 4, 64 * KiB + 4, "halving_doubling"),
+    ("allreduce", 7, 4 * MiB, "halving_doubling"),
+    ("allreduce", 4, 4 * MiB + 4, "ring"),
+    ("bcast", 7, 64 * MiB, "binomial"),
+    ("bcast", 8, 16 * MiB - 1, "binomial"),
+    ("bcast", 8, 16 * MiB, "scatter_allgather"),
+    ("allgather", 4, 4 * MiB, "recursive_doubling"),
+    ("allgather", 8, 1 * KiB, "recursive_doubling"),
+    ("allgather", 4, 4 * MiB + 4, "ring"),
+    ("allgather", 6, 4, "ring"),                            # not a power of two
+    ("reduce_scatter", 3, 4 * MiB, "halving"),
+    ("reduce_scatter", 7, 4 * MiB + 4, "ring"),
+    ("reduce", 6, 64 * MiB, "binomial"),
+    ("reduce", 8, 16 * MiB - 4, "binomial"),
+    ("reduce", 8, 16 * MiB, "ring"),
+]
+
+
+@pytest.mark.parametrize("coll, size, nbytes, choice", AUTO_TABLE)
+def test_automatic_choice_table(coll, size, nbytes, choice):
+    assert _core.auto_algorithm(coll, size, nbytes) == choice
