@@ -83,11 +83,74 @@ class Context:
         """Close every pair; after a lost peer, first wait up to `linger`
         seconds for the other ranks to hang up."""
     def barrier(self, *, timeout: float | None = None) -> None: ...
-    def bcast(self, buf: _Buffer, root: int, *,
-              timeout: float | None = None) -> None: ...
+    @property
+    def last_algorithm(self) -> str | None: ...   # what the last call ran
+    def bcast(self, buf: _Buffer, root: int, *, timeout: float | None = None,
+              algorithm: str | None = None) -> None: ...
     def allreduce(self, sendbuf: _Buffer | None, recvbuf: _Buffer, op: int, *,
                   timeout: float | None = None,
                   algorithm: str | None = None) -> None: ...
     def allgatherv(self, sendbuf: _Buffer | None, recvbuf: _Buffer,
-                   counts: Sequence[int], *,
-                   timeout: float | None = None) -> None: ...
+                   counts: Sequence[int], displs: Sequence[int] | None = None,
+                   *, timeout: float | None = None,
+                   algorithm: str | None = None) -> None:
+        """counts/displs in bytes."""
+    def reduce(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
+               op: int, root: int, *, timeout: float | None = None,
+               algorithm: str | None = None) -> None: ...
+    def reduce_scatter(self, sendbuf: _Buffer | None, recvbuf: _Buffer,
+                       counts: Sequence[int], op: int, *,
+                       timeout: float | None = None,
+                       algorithm: str | None = None) -> None:
+        """counts in elements."""
+    def scan(self, sendbuf: _Buffer | None, recvbuf: _Buffer, op: int, *,
+             exclusive: bool = False, timeout: float | None = None) -> None: ...
+    def gatherv(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
+                counts: Sequence[int] | None, displs: Sequence[int] | None,
+                root: int, *, timeout: float | None = None) -> None: ...
+    def scatterv(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
+                 counts: Sequence[int] | None, displs: Sequence[int] | None,
+                 root: int, *, timeout: float | None = None) -> None: ...
+    def alltoallv(self, sendbuf: _Buffer | None,
+                  sendcounts: Sequence[int] | None,
+                  senddispls: Sequence[int] | None, recvbuf: _Buffer,
+                  recvcounts: Sequence[int], recvdispls: Sequence[int] | None,
+                  *, timeout: float | None = None) -> None: ...
+    def send(self, buf: _Buffer, dest: int, tag: int = 0, *,
+             timeout: float | None = None) -> None: ...
+    def recv(self, buf: _Buffer, source: int = -1, tag: int = -1, *,
+             timeout: float | None = None) -> tuple[int, int, int]:
+        """(source, tag, nbytes); -1 means any."""
+    def probe(self, source: int = -1, tag: int = -1, *, block: bool = True,
+              timeout: float | None = None) -> tuple[int, int, int] | None: ...
+    def isend(self, buf: _Buffer, dest: int, tag: int = 0) -> P2PHandle: ...
+    def irecv(self, buf: _Buffer, source: int = -1,
+              tag: int = -1) -> P2PHandle: ...
+
+
+@disjoint_base
+class P2PHandle:
+    """An Isend or Irecv in flight."""
+
+    @property
+    def done(self) -> bool: ...
+    @property
+    def cancelled(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> tuple[int, int, int] | None: ...
+    def test(self) -> tuple[int, int, int] | None: ...
+    def cancel(self) -> bool: ...
+
+
+def apply_c_op(function: int, ctx: int, src: _Buffer, acc: _Buffer,
+               count: int) -> None:
+    """acc = acc <op> src with a C function at address `function`."""
+
+
+def check_floating(buf: _Buffer, name: str = "recvbuf") -> None: ...
+def divide(buf: _Buffer, by: int) -> None: ...
+
+
+ALGORITHM_TABLES: Final[dict[str, dict[str, int]]]   # collective -> name -> code
+ALGORITHM_ENV: Final[dict[str, str]]                  # collective -> env variable
+ALGORITHM_NAMES: Final[dict[int, str]]
+ALGORITHM_THRESHOLDS: Final[dict[str, int]]
