@@ -89,17 +89,24 @@ cdef class Context:
                 if p is not None:
                     (<Pair>p).wild_head = (<Pair>p).wild_tail = NULL
         free(self._pair_ptrs)
-        free(self._scratch)
+        free(self._space[0])
+        free(self._space[1])
+
+    cdef char *space(self, int slot, int64_t nbytes) except NULL nogil:
+        """Temporary space, kept between calls: fresh pages of a large
+        malloc cost a page fault each, every time."""
+        if nbytes > self._space_size[slot] or self._space[slot] is NULL:
+            free(self._space[slot])
+            self._space_size[slot] = 0
+            self._space[slot] = <char *>_alloc(max(nbytes, 4096))
+            self._space_size[slot] = max(nbytes, 4096)
+        return self._space[slot]
 
     cdef char *scratch(self, int64_t nbytes) except NULL nogil:
-        """Temporary space for one call. Kept between calls: fresh pages of
-        a large malloc cost a page fault each, every time."""
-        if nbytes > self._scratch_size or self._scratch is NULL:
-            free(self._scratch)
-            self._scratch_size = 0
-            self._scratch = <char *>_alloc(max(nbytes, 4096))
-            self._scratch_size = max(nbytes, 4096)
-        return self._scratch
+        return self.space(0, nbytes)
+
+    cdef char *work(self, int64_t nbytes) except NULL nogil:
+        return self.space(1, nbytes)
 
     def close(self, *, double linger=1.0):
         """Close every pair; peers are told goodbye unless we are poisoned.
@@ -692,13 +699,9 @@ cdef class Context:
                 else:
                     # Our contribution is clobbered: work on a copy, kept
                     # apart from the scratch the algorithms use.
-                    acc = <char *>_alloc(ref.nbytes)
+                    acc = self.work(ref.nbytes)
                     memcpy(acc, sb.ptr, ref.nbytes)
-                try:
-                    run_reduce(self, &c, acc, ref.count, out, algo)
-                finally:
-                    if not at_root:
-                        free(acc)
+                run_reduce(self, &c, acc, ref.count, out, algo)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -735,13 +738,10 @@ cdef class Context:
         cdef char *acc
         try:
             with nogil:
-                acc = <char *>_alloc(total * isz)
-                try:
-                    memcpy(acc, sb.ptr, total * isz)
-                    run_reduce_scatter(self, &c, acc, offs.v, lens.v, algo)
-                    memcpy(rb.ptr, acc + offs.v[self.rank] * isz, mine)
-                finally:
-                    free(acc)
+                acc = self.work(total * isz)
+                memcpy(acc, sb.ptr, total * isz)
+                run_reduce_scatter(self, &c, acc, offs.v, lens.v, algo)
+                memcpy(rb.ptr, acc + offs.v[self.rank] * isz, mine)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -764,12 +764,9 @@ cdef class Context:
         cdef char *x
         try:
             with nogil:
-                x = <char *>_alloc(rb.nbytes)
-                try:
-                    memcpy(x, sb.ptr, rb.nbytes)
-                    run_scan(self, &c, x, rb.count, rb.ptr, exclusive)
-                finally:
-                    free(x)
+                x = self.work(rb.nbytes)
+                memcpy(x, sb.ptr, rb.nbytes)
+                run_scan(self, &c, x, rb.count, rb.ptr, exclusive)
         except BaseException as e:
             self.fail(e, &c)
             raise

@@ -216,10 +216,14 @@ cdef class Context:
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
     cdef set _requests                # unfinished Isend/Irecv handles: their
                                       # Xfers are posted, so they must live
-    cdef char *_scratch               # temporary space kept between calls
-    cdef int64_t _scratch_size
+    cdef char *_space[2]              # temporary space kept between calls:
+    cdef int64_t _space_size[2]       # [0] scratch(), [1] work()
 
+    cdef char *space(self, int slot, int64_t nbytes) except NULL nogil
+    # For an algorithm's own temporaries.
     cdef char *scratch(self, int64_t nbytes) except NULL nogil
+    # For a copy of the caller's input that the algorithm may clobber.
+    cdef char *work(self, int64_t nbytes) except NULL nogil
 
     cdef int post_send(self, Coll *c, Xfer *x, int peer, uint64_t tag,
                        const char *buf, int64_t n) except -1 nogil
