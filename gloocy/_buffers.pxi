@@ -45,6 +45,16 @@ cdef int _int_code(bint signed, Py_ssize_t size) noexcept:
         return DT_INT64 if signed else DT_UINT64
     return -1
 
+cdef dict _FORMAT_DTYPES = {}      # (format, itemsize) -> DtypeCode: parse once
+
+cdef int _dtype_cached(bytes fmt, Py_ssize_t itemsize):
+    key = (fmt, itemsize)
+    dt = _FORMAT_DTYPES.get(key)
+    if dt is None:
+        dt = _FORMAT_DTYPES[key] = dtype_of_format(fmt, itemsize)
+    return dt
+
+
 cdef int dtype_of_format(bytes fmt, Py_ssize_t itemsize) noexcept:
     """The DtypeCode of a struct-module format, -1 when unknown."""
     cdef bytes code = fmt
@@ -130,9 +140,9 @@ cdef Buf get_buffer(object obj, str name, bint writable):
     b.ptr = <char *>b.view.buf
     b.nbytes = b.view.len
     b.itemsize = b.view.itemsize if b.view.itemsize > 0 else 1
-    b.format = (b.view.format or b"B").decode("ascii", "replace")
-    b.dtype = (DT_BFLOAT16 if bf16
-               else dtype_of_format(b.format.encode("ascii"), b.itemsize))
+    cdef bytes fmt = b.view.format if b.view.format is not NULL else b"B"
+    b.format = fmt.decode("ascii", "replace")
+    b.dtype = DT_BFLOAT16 if bf16 else _dtype_cached(fmt, b.itemsize)
     b.count = b.nbytes // b.itemsize
     return b
 
