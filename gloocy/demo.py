@@ -32,7 +32,7 @@ def check(comm, name, got, want):
 def passed(comm, name):
     comm.Barrier()                 # raises here if another rank failed
     if comm.rank == 0:
-        print(f"check {name:<54} ok")
+        print(f"check {name:<56} ok")
 
 
 def allreduce_input(op, rank, n, count, dtype):
@@ -81,6 +81,50 @@ def check_collectives(comm):
     check(comm, "allgather", comm.allgather(("rank", r, "x" * r)) ==
           [("rank", i, "x" * i) for i in range(n)], True)
     passed(comm, "objects: bcast, allreduce, allgather")
+    check_more(comm)
+
+
+def check_more(comm):
+    """The rest of the set, each against its closed form."""
+    r, n = comm.rank, comm.size
+    mine = np.full(3, r + 1, dtype=np.int64)        # rank i holds i+1
+    every = np.repeat(np.arange(1, n + 1), 3)       # what gathering gives
+    out = np.zeros(3 * n, np.int64)
+    comm.Allgather(mine, out)
+    check(comm, "Allgather", out, every)
+    for root in range(n):
+        out = np.zeros(3 * n, np.int64) if r == root else None
+        comm.Gather(mine, out, root=root)
+        if r == root:
+            check(comm, f"Gather root={root}", out, every)
+        got = np.zeros(3, np.int64)
+        comm.Scatter(every if r == root else None, got, root=root)
+        check(comm, f"Scatter root={root}", got, mine)
+        total = np.zeros(3, np.int64) if r == root else None
+        comm.Reduce(mine, total, op=SUM, root=root)
+        if r == root:
+            check(comm, f"Reduce root={root}", total, np.full(3, n * (n + 1) // 2))
+    send = np.arange(n, dtype=np.int64) + 100 * r   # block i goes to rank i
+    recv = np.zeros(n, np.int64)
+    comm.Alltoall(send, recv)
+    check(comm, "Alltoall", recv, np.arange(n) * 100 + r)
+    block = np.zeros(2, np.int64)
+    comm.Reduce_scatter_block(np.arange(2 * n, dtype=np.int64), block)
+    check(comm, "Reduce_scatter_block", block, np.arange(2 * r, 2 * r + 2) * n)
+    prefix = np.zeros(3, np.int64)
+    comm.Scan(mine, prefix)
+    check(comm, "Scan", prefix, np.full(3, (r + 1) * (r + 2) // 2))
+    passed(comm, "(All)gather Scatter Reduce Alltoall Reduce_scatter Scan")
+    right, left = (r + 1) % n, (r - 1) % n
+    got = np.zeros(3, np.int64)
+    reqs = [comm.Irecv(got, source=left, tag=7), comm.Isend(mine, dest=right, tag=7)]
+    gloocy.Waitall(reqs)
+    check(comm, "Isend/Irecv ring", got, np.full(3, left + 1))
+    x = np.full(4, float(r))
+    req = comm.Iallreduce(gloocy.IN_PLACE, x, op=gloocy.AVG)
+    req.Wait()
+    check(comm, "Iallreduce AVG", x, np.full(4, (n - 1) / 2))
+    passed(comm, "point-to-point and nonblocking")
 
 
 def slowest_median(comm, call, budget=BUDGET):
