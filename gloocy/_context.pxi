@@ -206,24 +206,28 @@ cdef class Context:
         c.proto.seq = 0
         return 0
 
-    cdef int match_stashed(self, Coll *c, Xfer *x, int source, bint consume,
+    cdef Xfer *find_stashed(self, const Xfer *x, int source, int *peer) noexcept nogil:
+        cdef int i
+        cdef Xfer *u
+        for i in range(self.size):
+            if i != self.rank and (source < 0 or i == source):
+                u = (<Pair>self._pair_ptrs[i]).find_unexpected(x, False)
+                if u is not NULL:
+                    peer[0] = i
+                    return u
+        return NULL
+
+    cdef int probe_stashed(self, Coll *c, Xfer *x, int source,
                            bint block) except -1 nogil:
-        cdef int i, moved
+        cdef int i, moved, peer
         cdef int64_t spin_until = 0
         cdef Xfer *u
         while True:
-            for i in range(self.size):
-                if i == self.rank or (source >= 0 and i != source):
-                    continue
-                u = (<Pair>self._pair_ptrs[i]).find_unexpected(x, False)
-                if u is NULL:
-                    continue
-                if consume:
-                    (<Pair>self._pair_ptrs[i]).take_unexpected(u, x)
-                else:
-                    x.hdr = u.hdr
-                    x.nbytes = u.nbytes
-                    x.peer = i
+            u = self.find_stashed(x, source, &peer)
+            if u is not NULL:
+                x.hdr = u.hdr
+                x.nbytes = u.nbytes
+                x.peer = peer
                 return 1
             # Read whatever has arrived, from every pair that may send it.
             moved = 0
@@ -240,6 +244,19 @@ cdef class Context:
             if now_ns() >= spin_until:
                 self.block(c)
                 spin_until = 0
+
+    cdef object take_from_self(self, char *buf, int64_t nbytes, int tag):
+        for i, (t, data) in enumerate(self._to_self):
+            if tag == -1 or t == tag:
+                if len(data) > nbytes:
+                    raise MismatchError(
+                        f"rank {self.rank}: a message of {len(data)} bytes "
+                        f"from rank {self.rank} (tag {t}) does not fit the "
+                        f"{nbytes}-byte receive buffer")
+                del self._to_self[i]
+                memcpy(buf, <const char *>data, len(data))
+                return self.rank, t, len(data)
+        return None
 
     cdef int fail(self, BaseException exc, Coll *c) except -1:
         """Something raised mid-call: the streams are in an unknown state, so
@@ -294,43 +311,22 @@ cdef class Context:
         return moved
 
     cdef int post_p2p_recv(self, Xfer *x, int source) except -1 nogil:
-        cdef int i
+        cdef int peer
         cdef Xfer *u
         x.order = self._order
         self._order += 1
         if source >= 0:
             return (<Pair>self._pair_ptrs[source]).post_recv(x)
-        for i in range(self.size):      # a frame that came first
-            if i != self.rank:
-                u = (<Pair>self._pair_ptrs[i]).find_unexpected(x, False)
-                if u is not NULL:
-                    return (<Pair>self._pair_ptrs[i]).take_unexpected(u, x)
-        x.next = NULL
-        if self._wild_tail is NULL:
-            self._wild_head = x
-        else:
-            self._wild_tail.next = x
-        self._wild_tail = x
+        u = self.find_stashed(x, -1, &peer)     # a frame that came first
+        if u is not NULL:
+            return (<Pair>self._pair_ptrs[peer]).take_unexpected(u, x)
+        xfer_append(&self._wild_head, &self._wild_tail, x)
         return 0
 
     cdef bint cancel_p2p_recv(self, Xfer *x, int source) noexcept nogil:
-        cdef Xfer *prev = NULL
-        cdef Xfer *it = self._wild_head
         if source >= 0:
             return (<Pair>self._pair_ptrs[source]).cancel_recv(x)
-        while it is not NULL and it is not x:
-            prev = it
-            it = it.next
-        if it is NULL:
-            return False
-        if prev is NULL:
-            self._wild_head = x.next
-        else:
-            prev.next = x.next
-        if self._wild_tail is x:
-            self._wild_tail = prev
-        x.next = NULL
-        return True
+        return xfer_unlink(&self._wild_head, &self._wild_tail, x)
 
     cdef int wait(self, Coll *c, Xfer *x) except -1 nogil:
         cdef int64_t spin_until = 0
@@ -534,22 +530,14 @@ cdef class Context:
         tag). Returns (source, tag, nbytes received)."""
         cdef Coll c
         cdef Xfer x
-        cdef int got
         self._check_peer(source, "source", True)
         if tag < -1:
             raise ValueError(f"tag: must be >= 0 or -1 (any), got {tag}")
         cdef Buf b = get_buffer(buf, "buf", True)
         if source in (-1, self.rank):
-            for i, (t, data) in enumerate(self._to_self):
-                if tag == -1 or t == tag:
-                    if len(data) > b.nbytes:
-                        raise MismatchError(
-                            f"rank {self.rank}: a message of {len(data)} bytes "
-                            f"from rank {self.rank} (tag {t}) does not fit "
-                            f"the {b.nbytes}-byte receive buffer")
-                    del self._to_self[i]
-                    memcpy(b.ptr, <const char *>data, len(data))
-                    return self.rank, t, len(data)
+            got = self.take_from_self(b.ptr, b.nbytes, tag)
+            if got is not None:
+                return got
             if source == self.rank or self.size == 1:
                 raise ContextPoisoned(f"rank {self.rank}: recv from itself "
                                       "with no message sent to itself: it "
@@ -658,7 +646,7 @@ cdef class Context:
         _p2p_want(&x, &c, NULL, 0, tag)
         try:
             with nogil:
-                found = self.match_stashed(&c, &x, source, False, block)
+                found = self.probe_stashed(&c, &x, source, block)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -916,19 +904,9 @@ cdef class P2PHandle:
 
     cdef bint _take_from_self(self) except -1:
         """A receive from ourselves (or anyone): messages we sent us."""
-        cdef Context ctx = self.ctx
-        for i, (t, data) in enumerate(ctx._to_self):
-            if self.tag == -1 or t == self.tag:
-                if len(data) > self.buf.nbytes:
-                    raise MismatchError(
-                        f"rank {ctx.rank}: a message of {len(data)} bytes "
-                        f"from rank {ctx.rank} (tag {t}) does not fit the "
-                        f"{self.buf.nbytes}-byte receive buffer")
-                del ctx._to_self[i]
-                memcpy(self.buf.ptr, <const char *>data, len(data))
-                self.result = (ctx.rank, t, len(data))
-                return True
-        return False
+        self.result = self.ctx.take_from_self(self.buf.ptr, self.buf.nbytes,
+                                              self.tag)
+        return self.result is not None
 
     cdef int _step(self, bint block, object timeout) except -1:
         """One attempt to finish; 1 when done."""
@@ -973,7 +951,7 @@ cdef class P2PHandle:
 
 cdef void _p2p_want(Xfer *x, Coll *c, char *buf, int64_t nbytes,
                     int tag) noexcept:
-    """A point-to-point receive for match_stashed()."""
+    """A point-to-point receive, ready to post or to probe with."""
     memset(x, 0, sizeof(Xfer))
     x.buf = buf
     x.nbytes = nbytes

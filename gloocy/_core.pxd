@@ -177,6 +177,10 @@ cdef class Pair:
     cdef Xfer *find_stale(self, uint32_t comm_id, uint64_t seq) noexcept nogil
 
 
+# Xfer queues (head/tail singly linked lists), shared by every transport.
+cdef void xfer_append(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil
+cdef bint xfer_unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil
+
 # Shared by transports: frame checks that raise the right gloocy error.
 cdef bint frame_matches(const Header *got, const Xfer *want) noexcept nogil
 cdef int check_header(const Header *got, int rank, int peer) except -1 nogil
@@ -243,11 +247,15 @@ cdef class Context:
     cdef bint cancel_p2p_recv(self, Xfer *x, int source) noexcept nogil
     cdef int _send_to_self(self, int tag, bytes data) except -1
     cdef int _check_peer(self, int rank, str name, bint any_ok) except -1
-    # Wait for a point-to-point frame matching x from `source` (-1: any
-    # rank), stashed by a pair; deliver it into x when `consume`, else only
-    # fill in x.hdr/x.nbytes/x.peer (probe). `block` False: return 0 at once
-    # when there is none yet (1 when there is).
-    cdef int match_stashed(self, Coll *c, Xfer *x, int source, bint consume,
+    # The oldest stashed p2p frame that receive x would take, from `source`
+    # (-1: any rank); its sender in *peer.
+    cdef Xfer *find_stashed(self, const Xfer *x, int source, int *peer) noexcept nogil
+    # Wait (unless not `block`) until a stashed frame matches x; fill in
+    # x.hdr, x.nbytes, x.peer without taking it (probe). 1 if found.
+    cdef int probe_stashed(self, Coll *c, Xfer *x, int source,
                            bint block) except -1 nogil
+    # A message we sent ourselves with `tag` (-1: any) into buf, as
+    # (source, tag, nbytes), or None.
+    cdef object take_from_self(self, char *buf, int64_t nbytes, int tag)
     cdef int _check_root(self, int root) except -1
     cdef void _linger(self, int64_t deadline) noexcept nogil

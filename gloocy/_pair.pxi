@@ -58,11 +58,7 @@ cdef class Pair:
         u.flags = XF_HEAP
         u.peer = self.peer
         u.state = XFER_POSTED
-        if self.unexp_tail is NULL:
-            self.unexp_head = u
-        else:
-            self.unexp_tail.next = u
-        self.unexp_tail = u
+        xfer_append(&self.unexp_head, &self.unexp_tail, u)
         return u
 
     cdef Xfer *find_unexpected(self, const Xfer *want, bint partial) noexcept nogil:
@@ -74,21 +70,9 @@ cdef class Pair:
         return NULL
 
     cdef void drop_unexpected(self, Xfer *u) noexcept nogil:
-        cdef Xfer *prev = NULL
-        cdef Xfer *it = self.unexp_head
-        while it is not NULL and it is not u:
-            prev = it
-            it = it.next
-        if it is NULL:
-            return
-        if prev is NULL:
-            self.unexp_head = u.next
-        else:
-            prev.next = u.next
-        if self.unexp_tail is u:
-            self.unexp_tail = prev
-        free(u.buf)
-        free(u)
+        if xfer_unlink(&self.unexp_head, &self.unexp_tail, u):
+            free(u.buf)
+            free(u)
 
     cdef int take_unexpected(self, Xfer *u, Xfer *x) except -1 nogil:
         check_frame(&u.hdr, x, self.rank, self.peer)
@@ -114,10 +98,10 @@ cdef class Pair:
         if h.kind == KIND_P2P and self.wild_head is not NULL:
             w = _first_match(self.wild_head[0], h)
             if w is not NULL and (x is NULL or w.order < x.order):
-                _unlink(self.wild_head, self.wild_tail, w)
+                xfer_unlink(self.wild_head, self.wild_tail, w)
                 return w
         if x is not NULL:
-            _unlink(posted, posted_tail, x)
+            xfer_unlink(posted, posted_tail, x)
         return x
 
     cdef Xfer *find_stale(self, uint32_t comm_id, uint64_t seq) noexcept nogil:
@@ -143,14 +127,24 @@ cdef Xfer *_first_match(Xfer *x, const Header *h) noexcept nogil:
     return x
 
 
-cdef void _unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
+cdef void xfer_append(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
+    x.next = NULL
+    if tail[0] is NULL:
+        head[0] = x
+    else:
+        tail[0].next = x
+    tail[0] = x
+
+
+cdef bint xfer_unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
+    """Take x out of the queue; False if it was not in it."""
     cdef Xfer *prev = NULL
     cdef Xfer *it = head[0]
     while it is not NULL and it is not x:
         prev = it
         it = it.next
     if it is NULL:
-        return
+        return False
     if prev is NULL:
         head[0] = x.next
     else:
@@ -158,3 +152,4 @@ cdef void _unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
     if tail[0] is x:
         tail[0] = prev
     x.next = NULL
+    return True

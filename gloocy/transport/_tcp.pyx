@@ -27,8 +27,9 @@ from posix.unistd cimport close as c_close
 from gloocy._core cimport (Pair, Xfer, Header, HEADER_SIZE, KIND_BYE,
                            KIND_P2P, KIND_ABORT, ABORT_MAX, XFER_DONE,
                            XFER_POSTED, XF_HEAP, EAGER_MAX, init_header,
-                           frame_matches, check_header, check_frame,
-                           check_unmatched, raise_peer_abort)
+                           check_header, check_frame,
+                           check_unmatched, raise_peer_abort, xfer_append,
+                           xfer_unlink)
 
 from gloocy.errors import PeerLostError, ProtocolError, RendezvousError
 
@@ -64,15 +65,6 @@ cdef enum:
     WOULD_BLOCK = -1
 
 
-cdef inline void _enqueue(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
-    x.next = NULL
-    if tail[0] is NULL:
-        head[0] = x
-    else:
-        tail[0].next = x
-    tail[0] = x
-
-
 cdef class TcpPair(Pair):
     """A Pair over one connected TCP socket (takes ownership of `fd`)."""
 
@@ -102,7 +94,7 @@ cdef class TcpPair(Pair):
     cdef int post_send(self, Xfer *x) except -1 nogil:
         if self.fd < 0:
             return self.lost("the connection is closed", 0)
-        _enqueue(&self.send_head, &self.send_tail, x)
+        xfer_append(&self.send_head, &self.send_tail, x)
         if self.send_head is x:
             self.send_some()           # most small frames leave right here
         return 0
@@ -173,7 +165,7 @@ cdef class TcpPair(Pair):
         if (self.peer_gone and not self.parked and self.in_hdr_got == 0
                 and self.st_lo == self.st_hi):
             return self.lost("the peer has left (closed its communicator)", 0)
-        _enqueue(&self.recv_head, &self.recv_tail, x)
+        xfer_append(&self.recv_head, &self.recv_tail, x)
         if self.parked:
             self.start_payload()
         return 0
@@ -332,21 +324,8 @@ cdef class TcpPair(Pair):
         return 0
 
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil:
-        cdef Xfer *prev = NULL
-        cdef Xfer *it = self.recv_head
-        while it is not NULL and it is not x:
-            prev = it
-            it = it.next
-        if it is NULL:
-            return False                  # matched already (or never posted)
-        if prev is NULL:
-            self.recv_head = x.next
-        else:
-            prev.next = x.next
-        if self.recv_tail is x:
-            self.recv_tail = prev
-        x.next = NULL
-        return True
+        # Not in the queue: matched already (or never posted).
+        return xfer_unlink(&self.recv_head, &self.recv_tail, x)
 
     cdef void abandon(self) noexcept nogil:
         self.send_head = self.send_tail = NULL
