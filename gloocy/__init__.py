@@ -102,8 +102,7 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         raise ValueError(f"timeout: must be positive, got {timeout!r}")
     secret = _secret_bytes(secret, job)
     if size == 1:
-        return Communicator(Context(0, 1, [None], timeout=timeout, **_tuning(1)),
-                            secret=secret, job=job)
+        return Communicator(Context(0, 1, [None], timeout=timeout, **_tuning(1)))
     server = client = None
     try:
         if isinstance(store, str):
@@ -121,7 +120,7 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         ctx = Context(rank, size, pairs, timeout=timeout, **_tuning(size))
         # Once every rank is through this barrier, nobody needs the store.
         ctx.barrier()
-        return Communicator(ctx, secret=secret, host=host, job=job)
+        return Communicator(ctx)
     finally:
         if client is not None and client is not store:
             client.close()

@@ -13,6 +13,7 @@ cdef extern from "<poll.h>" nogil:
         short revents
     int poll(pollfd *fds, unsigned long nfds, int timeout)
     enum:
+        POLLIN
         POLLRDHUP
 
 cdef extern from "<sched.h>" nogil:
@@ -29,7 +30,7 @@ cdef inline int64_t now_ns() noexcept nogil:
 
 
 cdef int _raise_timeout(Context ctx, Coll *c) except -1 with gil:
-    waiting = [(<Pair>p).peer for p in ctx._pairs
+    waiting = [i for i, p in enumerate(ctx._pairs)
                if p is not None and (<Pair>p).busy()]
     raise CollectiveTimeout(
         f"rank {ctx.rank}: {describe_call(&c.proto)} timed out waiting for "
@@ -44,26 +45,41 @@ cdef int _check_signals() except -1 with gil:
     return PyErr_CheckSignals()
 
 
+cdef int _raise_links_failed(Context ctx) except -1 with gil:
+    raise ContextPoisoned(
+        f"rank {ctx.rank}: a call on another communicator over the same "
+        f"connections failed: {ctx.links.error}")
+
+
 cdef class Context:
     """This rank's view of a group: its pairs, counters and deadlines."""
 
-    def __cinit__(self, int rank, int size, list pairs, *, uint32_t comm_id=0,
+    def __cinit__(self, int rank, int size, list pairs=None, *,
+                  Links links=None, world=None, uint32_t comm_id=0,
                   double timeout=300.0, int64_t segment=1 << 18,
                   int64_t spin_us=50, int64_t small_allreduce=1 << 16):
+        """A context over `pairs` (one per rank, None at `rank`), or over
+        some of the `links` of another context: our rank i is their rank
+        world[i] (see derive())."""
+        self._efd = -1
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not in a world of size {size}")
-        if len(pairs) != size:
-            raise ValueError(f"pairs: expected {size} entries, got {len(pairs)}")
         if segment < 1:
             raise ValueError("segment must be at least 1 byte")
         if timeout <= 0:
             raise ValueError("timeout must be positive")
-        for i, p in enumerate(pairs):
-            if i == rank:
-                if p is not None:
-                    raise ValueError("pairs[rank] must be None")
-            elif not isinstance(p, Pair) or (<Pair>p).peer != i:
-                raise ValueError(f"pairs[{i}] is not a Pair to rank {i}")
+        if links is None:
+            if len(pairs) != size:
+                raise ValueError(f"pairs: expected {size} entries, got {len(pairs)}")
+            for i, p in enumerate(pairs):
+                if i == rank:
+                    if p is not None:
+                        raise ValueError("pairs[rank] must be None")
+                elif not isinstance(p, Pair) or (<Pair>p).peer != i:
+                    raise ValueError(f"pairs[{i}] is not a Pair to rank {i}")
+            links = Links(rank, size, list(pairs))
+            world = range(size)
+        self.links = links
         self.rank = rank
         self.size = size
         self.comm_id = comm_id
@@ -71,26 +87,54 @@ cdef class Context:
         self.segment = segment
         self.spin_ns = spin_us * 1000
         self.small_allreduce = small_allreduce
-        self._pairs = list(pairs)
+        self._pairs = [links.pairs[w] for w in world]
         self._to_self = []
         self._requests = set()
         self._pair_ptrs = <void **>malloc(size * sizeof(void *))
-        if self._pair_ptrs is NULL:
+        self._world = <int *>malloc(size * sizeof(int))
+        self._local = <int *>malloc(links.size * sizeof(int))
+        if self._pair_ptrs is NULL or self._world is NULL or self._local is NULL:
             raise MemoryError()
-        for i, p in enumerate(self._pairs):
-            self._pair_ptrs[i] = <void *>p
-            if p is not None:
-                (<Pair>p).wild_head = &self._wild_head
-                (<Pair>p).wild_tail = &self._wild_tail
+        for i in range(links.size):
+            self._local[i] = -1
+        for i, w in enumerate(world):
+            self._pair_ptrs[i] = <void *>self._pairs[i]
+            self._world[i] = w
+            self._local[w] = i
+        links.users += 1
 
     def __dealloc__(self):
-        if self._pairs is not None:
-            for p in self._pairs:
-                if p is not None:
-                    (<Pair>p).wild_head = (<Pair>p).wild_tail = NULL
         free(self._pair_ptrs)
+        free(self._world)
+        free(self._local)
         free(self._space[0])
         free(self._space[1])
+        if self._efd >= 0:
+            c_close(self._efd)
+
+    @property
+    def next_comm_id(self):
+        """The lowest communicator id never used by this process."""
+        return self.links.next_id
+
+    def derive(self, members, uint32_t comm_id):
+        """A context of our ranks `members` (in that order; ours among them)
+        over the same connections, tagged `comm_id`: an id every member
+        agreed on and none of them has used (>= their next_comm_id)."""
+        if self.closed:
+            raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
+        members = [int(m) for m in members]
+        world = [self._world[m] for m in members]
+        if comm_id >= self.links.next_id:
+            self.links.next_id = comm_id + 1
+        return type(self)(members.index(self.rank), len(members), links=self.links,
+                          world=world, comm_id=comm_id, timeout=self.timeout,
+                          segment=self.segment, spin_us=self.spin_ns // 1000,
+                          small_allreduce=self.small_allreduce)
+
+    def world_rank(self, int rank):
+        """The rank of our rank `rank` in the first context of the links."""
+        return self._world[rank]
 
     cdef char *space(self, int slot, int64_t nbytes) except NULL nogil:
         """Temporary space, kept between calls: fresh pages of a large
@@ -117,12 +161,14 @@ cdef class Context:
         if self.closed:
             return
         self.closed = True
-        if isinstance(self.error, PeerLostError) and linger > 0:
+        self.links.users -= 1
+        if self.links.users > 0:
+            return                    # other contexts still use the links
+        error = self.links.error
+        if isinstance(error, PeerLostError) and linger > 0:
             with nogil:
                 self._linger(now_ns() + <int64_t>(linger * 1e9))
-        for p in self._pairs:
-            if p is not None:
-                (<Pair>p).shutdown(self.error is None)
+        self.links.close(error is None)
 
     cdef void _linger(self, int64_t deadline) noexcept nogil:
         cdef pollfd fds[64]
@@ -155,21 +201,40 @@ cdef class Context:
     cdef int begin(self, Coll *c, int kind, int op, int dtype, int root,
                    uint64_t count, object timeout) except -1:
         """Check we may run, then stamp the call's header and deadline."""
-        if self.error is not None:
-            raise ContextPoisoned(
-                f"rank {self.rank}: communicator unusable after an earlier "
-                f"error: {self.error}")
-        if self.closed:
-            raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
+        self.check_usable()
         cdef double t = self.timeout if timeout is None else timeout
         if not t > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
+        with nogil:
+            self.links.enter()
+        try:
+            self.stamp(c, kind, op, dtype, root, count, t)
+        except BaseException:
+            self.links.leave()
+            raise
+        return 0
+
+    cdef void end(self) noexcept:
+        self.links.leave()
+
+    cdef int check_usable(self) except -1:
+        error = self.error if self.error is not None else self.links.error
+        if error is not None:
+            raise ContextPoisoned(
+                f"rank {self.rank}: communicator unusable after an earlier "
+                f"error: {error}")
+        if self.closed:
+            raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
+        return 0
+
+    cdef int stamp(self, Coll *c, int kind, int op, int dtype, int root,
+                   uint64_t count, double t) except -1:
         cdef Xfer *stale
         cdef Header *past
         if kind != KIND_P2P:
             # A frame of a call of ours that is over, never taken: the ranks
             # called different collectives there (ones that only send).
-            for p in self._pairs:
+            for peer, p in enumerate(self._pairs):
                 stale = NULL if p is None else (<Pair>p).find_stale(self.comm_id, self.seq)
                 if stale is not NULL:
                     past = &self._recent[stale.hdr.seq % 16]
@@ -177,7 +242,7 @@ cdef class Context:
                             if past.seq == stale.hdr.seq and past.kind
                             else f"made call #{stale.hdr.seq} without taking it")
                     e = MismatchError(
-                        f"rank {self.rank} {mine} but rank {(<Pair>p).peer} "
+                        f"rank {self.rank} {mine} but rank {peer} "
                         f"called {describe_call(&stale.hdr)}")
                     self.fail(e, c)
                     raise e
@@ -227,7 +292,7 @@ cdef class Context:
             if u is not NULL:
                 x.hdr = u.hdr
                 x.nbytes = u.nbytes
-                x.peer = peer
+                x.peer = self._world[peer]
                 return 1
             # Read whatever has arrived, from every pair that may send it.
             moved = 0
@@ -235,6 +300,8 @@ cdef class Context:
                 if i != self.rank and (source < 0 or i == source):
                     moved |= (<Pair>self._pair_ptrs[i]).progress()
             if moved:
+                if self.links.nsleepers:
+                    self.links.wake()
                 spin_until = 0
                 continue
             if not block:
@@ -244,6 +311,8 @@ cdef class Context:
             if now_ns() >= spin_until:
                 self.block(c)
                 spin_until = 0
+            else:
+                self.pause()
 
     cdef object take_from_self(self, char *buf, int64_t nbytes, int tag):
         for i, (t, data) in enumerate(self._to_self):
@@ -260,18 +329,25 @@ cdef class Context:
 
     cdef int fail(self, BaseException exc, Coll *c) except -1:
         """Something raised mid-call: the streams are in an unknown state, so
-        the context is poisoned and the pairs forget the call's transfers."""
+        the context is poisoned and the pairs forget the call's transfers.
+        Every context over the same links is poisoned with it: their
+        transfers are forgotten too. Called with the links' lock held."""
         if self.error is None:
             self.error = exc
-        self._wild_head = self._wild_tail = NULL
+        links = self.links
+        if links.error is None:
+            links.error = exc
+        links.failed = True
+        links.wild_head = links.wild_tail = NULL
         # A mismatch is a bug in the program that every rank should hear of,
         # not only the one whose frame showed it.
         why = str(exc).encode() if isinstance(exc, MismatchError) else None
-        for p in self._pairs:
+        for p in links.pairs:
             if p is not None:
                 if why is not None:
                     (<Pair>p).say_abort(why)
                 (<Pair>p).abandon()
+        links.wake()
         return 0
 
     # -- transfers ---------------------------------------------------------
@@ -304,29 +380,31 @@ cdef class Context:
 
     cdef int progress_all(self) except -1 nogil:
         cdef int i, moved = 0
-        cdef bint everyone = self._wild_head is not NULL  # any source may send
+        cdef bint everyone = self.links.wild_head is not NULL  # any source may send
         for i in range(self.size):
             if i != self.rank and (everyone or (<Pair>self._pair_ptrs[i]).busy()):
                 moved |= (<Pair>self._pair_ptrs[i]).progress()
+        if moved and self.links.nsleepers:
+            self.links.wake()
         return moved
 
     cdef int post_p2p_recv(self, Xfer *x, int source) except -1 nogil:
         cdef int peer
         cdef Xfer *u
-        x.order = self._order
-        self._order += 1
+        x.order = self.links.order
+        self.links.order += 1
         if source >= 0:
             return (<Pair>self._pair_ptrs[source]).post_recv(x)
         u = self.find_stashed(x, -1, &peer)     # a frame that came first
         if u is not NULL:
             return (<Pair>self._pair_ptrs[peer]).take_unexpected(u, x)
-        xfer_append(&self._wild_head, &self._wild_tail, x)
+        xfer_append(&self.links.wild_head, &self.links.wild_tail, x)
         return 0
 
     cdef bint cancel_p2p_recv(self, Xfer *x, int source) noexcept nogil:
         if source >= 0:
             return (<Pair>self._pair_ptrs[source]).cancel_recv(x)
-        return xfer_unlink(&self._wild_head, &self._wild_tail, x)
+        return xfer_unlink(&self.links.wild_head, &self.links.wild_tail, x)
 
     cdef int wait(self, Coll *c, Xfer *x) except -1 nogil:
         cdef int64_t spin_until = 0
@@ -339,9 +417,20 @@ cdef class Context:
             if spin_until == 0:
                 spin_until = now_ns() + self.spin_ns
             if now_ns() < spin_until:
+                self.pause()
                 continue
             self.block(c)
             spin_until = 0
+        return 0
+
+    cdef int pause(self) except -1 nogil:
+        """Between two spins: let another thread at the links, and stop if
+        one of them failed (our transfers are forgotten then)."""
+        if self.links.users > 1:
+            self.links.leave()
+            self.links.enter()
+        if self.links.failed:
+            return _raise_links_failed(self)
         return 0
 
     cdef int waitall(self, Coll *c, Xfer *xs, int64_t n) except -1 nogil:
@@ -351,18 +440,27 @@ cdef class Context:
         return 0
 
     cdef int block(self, Coll *c) except -1 nogil:
-        """Sleep in poll(2) until some pair can move, a slice passes or the
-        deadline comes; then give pending signals (Ctrl-C) a chance."""
-        cdef pollfd fds[64]
+        """Sleep in poll(2) until some pair can move, another thread wakes
+        us (it moved bytes, maybe ours), a slice passes or the deadline
+        comes; then give pending signals (Ctrl-C) a chance. The links' lock
+        is dropped meanwhile."""
+        cdef pollfd fds[65]
+        cdef int at[65]
         cdef pollfd *pfds = fds
+        cdef int *pairs_at = at
         cdef int i, n = 0, r, err
+        cdef uint64_t drained
+        cdef bint sleeping = False
         cdef short events
         cdef int64_t left = c.deadline - now_ns()
         if left <= 0:
             return _raise_timeout(self, c)
         if self.size > 64:
-            pfds = <pollfd *>malloc(self.size * sizeof(pollfd))
-            if pfds is NULL:
+            pfds = <pollfd *>malloc((self.size + 1) * sizeof(pollfd))
+            pairs_at = <int *>malloc((self.size + 1) * sizeof(int))
+            if pfds is NULL or pairs_at is NULL:
+                free(pfds)
+                free(pairs_at)
                 with gil:
                     raise MemoryError()
         try:
@@ -374,28 +472,49 @@ cdef class Context:
                     pfds[n].fd = (<Pair>self._pair_ptrs[i]).wait_fd()
                     pfds[n].events = events
                     pfds[n].revents = 0
+                    pairs_at[n] = i
                     n += 1
+            if self.links.users > 1:
+                # Others may move our bytes while we sleep: let them wake us.
+                if self._efd < 0:
+                    self._efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+                if self._efd >= 0 and self.links.add_sleeper(self._efd):
+                    sleeping = True
+                    pfds[n].fd = self._efd
+                    pfds[n].events = POLLIN
+                    pfds[n].revents = 0
+                    pairs_at[n] = -1
+                    n += 1
+                elif n == 0:
+                    left = 1          # cannot be woken: nap, look again
+            self.links.leave()
             r = poll(pfds, n, <int>min(POLL_SLICE_MS, left // 1000000 + 1))
             err = errno
+            self.links.enter()
+            if sleeping:
+                self.links.drop_sleeper(self._efd)
+                c_read(self._efd, &drained, sizeof(drained))
+            if self.links.failed:
+                return _raise_links_failed(self)
             if r < 0 and err != EINTR:
                 return _raise_poll_error(err)
             if r <= 0:
-                _check_signals()
-            elif n:
+                self.links.leave()
+                try:
+                    _check_signals()
+                finally:
+                    self.links.enter()
+            else:
                 # Pairs with nothing posted are polled only to notice a peer
                 # that hangs up; let them read what woke them.
-                n = 0
-                for i in range(self.size):
-                    if i == self.rank:
-                        continue
-                    if (<Pair>self._pair_ptrs[i]).wait_events():
-                        if (pfds[n].revents
-                                and not (<Pair>self._pair_ptrs[i]).busy()):
-                            (<Pair>self._pair_ptrs[i]).progress()
-                        n += 1
+                for i in range(n):
+                    if (pairs_at[i] >= 0 and pfds[i].revents
+                            and not (<Pair>self._pair_ptrs[pairs_at[i]]).busy()):
+                        (<Pair>self._pair_ptrs[pairs_at[i]]).progress()
         finally:
             if pfds is not fds:
                 free(pfds)
+                free(pairs_at)
         return 0
 
     # -- collectives (Python entry points) ------------------------------------
@@ -419,6 +538,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def bcast(self, buf, int root, *, timeout=None, algorithm=None):
         """Copy root's `buf` into every other rank's `buf` (same byte size).
@@ -428,14 +549,16 @@ cdef class Context:
         cdef Buf b = get_buffer(buf, "buf", self.rank != root)
         cdef int algo = _algorithm("bcast", algorithm)
         self.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
-        algo = pick_bcast(self, b.nbytes, algo)
-        self.last_algorithm = ALGORITHM_NAMES[algo]
         try:
+            algo = pick_bcast(self, b.nbytes, algo)
+            self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 run_bcast(self, &c, b.ptr, b.nbytes, algo)
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def allreduce(self, sendbuf, recvbuf, int op, *, timeout=None,
                   algorithm=None):
@@ -451,10 +574,10 @@ cdef class Context:
             sb = get_buffer(sendbuf, "sendbuf", False)
             _same_layout(sb, rb)
         self.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)
-        c.fn = fn
-        algo = pick_allreduce(self, rb.count, c.itemsize, algo)
-        self.last_algorithm = ALGORITHM_NAMES[algo]
         try:
+            c.fn = fn
+            algo = pick_allreduce(self, rb.count, c.itemsize, algo)
+            self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 if sb is not None and sb.ptr != rb.ptr:
                     memmove(rb.ptr, sb.ptr, rb.nbytes)
@@ -462,6 +585,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def allgatherv(self, sendbuf, recvbuf, counts, displs=None, *,
                    timeout=None, algorithm=None):
@@ -483,9 +608,9 @@ cdef class Context:
                                  f"counts[{self.rank}] is {sizes.v[self.rank]}")
         cdef int algo = _algorithm("allgather", algorithm)
         self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
-        algo = pick_allgather(self, offs.v, sizes.v, algo)
-        self.last_algorithm = ALGORITHM_NAMES[algo]
         try:
+            algo = pick_allgather(self, offs.v, sizes.v, algo)
+            self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 if sb is not None:
                     memmove(rb.ptr + offs.v[self.rank], sb.ptr, sb.nbytes)
@@ -493,6 +618,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     # -- point-to-point ------------------------------------------------------
     # Frames of kind P2P carry the user's tag and match by (communicator,
@@ -524,6 +651,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def recv(self, buf, int source=-1, int tag=-1, *, timeout=None):
         """Receive into buf from `source` (-1: any rank) with `tag` (-1: any
@@ -543,15 +672,17 @@ cdef class Context:
                                       "with no message sent to itself: it "
                                       "would wait forever")
         self.begin_p2p(&c, timeout)
-        _p2p_want(&x, &c, b.ptr, b.nbytes, tag)
         try:
+            _p2p_want(&x, &c, b.ptr, b.nbytes, tag)
             with nogil:
                 self.post_p2p_recv(&x, source)
                 self.wait(&c, &x)
         except BaseException as e:
             self.fail(e, &c)
             raise
-        return x.peer, <int64_t>x.hdr.tag, x.nbytes
+        finally:
+            self.end()
+        return self._local[x.peer], <int64_t>x.hdr.tag, x.nbytes
 
     def isend(self, buf, int dest, int tag=0):
         """Start sending buf to `dest`; returns a P2PHandle to wait on. buf
@@ -573,6 +704,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &h.c)
             raise
+        finally:
+            self.end()
         h.posted = True
         self._requests.add(h)
         return h
@@ -587,15 +720,17 @@ cdef class Context:
         cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
         h.ctx, h.buf, h.peer, h.tag = self, b, source, tag
         self.begin_p2p(&h.c, None)
-        _p2p_want(&h.x, &h.c, b.ptr, b.nbytes, tag)
-        if source == self.rank or (source == -1 and h._take_from_self()):
-            return h                  # from ourselves: matched at wait time
         try:
+            _p2p_want(&h.x, &h.c, b.ptr, b.nbytes, tag)
+            if source == self.rank or (source == -1 and h._take_from_self()):
+                return h                  # from ourselves: matched at wait time
             with nogil:
                 self.post_p2p_recv(&h.x, source)
         except BaseException as e:
             self.fail(e, &h.c)
             raise
+        finally:
+            self.end()
         h.posted = True
         self._requests.add(h)
         return h
@@ -603,8 +738,17 @@ cdef class Context:
     cdef int _send_to_self(self, int tag, bytes data) except -1:
         """A message to ourselves: to the oldest any-source receive posted
         that takes it, else kept for a later receive."""
+        with nogil:
+            self.links.enter()
+        try:
+            self._deliver_to_self(tag, data)
+        finally:
+            self.links.leave()
+        return 0
+
+    cdef int _deliver_to_self(self, int tag, bytes data) except -1:
         cdef Header h
-        cdef Xfer *x = self._wild_head
+        cdef Xfer *x = self.links.wild_head
         init_header(&h)
         h.kind = KIND_P2P
         h.comm_id = self.comm_id
@@ -620,7 +764,7 @@ cdef class Context:
         memcpy(x.buf, <const char *>data, len(data))
         x.hdr = h
         x.nbytes = len(data)
-        x.peer = self.rank
+        x.peer = self._world[self.rank]
         x.state = XFER_DONE
         return 0
 
@@ -643,16 +787,18 @@ cdef class Context:
                 raise ContextPoisoned(f"rank {self.rank}: probe of itself "
                                       "with no message sent to itself")
         self.begin_p2p(&c, timeout)
-        _p2p_want(&x, &c, NULL, 0, tag)
         try:
+            _p2p_want(&x, &c, NULL, 0, tag)
             with nogil:
                 found = self.probe_stashed(&c, &x, source, block)
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
         if not found:
             return None
-        return x.peer, <int64_t>x.hdr.tag, x.nbytes
+        return self._local[x.peer], <int64_t>x.hdr.tag, x.nbytes
 
     def reduce(self, sendbuf, recvbuf, int op, int root, *, timeout=None,
                algorithm=None):
@@ -672,13 +818,13 @@ cdef class Context:
             _same_layout(sb, rb)
         cdef reduce_fn fn = kernel_for(op, ref.dtype)
         cdef int algo = _algorithm("reduce", algorithm)
-        self.begin(&c, KIND_REDUCE, op, ref.dtype, root, ref.count, timeout)
-        c.fn = fn
-        algo = pick_reduce(self, ref.count, c.itemsize, algo)
-        self.last_algorithm = ALGORITHM_NAMES[algo]
         cdef char *acc
         cdef char *out = rb.ptr if rb is not None else NULL
+        self.begin(&c, KIND_REDUCE, op, ref.dtype, root, ref.count, timeout)
         try:
+            c.fn = fn
+            algo = pick_reduce(self, ref.count, c.itemsize, algo)
+            self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 if at_root:
                     acc = out
@@ -693,6 +839,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def reduce_scatter(self, sendbuf, recvbuf, counts, int op, *,
                        timeout=None, algorithm=None):
@@ -718,13 +866,13 @@ cdef class Context:
             raise ValueError(f"recvbuf has {rb.count} elements but "
                              f"recvcounts[{self.rank}] is {lens.v[self.rank]}")
         cdef int algo = _algorithm("reduce_scatter", algorithm)
-        self.begin(&c, KIND_REDUCE_SCATTER, op, sb.dtype, -1, total, timeout)
-        c.fn = fn
         cdef int64_t isz = sb.itemsize, mine = lens.v[self.rank] * isz
-        algo = pick_reduce_scatter(self, total * isz, algo)
-        self.last_algorithm = ALGORITHM_NAMES[algo]
         cdef char *acc
+        self.begin(&c, KIND_REDUCE_SCATTER, op, sb.dtype, -1, total, timeout)
         try:
+            c.fn = fn
+            algo = pick_reduce_scatter(self, total * isz, algo)
+            self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 acc = self.work(total * isz)
                 memcpy(acc, sb.ptr, total * isz)
@@ -733,6 +881,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def scan(self, sendbuf, recvbuf, int op, *, bint exclusive=False,
              timeout=None):
@@ -746,11 +896,11 @@ cdef class Context:
         if sendbuf is not None:
             _same_layout(sb, rb)
         cdef reduce_fn fn = kernel_for(op, rb.dtype)
+        cdef char *x
         self.begin(&c, KIND_EXSCAN if exclusive else KIND_SCAN, op, rb.dtype,
                    -1, rb.count, timeout)
-        c.fn = fn
-        cdef char *x
         try:
+            c.fn = fn
             with nogil:
                 x = self.work(rb.nbytes)
                 memcpy(x, sb.ptr, rb.nbytes)
@@ -758,6 +908,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def gatherv(self, sendbuf, recvbuf, counts, displs, int root, *,
                 timeout=None):
@@ -790,6 +942,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def scatterv(self, sendbuf, recvbuf, counts, displs, int root, *,
                  timeout=None):
@@ -822,6 +976,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
     def alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf, recvcounts,
                   recvdispls, *, timeout=None):
@@ -855,6 +1011,8 @@ cdef class Context:
         except BaseException as e:
             self.fail(e, &c)
             raise
+        finally:
+            self.end()
 
 
 cdef class P2PHandle:
@@ -894,9 +1052,15 @@ cdef class P2PHandle:
     def cancel(self):
         """Withdraw a receive that nothing has arrived for; True if it was
         (sends cannot be withdrawn)."""
+        cdef bint withdrawn = True
         if self.done or self.is_send:
             return False
-        if self.posted and not self.ctx.cancel_p2p_recv(&self.x, self.peer):
+        if self.posted:
+            with nogil:
+                self.ctx.links.enter()
+                withdrawn = self.ctx.cancel_p2p_recv(&self.x, self.peer)
+                self.ctx.links.leave()
+        if not withdrawn:
             return False
         self._cancelled = True
         self.ctx._requests.discard(self)
@@ -923,27 +1087,30 @@ cdef class P2PHandle:
                     "that was never sent: it would wait forever")
             return 0
         if self.posted and self.x.state == XFER_DONE:  # sent to us by us
-            self.result = (self.x.peer, <int64_t>self.x.hdr.tag, self.x.nbytes)
+            self.result = (ctx._local[self.x.peer], <int64_t>self.x.hdr.tag,
+                           self.x.nbytes)
             ctx._requests.discard(self)
             return 1
-        if ctx.error is not None:
-            raise ContextPoisoned(f"rank {ctx.rank}: communicator unusable "
-                                  f"after an earlier error: {ctx.error}")
+        ctx.check_usable()
         cdef double t = ctx.timeout if timeout is None else timeout
         self.c.deadline = now_ns() + <int64_t>min(t * 1e9, 4e18)
+        with nogil:
+            ctx.links.enter()
         try:
             with nogil:
                 if block:
                     ctx.wait(&self.c, &self.x)
-                else:
+                elif self.x.state != XFER_DONE:
                     ctx.progress_all()
                 found = self.x.state == XFER_DONE
         except BaseException as e:
             ctx.fail(e, &self.c)
             raise
+        finally:
+            ctx.end()
         if not found:
             return 0
-        self.result = (self.peer if self.is_send else self.x.peer,
+        self.result = (self.peer if self.is_send else ctx._local[self.x.peer],
                        <int64_t>self.x.hdr.tag, self.x.nbytes)
         ctx._requests.discard(self)
         return 1

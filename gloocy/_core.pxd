@@ -188,6 +188,10 @@ cdef int check_frame(const Header *got, const Xfer *want, int rank, int peer) ex
 cdef int check_unmatched(const Header *got, const Xfer *posted, int rank, int peer) except -1 nogil
 cdef void init_header(Header *h) noexcept nogil
 cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil
+# Park (stop reading the stream until its receive is posted) rather than stash
+# a large collective frame that arrived early: only when a receive of the same
+# communicator is posted, so that its call is running and will post it.
+cdef bint should_park(const Header *h, const Xfer *posted) noexcept nogil
 
 
 # One collective call in flight: the header template its frames carry, its
@@ -199,7 +203,47 @@ ctypedef struct Coll:
     int64_t itemsize        # bytes per element
 
 
+cdef extern from "<pthread.h>" nogil:
+    ctypedef struct pthread_mutex_t:
+        pass
+
+
+cdef enum:
+    MAX_SLEEPERS = 64             # threads blocked at once that can be woken
+
+
+# The connections of one process to the others, shared by every communicator
+# derived from them (frames carry their communicator's id). Threads take
+# `lock` to touch the pairs, and drop it to block; whoever moves bytes wakes
+# the sleepers, whose transfer it may have finished.
+cdef class Links:
+    cdef readonly int rank            # our rank among all the linked processes
+    cdef readonly int size            # number of linked processes
+    cdef list pairs                   # Pair per rank (None at our own rank)
+    cdef pthread_mutex_t lock
+    cdef Xfer *wild_head              # posted any-source receives of every
+    cdef Xfer *wild_tail              # communicator, oldest first
+    cdef uint64_t order               # p2p receives posted so far
+    cdef readonly uint32_t next_id    # lowest communicator id never used here
+    cdef int users                    # open contexts on these links
+    cdef readonly object error        # first fatal error; poisons them all
+    cdef bint failed                  # error is set (readable without the GIL)
+    cdef int sleepers[MAX_SLEEPERS]   # eventfds of threads blocked in poll(2)
+    cdef int nsleepers
+
+    cdef void enter(self) noexcept nogil
+    cdef void leave(self) noexcept nogil
+    # Wake every sleeper (after moving bytes that may finish its transfer).
+    cdef void wake(self) noexcept nogil
+    cdef bint add_sleeper(self, int efd) noexcept nogil
+    cdef void drop_sleeper(self, int efd) noexcept nogil
+
+
 cdef class Context:
+    cdef readonly Links links         # the connections, shared with Dups
+    cdef int *_world                  # links rank of each of our ranks
+    cdef int *_local                  # our rank of each links rank (-1: none)
+    cdef int _efd                     # eventfd others wake us by (-1: none yet)
     cdef readonly int rank            # this process's rank
     cdef readonly int size            # number of ranks
     cdef readonly uint32_t comm_id    # tags every frame of this context
@@ -214,9 +258,6 @@ cdef class Context:
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
     cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
     cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
-    cdef Xfer *_wild_head             # posted any-source receives, oldest first
-    cdef Xfer *_wild_tail
-    cdef uint64_t _order              # p2p receives posted so far
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
     cdef set _requests                # unfinished Isend/Irecv handles: their
                                       # Xfers are posted, so they must live
@@ -238,14 +279,23 @@ cdef class Context:
     cdef int waitall(self, Coll *c, Xfer *xs, int64_t n) except -1 nogil
     cdef int progress_all(self) except -1 nogil
     cdef int block(self, Coll *c) except -1 nogil
+    # Check we may run, stamp the call and take the links' lock (held until
+    # end(); only block() drops it meanwhile).
     cdef int begin(self, Coll *c, int kind, int op, int dtype, int root,
                    uint64_t count, object timeout) except -1
+    cdef void end(self) noexcept
+    cdef int check_usable(self) except -1
+    cdef int stamp(self, Coll *c, int kind, int op, int dtype, int root,
+                   uint64_t count, double t) except -1
+    # Between two spins of a wait: let other threads at the links.
+    cdef int pause(self) except -1 nogil
     cdef int fail(self, BaseException exc, Coll *c) except -1
     cdef int begin_p2p(self, Coll *c, object timeout) except -1
     # Post a p2p receive x from `source` (-1: any rank) in posting order.
     cdef int post_p2p_recv(self, Xfer *x, int source) except -1 nogil
     cdef bint cancel_p2p_recv(self, Xfer *x, int source) noexcept nogil
     cdef int _send_to_self(self, int tag, bytes data) except -1
+    cdef int _deliver_to_self(self, int tag, bytes data) except -1
     cdef int _check_peer(self, int rank, str name, bint any_ok) except -1
     # The oldest stashed p2p frame that receive x would take, from `source`
     # (-1: any rank); its sender in *peer.

@@ -153,3 +153,13 @@ cdef bint xfer_unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
         tail[0] = prev
     x.next = NULL
     return True
+
+
+cdef bint should_park(const Header *h, const Xfer *posted) noexcept nogil:
+    if h.kind == KIND_P2P or h.length <= EAGER_MAX:
+        return False
+    while posted is not NULL:
+        if posted.hdr.comm_id == h.comm_id and posted.hdr.kind != KIND_P2P:
+            return True
+        posted = posted.next
+    return False

@@ -207,11 +207,8 @@ class Communicator:
     communicator's ``timeout``.
     """
 
-    def __init__(self, context, *, secret=b"", host="127.0.0.1",
-                 job="gloocy"):
+    def __init__(self, context):
         self._ctx = context
-        self._secret, self._host, self._job = secret, host, job
-        self._dups = 0              # Dup() calls so far: names the next job
         self._shadow = None         # Dup running the nonblocking collectives
         self._worker = None
 
@@ -695,21 +692,16 @@ class Communicator:
     # -- new communicators -----------------------------------------------------
 
     def Dup(self, *, timeout=None):
-        """A communicator of the same ranks with its own connections (made
-        over this one: no store needed). Collective."""
-        from gloocy import transport
+        """A communicator of the same ranks, over the same connections (its
+        messages never mix with ours). Collective."""
+        return Communicator(self._ctx.derive(range(self.size),
+                                             self._new_id(timeout)))
 
-        self._dups += 1
-        job = f"{self._job}/dup{self._dups}"
-        ctx = self._ctx
-        pairs = transport.connect_over(
-            self, self._secret, host=self._host, job=job,
-            timeout=ctx.timeout if timeout is None else timeout)
-        dup = type(ctx)(ctx.rank, ctx.size, pairs, comm_id=ctx.comm_id + self._dups,
-                        timeout=ctx.timeout, segment=ctx.segment,
-                        spin_us=ctx.spin_ns // 1000,
-                        small_allreduce=ctx.small_allreduce)
-        return Communicator(dup, secret=self._secret, host=self._host, job=job)
+    def _new_id(self, timeout):
+        """An id for a new communicator that no rank here has used."""
+        mine = np.array([self._ctx.next_comm_id], np.int64)
+        self._ctx.allreduce(None, mine, _ops.MAX.code, timeout=timeout)
+        return int(mine[0])
 
     Clone = Dup
 

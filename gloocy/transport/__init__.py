@@ -8,7 +8,7 @@ import os
 
 from gloocy.transport._tcp import TcpPair, connect_mesh
 
-__all__ = ["connect", "connect_over", "TcpPair"]
+__all__ = ["connect", "TcpPair"]
 
 TRANSPORTS = ("auto", "tcp")
 
@@ -30,19 +30,4 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
         return store.get(f"{job}/tcp/{peer}", timeout=timeout).decode()
 
     return connect_mesh(rank, size, secret, publish, lookup, host=host,
-                        job=job, timeout=timeout)
-
-
-def connect_over(comm, secret, *, host="127.0.0.1", job="", timeout=300.0):
-    """New pairs between the ranks of `comm` (a Communicator), addresses
-    exchanged with one allgather over it: no store needed."""
-    if comm.size == 1:
-        return [None]
-    addresses = []
-
-    def publish(address):
-        addresses.extend(comm.allgather(address, timeout=timeout))
-
-    return connect_mesh(comm.rank, comm.size, secret, publish,
-                        lambda peer, timeout: addresses[peer], host=host,
                         job=job, timeout=timeout)

@@ -26,7 +26,7 @@ from posix.unistd cimport close as c_close
 
 from gloocy._core cimport (Pair, Xfer, Header, HEADER_SIZE, KIND_BYE,
                            KIND_P2P, KIND_ABORT, ABORT_MAX, XFER_DONE,
-                           XFER_POSTED, XF_HEAP, EAGER_MAX, init_header,
+                           XFER_POSTED, XF_HEAP, init_header, should_park,
                            check_header, check_frame,
                            check_unmatched, raise_peer_abort, xfer_append,
                            xfer_unlink)
@@ -173,16 +173,15 @@ cdef class TcpPair(Pair):
     cdef int start_payload(self) except -1 nogil:
         """A header is complete: hand its payload to the matching receive.
         With none posted yet, stash the frame (a copy) if it is
-        point-to-point or small, else park it: the stream waits until that
-        receive is posted, and the payload still lands in place."""
+        point-to-point, small or of a communicator that is not running a
+        call, else park it: the stream waits until that receive is posted,
+        and the payload still lands in place."""
         cdef Xfer *x = self.claim(&self.in_hdr, &self.recv_head, &self.recv_tail)
         if x is NULL:
             check_unmatched(&self.in_hdr, self.recv_head, self.rank, self.peer)
-            if self.in_hdr.kind == KIND_P2P or self.in_hdr.length <= EAGER_MAX:
+            self.parked = should_park(&self.in_hdr, self.recv_head)
+            if not self.parked:
                 self.in_x = self.stash(&self.in_hdr)
-                self.parked = False
-            else:
-                self.parked = True
             return 0
         check_frame(&self.in_hdr, x, self.rank, self.peer)
         x.hdr = self.in_hdr

@@ -1,0 +1,75 @@
+# Links: one process's connections, shared by every communicator derived from
+# them. Frames carry their communicator's id, so a Dup or Split costs no
+# socket: only an agreement on a fresh id (see Context.derive).
+
+cdef extern from "<pthread.h>" nogil:
+    int pthread_mutex_init(pthread_mutex_t *m, void *attr)
+    int pthread_mutex_destroy(pthread_mutex_t *m)
+    int pthread_mutex_lock(pthread_mutex_t *m)
+    int pthread_mutex_unlock(pthread_mutex_t *m)
+
+cdef extern from "<sys/eventfd.h>" nogil:
+    int eventfd(unsigned int initval, int flags)
+    enum:
+        EFD_CLOEXEC
+        EFD_NONBLOCK
+
+cdef extern from "<unistd.h>" nogil:
+    ssize_t c_write "write"(int fd, const void *buf, size_t n)
+    ssize_t c_read "read"(int fd, void *buf, size_t n)
+    int c_close "close"(int fd)
+
+
+cdef class Links:
+    """The pairs to every other process, a lock, and what the communicators
+    over them share: the any-source receives and the next free id."""
+
+    def __cinit__(self, int rank, int size, list pairs):
+        self.rank = rank
+        self.size = size
+        self.pairs = pairs
+        self.next_id = 1              # 0 is the first context's
+        pthread_mutex_init(&self.lock, NULL)
+        for p in pairs:
+            if p is not None:
+                (<Pair>p).wild_head = &self.wild_head
+                (<Pair>p).wild_tail = &self.wild_tail
+
+    def __dealloc__(self):
+        if self.pairs is not None:
+            for p in self.pairs:
+                if p is not None:
+                    (<Pair>p).wild_head = (<Pair>p).wild_tail = NULL
+        pthread_mutex_destroy(&self.lock)
+
+    cdef void enter(self) noexcept nogil:
+        pthread_mutex_lock(&self.lock)
+
+    cdef void leave(self) noexcept nogil:
+        pthread_mutex_unlock(&self.lock)
+
+    cdef void wake(self) noexcept nogil:
+        cdef uint64_t one = 1
+        cdef int i
+        for i in range(self.nsleepers):
+            c_write(self.sleepers[i], &one, sizeof(one))
+
+    cdef bint add_sleeper(self, int efd) noexcept nogil:
+        if self.nsleepers == MAX_SLEEPERS:
+            return False
+        self.sleepers[self.nsleepers] = efd
+        self.nsleepers += 1
+        return True
+
+    cdef void drop_sleeper(self, int efd) noexcept nogil:
+        cdef int i
+        for i in range(self.nsleepers):
+            if self.sleepers[i] == efd:
+                self.nsleepers -= 1
+                self.sleepers[i] = self.sleepers[self.nsleepers]
+                return
+
+    def close(self, bint clean):
+        for p in self.pairs:
+            if p is not None:
+                (<Pair>p).shutdown(clean)
