@@ -1,0 +1,167 @@
+"""gloocy.MPI as a drop-in for mpi4py (issue 5): a differential test.
+
+Every program in tests/mpi_programs/ is an ordinary mpi4py program whose
+import switches to ``from gloocy import MPI`` when USE_GLOOCY is set. Each
+runs twice per world size N:
+
+  reference   mpiexec -n N python prog.py                 (real mpi4py on MPICH)
+  candidate   gloocy-run -n N python prog.py, USE_GLOOCY=1 (gloocy.MPI)
+
+and the sorted sets of output lines must be identical (ranks print
+concurrently, so only the order of lines may differ). The programs print
+rank-tagged results only, floats rounded; gloocy-run's own "[r] " line prefix
+is stripped. A world of one started without any launcher is compared the
+same way (plain ``python prog.py`` for both).
+
+N = 4 (oversubscribed on small machines) carries the ``slow`` mark:
+``pytest -m "not slow" tests/test_mpi_dropin.py`` leaves it out.
+"""
+
+import difflib
+import functools
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+PROGRAM_DIR = Path(__file__).parent / "mpi_programs"
+PROGRAMS = sorted(p.stem for p in PROGRAM_DIR.glob("*.py"))
+SIZES = (1, 2, 3, 4)
+TIMEOUT = 60.0  # seconds per run; the launchers enforce it, a watchdog backs them up
+STDIN = b"hello from stdin\nsecond\nthird line\n"  # for stdin.py; the others ignore it
+TAIL = 30  # lines of stderr shown per run on failure
+
+with warnings.catch_warnings():  # conftest.py does not register the mark (yet)
+    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    SLOW = pytest.mark.slow
+
+# Launcher and MPI state of an outer job must not leak into the runs.
+_FOREIGN = ("GLOOCY_", "PMI_", "PMIX_", "HYDRA_", "OMPI_", "USE_GLOOCY")
+
+
+def _env(use_gloocy):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
+    if use_gloocy:
+        env["USE_GLOOCY"] = "1"
+    return env
+
+
+class Run:
+    def __init__(self, label, cmd, returncode, stdout, stderr, timed_out):
+        self.label, self.cmd = label, cmd
+        self.returncode, self.timed_out = returncode, timed_out
+        self.stdout = stdout.decode(errors="replace")
+        self.stderr = stderr.decode(errors="replace")
+
+    def lines(self, strip_prefix=False):
+        lines = self.stdout.splitlines()
+        if strip_prefix:  # gloocy-run writes "[r] " before every line of rank r
+            lines = [re.sub(r"^\[\d+\] ", "", line, count=1) for line in lines]
+        return sorted(lines)
+
+    def ok(self):
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self):
+        status = (f"timed out after {TIMEOUT:g} s" if self.timed_out
+                  else f"exit code {self.returncode}")
+        tail = "\n".join(self.stderr.splitlines()[-TAIL:]) or "(empty)"
+        return (f"--- {self.label}: {' '.join(self.cmd)}\n    {status}; "
+                f"last {TAIL} lines of stderr:\n{tail}")
+
+
+def _run(label, cmd, env):
+    """Run cmd in a process group of its own; past the timeout (plus the
+    launchers' own grace) SIGTERM the group, then SIGKILL it."""
+    p = subprocess.Popen(cmd, env=env, cwd=PROGRAM_DIR, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         start_new_session=True)
+    timed_out = False
+    try:
+        out, err = p.communicate(STDIN, timeout=TIMEOUT + 10)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, None)):
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+            try:
+                out, err = p.communicate(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+    return Run(label, cmd, p.returncode, out, err, timed_out)
+
+
+def _reference_missing():
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return "mpi4py is not installed"
+    if shutil.which("mpiexec") is None:
+        return "mpiexec is not on PATH"
+    return None
+
+
+@functools.lru_cache(maxsize=None)  # one reference run per (program, N) per session
+def _reference(program, n):
+    missing = _reference_missing()
+    if missing:
+        pytest.skip(f"no reference: {missing}")
+    env = _env(use_gloocy=False)
+    env["MPIEXEC_TIMEOUT"] = str(int(TIMEOUT))  # hydra kills the job past it
+    if n is None:  # singleton: MPI initializes a world of one without a launcher
+        cmd = [sys.executable, f"{program}.py"]
+    else:
+        cmd = [shutil.which("mpiexec"), "-n", str(n), sys.executable, f"{program}.py"]
+    return _run("mpiexec (mpi4py)" if n else "python (mpi4py)", cmd, env)
+
+
+def _candidate(program, n):
+    env = _env(use_gloocy=True)
+    if n is None:
+        cmd = [sys.executable, f"{program}.py"]
+    else:  # the gloocy-run console script, with this very interpreter
+        cmd = [sys.executable, "-m", "gloocy.run", "-n", str(n),
+               "--timeout", f"{TIMEOUT:g}", sys.executable, f"{program}.py"]
+    return _run("gloocy-run (gloocy.MPI)" if n else "python (gloocy.MPI)", cmd, env)
+
+
+def _compare(program, n):
+    ref = _reference(program, n)
+    if not ref.ok():
+        pytest.fail(f"the reference run of {program}.py failed, so the program is "
+                    f"wrong (it must run under mpi4py):\n{ref.describe()}")
+    got = _candidate(program, n)
+    want_lines = ref.lines()
+    got_lines = got.lines(strip_prefix=n is not None)
+    if got.ok() and got_lines == want_lines:
+        return
+    diff = list(difflib.unified_diff(want_lines, got_lines, ref.label, got.label,
+                                     lineterm="", n=1))
+    shown = "\n".join(diff[:200]) + ("\n..." if len(diff) > 200 else "")
+    pytest.fail(f"{program}.py with N={n or 'singleton'}: gloocy.MPI differs from mpi4py\n"
+                f"sorted output lines, unified diff:\n{shown or '(identical)'}\n"
+                f"{ref.describe()}\n{got.describe()}", pytrace=False)
+
+
+@pytest.mark.hard_timeout(3 * TIMEOUT)
+@pytest.mark.parametrize("n", [pytest.param(n, id=f"n{n}", marks=[SLOW] if n >= 4 else [])
+                               for n in SIZES])
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_dropin(program, n):
+    _compare(program, n)
+
+
+@pytest.mark.hard_timeout(3 * TIMEOUT)
+@pytest.mark.parametrize("program", PROGRAMS)
+def test_dropin_singleton(program):
+    """No launcher at all: both sides must make a world of one by themselves."""
+    _compare(program, None)
