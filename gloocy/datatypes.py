@@ -1,0 +1,579 @@
+"""mpi4py-compatible datatypes: the predefined ones, derived ones, typecodes.
+
+A datatype is a handle on a typemap. Every typemap here is made of copies of
+one predefined element type (a NumPy dtype: numbers, bools, chars and the
+C-struct (value, index) pairs of MAXLOC/MINLOC), placed at byte offsets, with
+MPI's lower bound and extent. The buffer layer (`gloocy.bufspec`) moves a
+message as a contiguous array of that element dtype: a view of the user's
+memory when the typemap is dense (`is_contiguous`), else a packed copy.
+
+Sizes, extents, names, aliases and typecodes are those of mpi4py on MPICH.
+"""
+
+import operator
+
+import numpy as np
+
+from gloocy import errors
+
+__all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
+           "ORDER_FORTRAN"]
+
+# mpi4py's values
+ORDER_C = 56
+ORDER_F = ORDER_FORTRAN = 57
+
+# MPICH's error classes of what MPI reports with an error code (where
+# mpi4py raises MPI.Exception): a negative count, a null or predefined type
+# where it cannot be, a bad argument.
+ERR_COUNT, ERR_TYPE, ERR_ARG = 2, 3, 12
+_ArgumentError = getattr(errors, "ArgumentError", None)
+
+
+def _mpi_error(message, error_class):
+    """errors.ArgumentError (a ValueError) with MPI's error class; a plain
+    ValueError while errors has no ArgumentError."""
+    if _ArgumentError is None:
+        return ValueError(message)
+    return _ArgumentError(message, error_class)
+
+
+class _Type:
+    """What a datatype handle points at. Offsets are the byte offsets of the
+    elements (copies of the predefined `elem`) in typemap order; the
+    elements as NumPy moves them span bytes data_lb..data_ub (more than the
+    true extent when a value-index pair ends in padding). `np`, `itemsize`
+    and `elem_size` (MPI's size) are set on predefined handles."""
+
+    __slots__ = ("elem", "np", "itemsize", "elem_size", "offsets", "lb", "ub",
+                 "true_lb", "true_ub", "data_lb", "data_ub", "contiguous",
+                 "name", "code", "attr")
+
+    def __init__(self, elem, offsets, lb, ub, true_lb, true_ub, name="",
+                 code=None):
+        self.elem, self.offsets = elem, offsets
+        self.lb, self.ub = int(lb), int(ub)
+        self.true_lb, self.true_ub = int(true_lb), int(true_ub)
+        self.name, self.code, self.attr = name, code, None
+        n, k = offsets.size, elem.itemsize
+        self.data_lb, self.data_ub = ((int(offsets.min()),
+                                       int(offsets.max()) + k) if n else (0, 0))
+        # Dense: packing any number of items is a no-op.
+        self.contiguous = n == 0 or (
+            self.ub - self.lb == n * k
+            and np.array_equal(offsets, np.arange(n) * k))
+
+    def __reduce__(self):
+        if self.attr:           # predefined: unpickle to this module's handle
+            return _predefined_handle, (self.attr,)
+        return _Type, (self.elem, self.offsets, self.lb, self.ub,
+                       self.true_lb, self.true_ub, self.name, self.code)
+
+
+def _predefined(attr, mpi_name, np_dtype, code, size=None, true_ub=None):
+    """The handle of a predefined element type (np_dtype None: bfloat16,
+    whose NumPy dtype is looked up only when needed)."""
+    h = _Type.__new__(_Type)
+    h.elem, h.np, h.attr, h.name, h.code = h, np_dtype, attr, mpi_name, code
+    h.itemsize = np_dtype.itemsize if np_dtype is not None else 2
+    h.offsets = np.zeros(1, np.int64)
+    h.lb, h.ub, h.true_lb, h.contiguous = 0, h.itemsize, 0, True
+    h.data_lb, h.data_ub = 0, h.itemsize
+    h.elem_size = h.itemsize if size is None else size
+    h.true_ub = h.itemsize if true_ub is None else true_ub
+    return h
+
+
+def _predefined_handle(attr):
+    return globals()[attr]._h
+
+
+def _index(value, what):
+    """An int from anything with __index__ (TypeError else, as mpi4py)."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what}: expected an integer, got {value!r}") from None
+
+
+def _count(value, what):
+    n = _index(value, what)
+    if n < 0:
+        raise _mpi_error(f"{what}: negative count {n}", ERR_COUNT)
+    return n
+
+
+def _ints(values, what):
+    return [_index(v, what) for v in values]
+
+
+def _same_length(a, b, what):
+    if len(a) != len(b):
+        raise ValueError(f"{what}: expected {len(a)} items, got {len(b)}")
+
+
+def _block_starts(displs, blocklengths, extent):
+    """Byte starts of the copies: blocklengths[i] consecutive copies (spaced
+    by `extent`) starting at byte displs[i]."""
+    lengths = np.asarray(blocklengths, np.int64).reshape(-1)
+    first = np.cumsum(lengths) - lengths
+    within = np.arange(lengths.sum(), dtype=np.int64) - np.repeat(first, lengths)
+    return np.repeat(np.asarray(displs, np.int64), lengths) + within * extent
+
+
+class Datatype:
+    """An MPI datatype (mpi4py's ``MPI.Datatype``).
+
+    Equality is that of the handle: aliases of one predefined type (FLOAT
+    and FLOAT32_T) are one object, ``Datatype(t) == t``, a Dup is a new type.
+    """
+
+    __slots__ = ("_h",)
+
+    def __new__(cls, datatype=None):
+        self = object.__new__(cls)
+        if datatype is None:
+            self._h = None
+        elif isinstance(datatype, Datatype):
+            self._h = datatype._h
+        else:
+            raise TypeError(f"expected a Datatype, got {datatype!r}")
+        return self
+
+    @classmethod
+    def _wrap(cls, handle):
+        self = object.__new__(cls)
+        self._h = handle
+        return self
+
+    def _handle(self):
+        if self._h is None:
+            raise _mpi_error("invalid datatype: MPI_DATATYPE_NULL", ERR_TYPE)
+        return self._h
+
+    def __eq__(self, other):
+        if not isinstance(other, Datatype):
+            return NotImplemented
+        return self._h is other._h
+
+    def __hash__(self):
+        return id(self._h)
+
+    def __bool__(self):
+        return self._h is not None
+
+    def __repr__(self):
+        return f"<gloocy Datatype {self.Get_name() or 'derived'}>"
+
+    def __reduce__(self):
+        h = self._h
+        if h is None:
+            return "DATATYPE_NULL"
+        if h.attr:
+            return h.attr
+        return type(self)._wrap, (h,)
+
+    # -- sizes and bounds ----------------------------------------------------
+
+    def Get_size(self):
+        """Bytes of data in one item (padding excluded)."""
+        h = self._handle()
+        return h.offsets.size * h.elem.elem_size
+
+    def Get_extent(self):
+        """(lb, extent): where an item starts and how far apart items are."""
+        h = self._handle()
+        return h.lb, h.ub - h.lb
+
+    def Get_true_extent(self):
+        """(lb, extent) of the bytes the data really spans."""
+        h = self._handle()
+        return h.true_lb, h.true_ub - h.true_lb
+
+    size = property(Get_size)
+    extent = property(lambda self: self.Get_extent()[1])
+    lb = property(lambda self: self._handle().lb)
+    ub = property(lambda self: self._handle().ub)
+    true_extent = property(lambda self: self.Get_true_extent()[1])
+    true_lb = property(lambda self: self._handle().true_lb)
+    true_ub = property(lambda self: self._handle().true_ub)
+
+    @property
+    def is_predefined(self):
+        return self._h is None or self._h.attr is not None
+
+    # -- names -----------------------------------------------------------------
+
+    def Get_name(self):
+        return "MPI_DATATYPE_NULL" if self._h is None else self._h.name
+
+    def Set_name(self, name):
+        self._handle().name = str(name)
+
+    name = property(Get_name, Set_name)
+
+    # -- life cycle ------------------------------------------------------------
+
+    def Commit(self):
+        """Nothing to do here (types are usable once made); returns self."""
+        self._handle()
+        return self
+
+    def Free(self):
+        if self.is_predefined:
+            raise _mpi_error(f"cannot free the predefined datatype "
+                             f"{self.Get_name()}", ERR_TYPE)
+        self._h = None
+
+    def Dup(self):
+        h = self._handle()
+        dup = _Type(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
+                    code=h.code)
+        return self._wrap(dup)
+
+    Create_dup = Dup
+
+    # -- constructors ----------------------------------------------------------
+
+    def Create_contiguous(self, count):
+        h = self._handle()
+        count = _count(count, "count")
+        return _derive(type(self), [(h, np.arange(count, dtype=np.int64)
+                              * (h.ub - h.lb))])
+
+    def Create_vector(self, count, blocklength, stride):
+        """count blocks of blocklength items, block starts `stride` items apart."""
+        h = self._handle()
+        return self.Create_hvector(count, blocklength,
+                                   _index(stride, "stride") * (h.ub - h.lb))
+
+    def Create_hvector(self, count, blocklength, stride):
+        """As Create_vector with `stride` in bytes."""
+        h = self._handle()
+        count = _count(count, "count")
+        blocklength = _count(blocklength, "blocklength")
+        stride = _index(stride, "stride")
+        displs = np.arange(count, dtype=np.int64) * stride
+        return _derive(type(self), [(h, _block_starts(
+            displs, [blocklength] * count, h.ub - h.lb))])
+
+    def Create_indexed(self, blocklengths, displacements):
+        """Blocks of blocklengths[i] items at displacements[i] items."""
+        h = self._handle()
+        displs = np.asarray(_ints(displacements, "displacements"), np.int64)
+        return self.Create_hindexed(blocklengths, displs * (h.ub - h.lb))
+
+    def Create_hindexed(self, blocklengths, displacements):
+        """As Create_indexed with displacements in bytes."""
+        h = self._handle()
+        _same_length(blocklengths, displacements, "displacements")
+        lengths = [_count(b, "blocklengths") for b in blocklengths]
+        displs = _ints(displacements, "displacements")
+        return _derive(type(self), [(h, _block_starts(displs, lengths,
+                                               h.ub - h.lb))])
+
+    def Create_indexed_block(self, blocklength, displacements):
+        return self.Create_indexed([blocklength] * len(displacements),
+                                   displacements)
+
+    def Create_hindexed_block(self, blocklength, displacements):
+        return self.Create_hindexed([blocklength] * len(displacements),
+                                    displacements)
+
+    @classmethod
+    def Create_struct(cls, blocklengths, displacements, datatypes):
+        """Blocks of blocklengths[i] items of datatypes[i] at byte
+        displacements[i]; every datatype must be made of one element type."""
+        _same_length(blocklengths, displacements, "displacements")
+        _same_length(blocklengths, datatypes, "datatypes")
+        pieces = []
+        for b, d, t in zip(blocklengths, displacements, datatypes):
+            h = t._handle()
+            pieces.append((h, _block_starts([_index(d, "displacements")],
+                                            [_count(b, "blocklengths")],
+                                            h.ub - h.lb)))
+        return _derive(cls, pieces)
+
+    def Create_resized(self, lb, extent):
+        """The same data with lower bound `lb` and extent `extent` (bytes)."""
+        h = self._handle()
+        lb, extent = _index(lb, "lb"), _index(extent, "extent")
+        return self._wrap(_Type(h.elem, h.offsets, lb, lb + extent,
+                                h.true_lb, h.true_ub))
+
+    Resized = Create_resized
+
+    def Create_subarray(self, sizes, subsizes, starts, order=ORDER_C):
+        """The block subsizes at starts of an array of shape `sizes`; its
+        extent is the whole array's."""
+        h = self._handle()
+        _same_length(sizes, subsizes, "subsizes")
+        _same_length(sizes, starts, "starts")
+        sizes = [_count(n, "sizes") for n in sizes]
+        subsizes = [_count(n, "subsizes") for n in subsizes]
+        starts = [_count(n, "starts") for n in starts]
+        if order not in (ORDER_C, ORDER_F):
+            raise _mpi_error(f"order: expected ORDER_C or ORDER_F, got "
+                             f"{order!r}", ERR_ARG)
+        for n, sub, start in zip(sizes, subsizes, starts):
+            if start + sub > n:
+                raise _mpi_error(f"subarray {subsizes} at {starts} does not "
+                                 f"fit in an array of shape {sizes}", ERR_ARG)
+        npo = "C" if order == ORDER_C else "F"
+        flat = np.arange(int(np.prod(sizes)), dtype=np.int64)
+        index = flat.reshape(sizes, order=npo)[
+            tuple(slice(s, s + n) for s, n in zip(starts, subsizes))]
+        extent = h.ub - h.lb
+        sub = _derive(type(self), [(h, index.ravel(order=npo) * extent)])
+        return sub.Create_resized(0, flat.size * extent)
+
+    # -- what the buffer layer needs ---------------------------------------
+
+    @property
+    def np_dtype(self):
+        """NumPy dtype of the element type (structured for value-index pairs)."""
+        h = self._handle().elem
+        if h.np is None:        # ml_dtypes takes seconds to import: only now
+            import ml_dtypes
+            h.np = np.dtype(ml_dtypes.bfloat16)
+        return h.np
+
+    @property
+    def n_elements(self):
+        """How many elements (of `np_dtype`) one item holds."""
+        return self._handle().offsets.size
+
+    @property
+    def is_contiguous(self):
+        """Whether any number of items are one dense run of elements, so the
+        message is a view of the user's memory and packing is a no-op."""
+        return self._handle().contiguous
+
+    def span(self, count):
+        """(first, end) bytes, relative to the start of the first item, that
+        pack() and unpack() of `count` items touch; (0, 0) for no data."""
+        h = self._handle()
+        if count <= 0 or h.offsets.size == 0:
+            return 0, 0
+        step = (count - 1) * (h.ub - h.lb)
+        return h.data_lb + min(0, step), h.data_ub + max(0, step)
+
+    def _check_room(self, count, start, mem):
+        first, end = self.span(count)
+        if count and (start + first < 0 or start + end > mem.size):
+            raise ValueError(f"{count} items of {self!r} from byte {start} "
+                             f"need bytes {start + first}..{start + end} of a "
+                             f"{mem.size}-byte buffer")
+
+    def _offsets(self, count, start, mem):
+        """Byte offsets in `mem` of every element of `count` items from byte
+        `start`, in typemap order."""
+        self._check_room(count, start, mem)
+        h = self._handle()
+        steps = np.arange(count, dtype=np.int64)[:, None] * (h.ub - h.lb)
+        return (start + steps + h.offsets).ravel()
+
+    def _elements(self, mem, offsets):
+        """An index into `mem` for the elements at byte `offsets` and the
+        array it indexes: whole elements when every offset is a multiple of
+        the element size, else single bytes."""
+        dtype = self.np_dtype
+        k = dtype.itemsize
+        if not (offsets % k).any():
+            return mem[:mem.size // k * k].view(dtype), offsets // k
+        return mem, (offsets[:, None] + np.arange(k)).ravel()
+
+    def pack(self, mem, count, start=0):
+        """The elements of `count` items at byte `start` of the 1-D uint8
+        array `mem`, as a 1-D array of `np_dtype`: a view of `mem` when the
+        type is contiguous, else a gathered copy."""
+        dtype = self.np_dtype
+        if self.is_contiguous:
+            self._check_room(count, start, mem)
+            n = count * self.n_elements * dtype.itemsize
+            return mem[start:start + n].view(dtype)
+        source, index = self._elements(mem, self._offsets(count, start, mem))
+        return source[index].view(dtype)
+
+    def unpack(self, packed, mem, count, start=0):
+        """Scatter `packed` (elements as pack() returns them) into the
+        `count` items at byte `start` of the writable uint8 array `mem`.
+        A shorter `packed` fills only the first elements (a short receive)."""
+        if self.is_contiguous:
+            target = self.pack(mem, count, start)
+            target[:packed.size] = packed
+            return
+        offsets = self._offsets(count, start, mem)[:packed.size]
+        target, index = self._elements(mem, offsets)
+        target[index] = packed.view(target.dtype)
+
+
+def _derive(cls, pieces):
+    used = [(h, starts) for h, starts in pieces if starts.size]
+    full = [(h, starts) for h, starts in used if h.offsets.size]
+    elems = {id(h.elem): h.elem for h, _ in full}
+    if len(elems) > 1:
+        names = ", ".join(sorted(e.name for e in elems.values()))
+        raise NotImplementedError(
+            f"gloocy datatypes are made of one element type; this one mixes "
+            f"{names}")
+    elem = next(iter(elems.values()), pieces[0][0].elem if pieces
+                else BYTE._h)
+    if not used:
+        return cls._wrap(_Type(elem, np.zeros(0, np.int64), 0, 0, 0, 0))
+    offsets = np.concatenate([(s[:, None] + h.offsets).ravel()
+                              for h, s in full] or [np.zeros(0, np.int64)])
+    lb = min(int(s.min()) + h.lb for h, s in used)
+    ub = max(int(s.max()) + h.ub for h, s in used)
+    true_lb = min((int(s.min()) + h.true_lb for h, s in full), default=0)
+    true_ub = max((int(s.max()) + h.true_ub for h, s in full), default=0)
+    return cls._wrap(_Type(elem, offsets, lb, ub, true_lb, true_ub))
+
+
+# -- the predefined types ----------------------------------------------------
+
+def _pair(value):
+    """The C struct {value; int} of MAXLOC/MINLOC."""
+    return np.dtype([("v", value), ("i", "i4")], align=True)
+
+
+# attribute names (aliases share the handle), MPI name, element dtype, typecode
+_TABLE = [
+    ("PACKED", "MPI_PACKED", "u1", "B"),
+    ("BYTE", "MPI_BYTE", "u1", "B"),
+    ("AINT", "MPI_AINT", "p", "p"),
+    ("OFFSET", "MPI_OFFSET", "i8", "p"),
+    ("COUNT", "MPI_COUNT", "i8", "p"),
+    ("CHAR", "MPI_CHAR", "S1", "c"),
+    ("WCHAR", "MPI_WCHAR", "U1", "U"),
+    ("SIGNED_CHAR", "MPI_SIGNED_CHAR", "b", "b"),
+    ("SHORT SIGNED_SHORT", "MPI_SHORT", "h", "h"),
+    ("INT SIGNED_INT", "MPI_INT", "i", "i"),
+    ("LONG SIGNED_LONG", "MPI_LONG", "l", "l"),
+    ("LONG_LONG SIGNED_LONG_LONG", "MPI_LONG_LONG_INT", "q", "q"),
+    ("UNSIGNED_CHAR", "MPI_UNSIGNED_CHAR", "B", "B"),
+    ("UNSIGNED_SHORT", "MPI_UNSIGNED_SHORT", "H", "H"),
+    ("UNSIGNED UNSIGNED_INT", "MPI_UNSIGNED", "I", "I"),
+    ("UNSIGNED_LONG", "MPI_UNSIGNED_LONG", "L", "L"),
+    ("UNSIGNED_LONG_LONG", "MPI_UNSIGNED_LONG_LONG", "Q", "Q"),
+    ("FLOAT FLOAT32_T", "MPI_FLOAT", "f", "f"),
+    ("DOUBLE FLOAT64_T", "MPI_DOUBLE", "d", "d"),
+    ("LONG_DOUBLE", "MPI_LONG_DOUBLE", "g", "g"),
+    ("C_BOOL BOOL", "MPI_C_BOOL", "?", "b1"),
+    ("INT8_T SINT8_T", "MPI_INT8_T", "i1", "i1"),
+    ("INT16_T SINT16_T", "MPI_INT16_T", "i2", "i2"),
+    ("INT32_T SINT32_T", "MPI_INT32_T", "i4", "i4"),
+    ("INT64_T SINT64_T", "MPI_INT64_T", "i8", "i8"),
+    ("UINT8_T", "MPI_UINT8_T", "u1", "u1"),
+    ("UINT16_T", "MPI_UINT16_T", "u2", "u2"),
+    ("UINT32_T", "MPI_UINT32_T", "u4", "u4"),
+    ("UINT64_T", "MPI_UINT64_T", "u8", "u8"),
+    ("FLOAT16_T", "MPIX_C_FLOAT16", "e", "e"),
+    # MPICH has no bfloat16 (there it is DATATYPE_NULL); gloocy's core has.
+    ("BFLOAT16_T", "MPIX_BFLOAT16", None, None),
+    ("C_COMPLEX C_FLOAT_COMPLEX", "MPI_C_COMPLEX", "F", "F"),
+    ("C_DOUBLE_COMPLEX", "MPI_C_DOUBLE_COMPLEX", "D", "D"),
+    ("C_LONG_DOUBLE_COMPLEX", "MPI_C_LONG_DOUBLE_COMPLEX", "G", "G"),
+    ("CXX_BOOL", "MPI_CXX_BOOL", "?", "?"),
+    ("CXX_FLOAT_COMPLEX", "MPI_CXX_FLOAT_COMPLEX", "F", "F"),
+    ("CXX_DOUBLE_COMPLEX", "MPI_CXX_DOUBLE_COMPLEX", "D", "D"),
+    ("CXX_LONG_DOUBLE_COMPLEX", "MPI_CXX_LONG_DOUBLE_COMPLEX", "G", "G"),
+    ("SHORT_INT", "MPI_SHORT_INT", _pair("h"), None),
+    ("INT_INT TWOINT", "MPI_2INT", _pair("i"), None),
+    ("LONG_INT", "MPI_LONG_INT", _pair("l"), None),
+    ("FLOAT_INT", "MPI_FLOAT_INT", _pair("f"), None),
+    ("DOUBLE_INT", "MPI_DOUBLE_INT", _pair("d"), None),
+    ("LONG_DOUBLE_INT", "MPI_LONG_DOUBLE_INT", _pair("g"), None),
+    # Fortran
+    ("CHARACTER", "MPI_CHARACTER", "S1", "c"),
+    ("LOGICAL F_BOOL", "MPI_LOGICAL", "i4", "i"),
+    ("INTEGER F_INT", "MPI_INTEGER", "i4", "i"),
+    ("REAL F_FLOAT", "MPI_REAL", "f4", "f"),
+    ("DOUBLE_PRECISION F_DOUBLE", "MPI_DOUBLE_PRECISION", "f8", "d"),
+    ("COMPLEX F_COMPLEX F_FLOAT_COMPLEX", "MPI_COMPLEX", "c8", "F"),
+    ("DOUBLE_COMPLEX F_DOUBLE_COMPLEX", "MPI_DOUBLE_COMPLEX", "c16", "D"),
+    ("INTEGER1", "MPI_INTEGER1", "i1", "i1"),
+    ("INTEGER2", "MPI_INTEGER2", "i2", "i2"),
+    ("INTEGER4", "MPI_INTEGER4", "i4", "i4"),
+    ("INTEGER8", "MPI_INTEGER8", "i8", "i8"),
+    ("REAL4", "MPI_REAL4", "f4", "f4"),
+    ("REAL8", "MPI_REAL8", "f8", "f8"),
+    ("REAL16", "MPI_REAL16", "g", "f16"),
+    ("COMPLEX8", "MPI_COMPLEX8", "c8", "c8"),
+    ("COMPLEX16", "MPI_COMPLEX16", "c16", "c16"),
+    ("COMPLEX32", "MPI_COMPLEX32", "G", "c32"),
+]
+
+# Names MPICH leaves null: distinct objects, all equal to DATATYPE_NULL.
+_NULL_NAMES = ["DATATYPE_NULL", "LOGICAL1", "LOGICAL2", "LOGICAL4",
+               "LOGICAL8", "LOGICAL16", "INTEGER16", "REAL2", "COMPLEX4"]
+
+for _name in _NULL_NAMES:
+    globals()[_name] = Datatype()
+
+for _attrs, _mpi_name, _np, _code in _TABLE:
+    _attrs = _attrs.split()
+    if _np is None:
+        _h = _predefined(_attrs[0], _mpi_name, None, _code)
+    elif isinstance(_np, np.dtype):     # pair: MPI counts no padding
+        _h = _predefined(_attrs[0], _mpi_name, _np, _code,
+                         size=_np["v"].itemsize + 4,
+                         true_ub=_np.fields["i"][1] + 4)
+    else:
+        _h = _predefined(_attrs[0], _mpi_name, np.dtype(_np), _code)
+    _dt = Datatype._wrap(_h)
+    for _name in _attrs:
+        globals()[_name] = _dt
+
+__all__ += _NULL_NAMES + [a for row in _TABLE for a in row[0].split()]
+del _attrs, _mpi_name, _np, _code, _h, _dt, _name
+
+# -- typecodes (the format characters of the buffer protocol and NumPy) -------
+
+_typedict_c = {
+    "?": C_BOOL, "b": SIGNED_CHAR, "h": SHORT, "i": INT, "l": LONG,
+    "q": LONG_LONG, "B": UNSIGNED_CHAR, "H": UNSIGNED_SHORT, "I": UNSIGNED,
+    "L": UNSIGNED_LONG, "Q": UNSIGNED_LONG_LONG, "f": FLOAT, "d": DOUBLE,
+    "g": LONG_DOUBLE, "F": C_FLOAT_COMPLEX, "D": C_DOUBLE_COMPLEX,
+    "G": C_LONG_DOUBLE_COMPLEX, "b1": C_BOOL, "i1": INT8_T, "i2": INT16_T,
+    "i4": INT32_T, "i8": INT64_T, "u1": UINT8_T, "u2": UINT16_T,
+    "u4": UINT32_T, "u8": UINT64_T, "f2": FLOAT16_T, "f4": FLOAT,
+    "c8": C_FLOAT_COMPLEX, "f8": DOUBLE, "c16": C_DOUBLE_COMPLEX,
+    "f16": LONG_DOUBLE, "c32": C_LONG_DOUBLE_COMPLEX,
+}
+
+_typedict_f = {
+    "l": LOGICAL, "i": INTEGER, "r": REAL, "s": REAL, "d": DOUBLE_PRECISION,
+    "c": COMPLEX, "z": DOUBLE_COMPLEX, "i1": INTEGER1, "i2": INTEGER2,
+    "i4": INTEGER4, "i8": INTEGER8, "r4": REAL4, "r8": REAL8, "r16": REAL16,
+    "c8": COMPLEX8, "c16": COMPLEX16, "c32": COMPLEX32,
+}
+
+# Everything a buffer format may say: struct-module codes, NumPy type
+# strings, Python's "Z" complex prefix, chars/strings, datetimes as int64.
+_typedict = dict(_typedict_c)
+_typedict.update({
+    "e": FLOAT16_T, "Zf": C_FLOAT_COMPLEX, "Zd": C_DOUBLE_COMPLEX,
+    "Zg": C_LONG_DOUBLE_COMPLEX,
+    "n": COUNT, "N": UNSIGNED_LONG, "p": AINT, "P": UNSIGNED_LONG,
+    "c": CHAR, "a": CHAR, "S": CHAR, "S1": CHAR, "s": CHAR, "1s": CHAR,
+    "U": WCHAR, "U1": WCHAR, "w": WCHAR, "1w": WCHAR,
+    "u": UINT16_T, "1u": UINT16_T,
+    "M": INT64_T, "M8": INT64_T, "m": INT64_T, "m8": INT64_T,
+})
+
+
+def from_typecode(code):
+    """The predefined datatype of a typecode; KeyError when there is none
+    (TypeError when `code` is unhashable, as in mpi4py)."""
+    try:
+        return _typedict[code]
+    except KeyError:
+        raise KeyError(f"no datatype has the typecode {code!r}") from None
+
+
+def typecode(datatype):
+    """The typecode of a predefined datatype (or of a Dup of one), else None."""
+    if not isinstance(datatype, Datatype):
+        raise TypeError(f"expected a Datatype, got {datatype!r}")
+    return None if datatype._h is None else datatype._h.code
