@@ -107,6 +107,30 @@ out = np.zeros(3, "f8")
 comm.Allreduce([np.full(5, rank + 0.5), (3, 2), "d"], out, op=MPI.SUM)
 say("Allreduce displ", out.tolist())
 
+# in the block collectives an explicit count is per rank, a displacement
+# moves the whole message (both counted in elements)
+out = np.full(3 * size + 2, -1, "i4") if rank == 0 else None
+comm.Gather(np.full(2, rank + 1, "i4"), [out, 2, MPI.INT] if rank == 0 else None, root=0)
+if rank == 0:
+    say("Gather [buf, 2, type]", out.tolist())
+out = np.full(3 * size + 2, -1, "i4") if rank == 0 else None
+comm.Gather(np.full(2, rank + 1, "i4"), [out, (2, 1), MPI.INT] if rank == 0 else None, root=0)
+if rank == 0:
+    say("Gather [buf, (2, 1), type]", out.tolist())
+out = np.full(3 * size, -1, "i4")
+comm.Allgather([np.full(3, rank, "i4"), 2, MPI.INT], [out, 2, MPI.INT])
+say("Allgather counted", out.tolist())
+src_ = np.arange(3 * size + 2, dtype="i4") * 2
+got = np.full(3, -1, "i4")
+comm.Scatter([src_, 2, MPI.INT], [got, 2, MPI.INT], root=0)
+say("Scatter [buf, 2, type]", got.tolist())
+got = np.full(3, -1, "i4")
+comm.Scatter([src_, 2, 3, MPI.INT], [got, 2, MPI.INT], root=0)
+say("Scatter [buf, 2, 3, type]", got.tolist())
+out = np.full(2 * size, -1, "i4")
+comm.Alltoall([np.arange(2 * size, dtype="i4") + 100 * rank, 1, MPI.INT], [out, 1, MPI.INT])
+say("Alltoall counted", out.tolist())
+
 # --- vector forms (Gatherv at root 0): rank r sends r+1 ints
 counts = [r + 1 for r in range(size)]
 displs = [2 * sum(counts[:r]) for r in range(size)]  # gaps between blocks
