@@ -55,7 +55,7 @@ o8 = np.zeros(4)
 say("[buf, 2, 'd']", ring([d8, 2, "d"], [o8, 2, "d"], o8))
 l8 = np.arange(4, dtype="i8") - rank
 ol = np.zeros(4, "i8")
-say("[buf, (2, 1), 'l']", ring([l8, (2, 1), "l"], [ol, (2, 1), "q"], ol))
+say("[buf, (2, 1), 'l']", ring([l8, (2, 1), "l"], [ol, (2, 1), "l"], ol))
 f4 = np.arange(3, dtype="f4") * 0.5
 of = np.zeros(3, "f4")
 say("[buf, 'f'] / 'f4'", ring([f4, "f"], [of, "f4"], of))
@@ -185,7 +185,7 @@ comm.Alltoallv([np.arange(size, dtype="i4") * (rank + 1), sc], [out, (sc, None)]
 say("Alltoallv [buf, counts]", out.tolist())
 out = np.zeros(2 * size, "i8")
 comm.Alltoallv([np.arange(2 * size, dtype="i8") + rank, ([2] * size, None), "q"],
-               [out, [2] * size, [2 * d for d in range(size)], MPI.INT64_T])
+               [out, [2] * size, [2 * d for d in range(size)], "q"])
 say("Alltoallv typecode/displs", out.tolist())
 
 # --- MPI.IN_PLACE
