@@ -70,7 +70,7 @@ class Run:
         return self.returncode == 0 and not self.timed_out
 
     def describe(self):
-        status = (f"timed out after {TIMEOUT:g} s" if self.timed_out
+        status = (f"killed by the watchdog after {TIMEOUT + 10:g} s" if self.timed_out
                   else f"exit code {self.returncode}")
         lines = self.stderr.splitlines()
         if len(lines) > HEAD + TAIL:
