@@ -165,7 +165,7 @@ def init(*, rank=None, size=None, store=None, secret=None, timeout=None,
 @atexit.register
 def _close_world():
     if _world is not None:
-        _world.Free()
+        _world._close()
 
 
 def new_secret():

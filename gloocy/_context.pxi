@@ -125,7 +125,7 @@ cdef class Context:
             raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
         members = [int(m) for m in members]
         world = [self._world[m] for m in members]
-        if comm_id >= self.links.next_id:
+        if self.links.next_id <= comm_id < 0x80000000:  # above: transient
             self.links.next_id = comm_id + 1
         return type(self)(members.index(self.rank), len(members), links=self.links,
                           world=world, comm_id=comm_id, timeout=self.timeout,
@@ -524,8 +524,8 @@ cdef class Context:
 
     cdef int _check_root(self, int root) except -1:
         if not 0 <= root < self.size:
-            raise ValueError(f"root: {root} is not a rank of this "
-                             f"communicator (size {self.size})")
+            raise ArgumentError(f"root: {root} is not a rank of this "
+                                f"communicator (size {self.size})", ERR_ROOT)
         return 0
 
     def barrier(self, *, timeout=None):
@@ -604,8 +604,8 @@ cdef class Context:
         if sendbuf is not None:
             sb = get_buffer(sendbuf, "sendbuf", False)
             if sb.nbytes != sizes.v[self.rank]:
-                raise ValueError(f"sendbuf has {sb.nbytes} bytes but "
-                                 f"counts[{self.rank}] is {sizes.v[self.rank]}")
+                raise ArgumentError(f"sendbuf has {sb.nbytes} bytes but "
+                                    f"counts[{self.rank}] is {sizes.v[self.rank]}", ERR_COUNT)
         cdef int algo = _algorithm("allgather", algorithm)
         self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
@@ -628,8 +628,8 @@ cdef class Context:
 
     cdef int _check_peer(self, int rank, str name, bint any_ok) except -1:
         if not (0 <= rank < self.size or (any_ok and rank == -1)):
-            raise ValueError(f"{name}: {rank} is not a rank of this "
-                             f"communicator (size {self.size})")
+            raise ArgumentError(f"{name}: {rank} is not a rank of this "
+                                f"communicator (size {self.size})", ERR_RANK)
         return 0
 
     def send(self, buf, int dest, int tag=0, *, timeout=None):
@@ -638,7 +638,7 @@ cdef class Context:
         cdef Xfer x
         self._check_peer(dest, "dest", False)
         if tag < 0:
-            raise ValueError(f"tag: must be >= 0, got {tag}")
+            raise ArgumentError(f"tag: must be >= 0, got {tag}", ERR_TAG)
         cdef Buf b = get_buffer(buf, "buf", False)
         if dest == self.rank:
             self._send_to_self(tag, bytes(b.ptr[:b.nbytes]))
@@ -661,7 +661,7 @@ cdef class Context:
         cdef Xfer x
         self._check_peer(source, "source", True)
         if tag < -1:
-            raise ValueError(f"tag: must be >= 0 or -1 (any), got {tag}")
+            raise ArgumentError(f"tag: must be >= 0 or -1 (any), got {tag}", ERR_TAG)
         cdef Buf b = get_buffer(buf, "buf", True)
         if source in (-1, self.rank):
             got = self.take_from_self(b.ptr, b.nbytes, tag)
@@ -689,7 +689,7 @@ cdef class Context:
         must not change until then."""
         self._check_peer(dest, "dest", False)
         if tag < 0:
-            raise ValueError(f"tag: must be >= 0, got {tag}")
+            raise ArgumentError(f"tag: must be >= 0, got {tag}", ERR_TAG)
         cdef Buf b = get_buffer(buf, "buf", False)
         cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
         h.ctx, h.buf, h.peer, h.tag, h.is_send = self, b, dest, tag, True
@@ -715,7 +715,7 @@ cdef class Context:
         any); returns a P2PHandle to wait on."""
         self._check_peer(source, "source", True)
         if tag < -1:
-            raise ValueError(f"tag: must be >= 0 or -1 (any), got {tag}")
+            raise ArgumentError(f"tag: must be >= 0 or -1 (any), got {tag}", ERR_TAG)
         cdef Buf b = get_buffer(buf, "buf", True)
         cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
         h.ctx, h.buf, h.peer, h.tag = self, b, source, tag
@@ -808,7 +808,7 @@ cdef class Context:
         self._check_root(root)
         cdef bint at_root = self.rank == root
         if sendbuf is None and not at_root:
-            raise ValueError("sendbuf: only the root may reduce in place")
+            raise ArgumentError("sendbuf: only the root may reduce in place", ERR_BUFFER)
         cdef Buf rb = get_buffer(recvbuf, "recvbuf", True) if at_root else None
         cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
                        if sendbuf is not None else None)
@@ -860,11 +860,11 @@ cdef class Context:
         cdef I64 offs = lens.prefix()
         cdef int64_t total = lens.total()
         if sb.count != total:
-            raise ValueError(f"sendbuf has {sb.count} elements but recvcounts "
-                             f"add up to {total}")
+            raise ArgumentError(f"sendbuf has {sb.count} elements but recvcounts "
+                                f"add up to {total}", ERR_COUNT)
         if rb.count < lens.v[self.rank]:
-            raise ValueError(f"recvbuf has {rb.count} elements but "
-                             f"recvcounts[{self.rank}] is {lens.v[self.rank]}")
+            raise ArgumentError(f"recvbuf has {rb.count} elements but "
+                                f"recvcounts[{self.rank}] is {lens.v[self.rank]}", ERR_COUNT)
         cdef int algo = _algorithm("reduce_scatter", algorithm)
         cdef int64_t isz = sb.itemsize, mine = lens.v[self.rank] * isz
         cdef char *acc
@@ -920,7 +920,7 @@ cdef class Context:
         self._check_root(root)
         cdef bint at_root = self.rank == root
         if sendbuf is None and not at_root:
-            raise ValueError("sendbuf: only the root may gather in place")
+            raise ArgumentError("sendbuf: only the root may gather in place", ERR_BUFFER)
         cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
                        if sendbuf is not None else None)
         cdef Buf rb = None
@@ -929,8 +929,8 @@ cdef class Context:
             rb = get_buffer(recvbuf, "recvbuf", True)
             sizes, offs = _layout(counts, displs, self.size, rb, "recvbuf")
             if sb is not None and sb.nbytes != sizes.v[root]:
-                raise ValueError(f"sendbuf has {sb.nbytes} bytes but the "
-                                 f"root's block is {sizes.v[root]}")
+                raise ArgumentError(f"sendbuf has {sb.nbytes} bytes but the "
+                                    f"root's block is {sizes.v[root]}", ERR_COUNT)
         self.begin(&c, KIND_GATHERV, OP_NONE, DT_BYTES, root, 0, timeout)
         try:
             with nogil:
@@ -954,7 +954,7 @@ cdef class Context:
         self._check_root(root)
         cdef bint at_root = self.rank == root
         if recvbuf is None and not at_root:
-            raise ValueError("recvbuf: only the root may scatter in place")
+            raise ArgumentError("recvbuf: only the root may scatter in place", ERR_BUFFER)
         cdef Buf rb = (get_buffer(recvbuf, "recvbuf", True)
                        if recvbuf is not None else None)
         cdef Buf sb = None
@@ -963,8 +963,8 @@ cdef class Context:
             sb = get_buffer(sendbuf, "sendbuf", False)
             sizes, offs = _layout(counts, displs, self.size, sb, "sendbuf")
             if rb is not None and rb.nbytes != sizes.v[root]:
-                raise ValueError(f"recvbuf has {rb.nbytes} bytes but the "
-                                 f"root's block is {sizes.v[root]}")
+                raise ArgumentError(f"recvbuf has {rb.nbytes} bytes but the "
+                                    f"root's block is {sizes.v[root]}", ERR_COUNT)
         self.begin(&c, KIND_SCATTERV, OP_NONE, DT_BYTES, root, 0, timeout)
         try:
             with nogil:
@@ -998,11 +998,11 @@ cdef class Context:
                                     "sendbuf")
         sb = get_buffer(sendbuf, "sendbuf", False)
         if ssizes.v[self.rank] != rsizes.v[self.rank]:
-            raise ValueError(f"sendbuf block {self.rank} has "
-                             f"{ssizes.v[self.rank]} bytes but recvbuf block "
-                             f"{self.rank} has {rsizes.v[self.rank]}: rank "
-                             f"{self.rank} sends itself one and receives the "
-                             f"other")
+            raise ArgumentError(f"sendbuf block {self.rank} has "
+                                f"{ssizes.v[self.rank]} bytes but recvbuf block "
+                                f"{self.rank} has {rsizes.v[self.rank]}: rank "
+                                f"{self.rank} sends itself one and receives the "
+                                f"other", ERR_COUNT)
         self.begin(&c, KIND_ALLTOALLV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
             with nogil:
@@ -1167,9 +1167,9 @@ cdef list _counts(object counts, int size, str name):
         raise TypeError(f"{name}: expected {size} integers, got "
                         f"{counts!r}") from None
     if len(values) != size:
-        raise ValueError(f"{name}: expected {size} entries, got {len(values)}")
+        raise ArgumentError(f"{name}: expected {size} entries, got {len(values)}", ERR_COUNT)
     if any(n < 0 for n in values):
-        raise ValueError(f"{name}: counts must not be negative")
+        raise ArgumentError(f"{name}: counts must not be negative", ERR_COUNT)
     return values
 
 
@@ -1183,9 +1183,9 @@ cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
         offs = _counts(displs, size, f"{name} displacements")
     for i in range(size):
         if offs[i] + sizes[i] > b.nbytes:
-            raise ValueError(f"{name}: block {i} ({sizes[i]} bytes at "
-                             f"{offs[i]}) ends past the buffer's "
-                             f"{b.nbytes} bytes")
+            raise ArgumentError(f"{name}: block {i} ({sizes[i]} bytes at "
+                                f"{offs[i]}) ends past the buffer's "
+                                f"{b.nbytes} bytes", ERR_COUNT)
     return I64(sizes), I64(offs)
 
 
@@ -1198,7 +1198,19 @@ cdef int _same_dtype(Buf a, Buf b) except -1:
 
 cdef int _same_layout(Buf a, Buf b) except -1:
     if a.nbytes != b.nbytes:
-        raise ValueError(f"{a.name} has {a.nbytes} bytes but {b.name} has "
-                         f"{b.nbytes}")
+        raise ArgumentError(f"{a.name} has {a.nbytes} bytes but {b.name} has "
+                            f"{b.nbytes}", ERR_COUNT)
     return _same_dtype(a, b)
 
+
+def reduce_into(src, acc, int op):
+    """acc = src <op> acc elementwise, in place (MPI_Reduce_local): both
+    buffers of one dtype and size."""
+    cdef Buf sb = get_buffer(src, "inbuf", False)
+    cdef Buf ab = get_buffer(acc, "inoutbuf", True)
+    ab.require_dtype()
+    _same_layout(sb, ab)
+    cdef reduce_fn fn = kernel_for(op, ab.dtype)
+    with nogil:
+        if ab.count:
+            fn(ab.ptr, sb.ptr, ab.count)

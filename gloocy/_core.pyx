@@ -12,8 +12,10 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBuffer_IsContiguous, PyBUF_FORMAT,
                              PyBUF_STRIDES, PyBUF_WRITABLE)
 
-from gloocy.errors import (CollectiveTimeout, ContextPoisoned, GloocyError,
-                           MismatchError, PeerLostError, ProtocolError)
+from gloocy.errors import (ArgumentError, CollectiveTimeout, ContextPoisoned,
+                           GloocyError, MismatchError, OpError, PeerLostError,
+                           ProtocolError, ERR_BUFFER, ERR_COUNT, ERR_RANK,
+                           ERR_ROOT, ERR_TAG, ERR_TRUNCATE)
 
 include "_kernels.pxi"
 include "_buffers.pxi"

@@ -79,7 +79,7 @@ cdef int _raise_truncated(const Header *got, const Xfer *want, int rank,
     raise MismatchError(
         f"rank {rank}: a message of {got.length} bytes from rank {peer} "
         f"(tag {<int64_t>got.tag}) does not fit the {want.nbytes}-byte "
-        f"receive buffer")
+        f"receive buffer", ERR_TRUNCATE)
 
 
 cdef int check_frame(const Header *got, const Xfer *want, int rank,

@@ -342,7 +342,7 @@ cdef reduce_fn kernel_for(int op, int dtype) except NULL:
     if 0 < op < <int>OP_LAST and 0 < dtype < <int>DT_LAST:
         fn = KERNELS[op][dtype]
     if fn is NULL:
-        raise TypeError(
+        raise OpError(
             f"op {OP_NAMES.get(op, op)} is not defined for dtype "
             f"{DTYPE_NAMES.get(dtype, 'untyped')}")
     return fn

@@ -376,10 +376,11 @@ def _no_data(buf, counts, name):
 
 # -- the specs -------------------------------------------------------------------
 
-def message(spec, *, name, readonly=False, allow_in_place=False):
+def message(spec, *, name, readonly=False, allow_in_place=False, blocks=1):
     """A Message from a buffer spec. `readonly`: the buffer is only sent
     (read-only memory is fine). With `allow_in_place`, IN_PLACE and None
-    give None."""
+    give None. `blocks`: a count given in the spec is per block (one block
+    per rank in Gather, Scatter, Allgather, Alltoall), as in mpi4py."""
     if spec is None or spec is _communicator.IN_PLACE:
         if allow_in_place:
             return None
@@ -406,7 +407,7 @@ def message(spec, *, name, readonly=False, allow_in_place=False):
     if count is None:
         count = _entries(mem, datatype, name) - displ
     else:
-        count = _nonnegative(count, name, "count")
+        count = _nonnegative(count, name, "count") * blocks
     start = displ * extent
     _check_span(mem, datatype, count, start, name)
     if datatype.is_contiguous or readonly:

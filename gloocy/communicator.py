@@ -5,13 +5,20 @@ memoryview...) without copies; lower-case methods move picklable objects.
 """
 
 import functools
+import os
 import pickle
+import socket
+import sys
+import zlib
 
 import numpy as np
 
-from gloocy import _core
+from gloocy import _core, bufspec
 from gloocy import ops as _ops
 from gloocy import requests as _requests
+from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
+                           ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
+from gloocy.groups import Group, IDENT, CONGRUENT, UNDEFINED as _UNDEFINED
 
 __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
@@ -20,32 +27,64 @@ __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
 ANY_SOURCE = -2
 ANY_TAG = -1
 PROC_NULL = -1
+COMM_TYPE_SHARED = 1
+KEYVAL_INVALID = -1
+TAG_UB = 1681915905               # Get_attr key: the largest tag
 
 
 class Status:
-    """Where a received (or probed) message came from and how big it is."""
+    """Where a received (or probed) message came from and how big it is
+    (`count` in bytes), as mpi4py's Status."""
 
-    __slots__ = ("source", "tag", "count", "error")
+    __slots__ = ("source", "tag", "count", "error", "cancelled")
 
-    def __init__(self, source=ANY_SOURCE, tag=ANY_TAG, count=0):
-        self.source, self.tag, self.count, self.error = source, tag, count, 0
+    def __init__(self, status=None):
+        if status is None:
+            self.source, self.tag, self.count, self.error = ANY_SOURCE, ANY_TAG, 0, 0
+            self.cancelled = False
+        else:
+            for name in Status.__slots__:
+                setattr(self, name, getattr(status, name))
 
     def Get_source(self):
         return self.source
 
+    def Set_source(self, source):
+        self.source = source
+
     def Get_tag(self):
         return self.tag
 
-    def Get_count(self, datatype=None):
-        """Bytes received, or elements of `datatype` (anything with an
-        itemsize / Get_size())."""
-        if datatype is None:
-            return self.count
-        size = getattr(datatype, "itemsize", None) or datatype.Get_size()
-        return self.count // size
+    def Set_tag(self, tag):
+        self.tag = tag
 
     def Get_error(self):
         return self.error
+
+    def Set_error(self, error):
+        self.error = error
+
+    def Is_cancelled(self):
+        return self.cancelled
+
+    def Set_cancelled(self, flag):
+        self.cancelled = bool(flag)
+
+    def Get_count(self, datatype=None):
+        """Bytes received, or whole elements of `datatype` (UNDEFINED when
+        the bytes are not a whole number of them)."""
+        if datatype is None:
+            return self.count
+        size = getattr(datatype, "itemsize", None) or datatype.Get_size()
+        if size == 0:
+            return 0 if self.count == 0 else _UNDEFINED
+        return self.count // size if self.count % size == 0 else _UNDEFINED
+
+    Get_elements = Get_count
+
+    def Set_elements(self, datatype, count):
+        size = getattr(datatype, "itemsize", None) or datatype.Get_size()
+        self.count = count * size
 
     def _set(self, source, tag, count):
         self.source, self.tag, self.count = source, tag, count
@@ -79,7 +118,7 @@ _INT64 = 8
 def _check_op(op):
     if not isinstance(op, _ops.Op):
         raise TypeError(f"op: expected a gloocy op such as gloocy.SUM, got {op!r}")
-    return op
+    return op.check_buffers()
 
 
 def _check_avg(op, recvbuf):
@@ -92,28 +131,19 @@ def _finish_avg(op, recvbuf, size):
         _core.divide(recvbuf, size)
 
 
-def _array(buf):
-    """A NumPy view of any buffer (shares its memory)."""
-    return buf if isinstance(buf, np.ndarray) else np.asarray(memoryview(buf))
-
-
 def _proc_null(status):
     if status is not None:
         status._set(PROC_NULL, ANY_TAG, 0)
     return True
 
 
-def _fold(op, blocks):
+def _fold(op, blocks, datatype=None):
     """blocks[0] <op> blocks[1] <op> ... in rank order, for a user op."""
     acc = blocks[0].copy()
     for b in blocks[1:]:
-        if op.c_function:
-            _core.apply_c_op(op.c_function, op.c_context,
-                             b.view(np.uint8), acc.view(np.uint8), acc.size)
-        else:
-            inout = b.copy()
-            op(acc, inout)            # MPI's rule: inoutvec = invec <op> inoutvec
-            acc = inout
+        inout = b.copy()
+        op.fold(acc, inout, datatype)   # MPI's rule: inoutvec = invec <op> inoutvec
+        acc = inout
     return acc
 
 
@@ -127,10 +157,6 @@ def _check_scan_op(op):
     if op is _ops.AVG:
         raise TypeError("op: AVG is not defined for scans")
     return _check_callable(op)
-
-
-def _in_place(buf):
-    return None if buf is IN_PLACE else buf
 
 
 def _dumps(obj):
@@ -154,49 +180,26 @@ def _loads_all(data, counts):
     return objs
 
 
-def _extent(buf, name):
-    """(itemsize, number of elements) of any buffer. NumPy arrays are asked
-    directly: some (bfloat16) export no buffer format."""
-    if isinstance(buf, np.ndarray):
-        return buf.itemsize, buf.size
-    if buf is None or buf is IN_PLACE:
-        raise TypeError(f"{name}: expected a buffer, got {buf!r}")
-    try:
-        view = memoryview(buf)
-    except TypeError:
-        raise TypeError(f"{name}: {type(buf).__name__} does not expose a "
-                        "buffer") from None
-    return view.itemsize, view.nbytes // view.itemsize
+def _send(spec, name="sendbuf"):
+    """A send buffer spec as a Message; None for IN_PLACE (or None)."""
+    return bufspec.message(spec, name=name, readonly=True, allow_in_place=True)
 
 
-def _blocks(buf, size, name):
-    """Byte sizes and displacements of `size` equal blocks filling buf."""
-    item, items = _extent(buf, name)
-    if items % size:
-        raise ValueError(f"{name}: {items} elements do not split into "
-                         f"{size} equal blocks")
-    block = items // size * item
+def _recv(spec, name="recvbuf"):
+    return bufspec.message(spec, name=name)
+
+
+def _data(m):
+    return None if m is None else m.data
+
+
+def _blocks(m, size, name):
+    """Byte sizes and offsets of `size` equal blocks filling message m."""
+    if m.count % size:
+        raise ArgumentError(f"{name}: {m.count} items do not split into "
+                            f"{size} equal blocks", ERR_COUNT)
+    block = m.nbytes // size
     return [block] * size, [block * i for i in range(size)]
-
-
-def _vector(spec, size, name):
-    """(buf, byte sizes, byte displacements) from [buf, counts] or
-    [buf, (counts, displs)] or [buf, counts, displs], counts in elements."""
-    if not isinstance(spec, (list, tuple)) or len(spec) not in (2, 3):
-        raise TypeError(f"{name}: expected [buf, counts] or "
-                        f"[buf, (counts, displs)], got {spec!r}")
-    buf, counts, displs = spec[0], spec[1], None
-    if len(spec) == 3:
-        displs = spec[2]
-    elif (isinstance(counts, tuple) and len(counts) == 2
-          and all(hasattr(part, "__len__") for part in counts)):
-        counts, displs = counts          # (counts, displs), not two counts
-    item = _extent(buf, name)[0]
-    sizes = [int(n) * item for n in counts]
-    if len(sizes) != size:
-        raise ValueError(f"{name}: expected {size} counts, got {len(sizes)}")
-    offs = None if displs is None else [int(d) * item for d in displs]
-    return buf, sizes, offs
 
 
 class Communicator:
@@ -207,8 +210,25 @@ class Communicator:
     communicator's ``timeout``.
     """
 
-    def __init__(self, context):
+    def __init__(self, context=None, *, procs=None, name=""):
+        """A communicator running on a core Context; with another
+        Communicator, a second handle on it (equal to it); with nothing,
+        a null one (equal to COMM_NULL)."""
+        if isinstance(context, Communicator):
+            procs, name = context._procs, context._name
+            context = context._ctx
+        elif context is None:
+            context, procs = _NULL_CONTEXT, ()
+            name = name or "MPI_COMM_NULL"
+        elif not isinstance(context, _core.Context):
+            raise TypeError(f"expected a communicator, got {context!r}")
         self._ctx = context
+        # Our ranks' processes, by world rank (what groups are made of).
+        self._procs = tuple(range(context.size) if procs is None else procs)
+        self._name = name
+        self._predefined = False    # COMM_WORLD, COMM_SELF: never freed
+        self._errhandler = None
+        self._info = None
         self._shadow = None         # Dup running the nonblocking collectives
         self._worker = None
 
@@ -242,6 +262,8 @@ class Communicator:
         self._ctx.timeout = float(seconds)
 
     def __repr__(self):
+        if not self:
+            return "<gloocy.Communicator NULL>"
         return f"<gloocy.Communicator rank {self.rank} of {self.size}>"
 
     # -- buffer collectives --------------------------------------------------
@@ -252,42 +274,51 @@ class Communicator:
 
     def Bcast(self, buf, root=0, *, timeout=None, algorithm=None):
         """Copy `buf` from `root` into `buf` on every other rank."""
-        self._ctx.bcast(buf, root, timeout=timeout, algorithm=algorithm)
+        m = bufspec.message(buf, name="buf", readonly=self.rank == root)
+        self._ctx.bcast(m.data, root, timeout=timeout, algorithm=algorithm)
+        m.unpack()
 
     def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
                   algorithm=None):
         """recvbuf = op(sendbuf of every rank); sendbuf may be IN_PLACE."""
+        r, s = _recv(recvbuf), _send(sendbuf)
         if _check_op(op).is_user:
-            blocks = self._user_inputs(sendbuf, recvbuf, None, timeout)
-            _array(recvbuf)[...] = _fold(op, blocks).reshape(_array(recvbuf).shape)
-            return
-        _check_avg(op, recvbuf)
-        self._ctx.allreduce(_in_place(sendbuf), recvbuf, op.code,
-                            timeout=timeout, algorithm=algorithm)
-        _finish_avg(op, recvbuf, self.size)
+            blocks = self._user_inputs(s, r, None, timeout)
+            r.data[...] = _fold(op, blocks, r.datatype)
+        else:
+            _check_avg(op, r.data)
+            self._ctx.allreduce(_data(s), r.data, op.code, timeout=timeout,
+                                algorithm=algorithm)
+            _finish_avg(op, r.data, self.size)
+        r.unpack()
 
     def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
                algorithm=None):
         """recvbuf at root = op(sendbuf of every rank); recvbuf is ignored
         elsewhere; the root's sendbuf may be IN_PLACE."""
         at_root = self.rank == root
+        r = _recv(recvbuf) if at_root else None
+        s = _send(sendbuf)
+        if r is None and s is None:
+            raise ArgumentError("sendbuf: only the root may reduce in place",
+                                ERR_BUFFER)
         if _check_op(op).is_user:
-            blocks = self._user_inputs(sendbuf, recvbuf, root, timeout)
+            blocks = self._user_inputs(s, r, root, timeout)
             if at_root:
-                out = _array(recvbuf)
-                out[...] = _fold(op, blocks).reshape(out.shape)
-            return
-        _check_avg(op, recvbuf if at_root else sendbuf)
-        self._ctx.reduce(_in_place(sendbuf), recvbuf if at_root else None,
-                         op.code, root, timeout=timeout, algorithm=algorithm)
+                r.data[...] = _fold(op, blocks, r.datatype)
+        else:
+            _check_avg(op, (r or s).data)
+            self._ctx.reduce(_data(s), _data(r), op.code, root,
+                             timeout=timeout, algorithm=algorithm)
+            if at_root:
+                _finish_avg(op, r.data, self.size)
         if at_root:
-            _finish_avg(op, recvbuf, self.size)
+            r.unpack()
 
-    def _user_inputs(self, sendbuf, recvbuf, root, timeout):
+    def _user_inputs(self, s, r, root, timeout):
         """Every rank's input as rows of an array (at root only when root is
         not None), for user ops: they are folded in rank order here."""
-        mine = _array(recvbuf if _in_place(sendbuf) is None else sendbuf)
-        flat = np.ascontiguousarray(mine).reshape(-1)
+        flat = (r if s is None else s).data
         out = np.empty((self.size, flat.size), flat.dtype)
         if root is None:
             self._ctx.allgatherv(flat, out, [flat.nbytes] * self.size,
@@ -300,97 +331,131 @@ class Communicator:
 
     def Allgather(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """Every rank's sendbuf, in rank order, into every recvbuf."""
-        sizes, displs = _blocks(recvbuf, self.size, "recvbuf")
-        self._ctx.allgatherv(_in_place(sendbuf), recvbuf, sizes, displs,
+        r = bufspec.message(recvbuf, name="recvbuf", blocks=self.size)
+        s = _send(sendbuf)
+        sizes, displs = _blocks(r, self.size, "recvbuf")
+        self._ctx.allgatherv(_data(s), r.data, sizes, displs,
                              timeout=timeout, algorithm=algorithm)
+        r.unpack()
 
     def Allgatherv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """recvbuf is [buf, counts] or [buf, (counts, displs)] (elements)."""
-        buf, sizes, displs = _vector(recvbuf, self.size, "recvbuf")
-        self._ctx.allgatherv(_in_place(sendbuf), buf, sizes, displs,
+        r = bufspec.vector_message(recvbuf, self.size, name="recvbuf")
+        s = _send(sendbuf)
+        self._ctx.allgatherv(_data(s), r.data, r.sizes, r.offsets,
                              timeout=timeout, algorithm=algorithm)
+        r.unpack()
 
     def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None):
         """Every rank's sendbuf, in rank order, into recvbuf at root."""
-        sizes = displs = None
+        r = sizes = displs = None
         if self.rank == root:
-            sizes, displs = _blocks(recvbuf, self.size, "recvbuf")
-        self._ctx.gatherv(_in_place(sendbuf), recvbuf, sizes, displs, root,
-                          timeout=timeout)
+            r = bufspec.message(recvbuf, name="recvbuf", blocks=self.size)
+            sizes, displs = _blocks(r, self.size, "recvbuf")
+        self._ctx.gatherv(_data(_send(sendbuf)), _data(r), sizes, displs,
+                          root, timeout=timeout)
+        if r is not None:
+            r.unpack()
 
     def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None):
-        buf = sizes = displs = None
+        r = sizes = displs = None
         if self.rank == root:
-            buf, sizes, displs = _vector(recvbuf, self.size, "recvbuf")
-        self._ctx.gatherv(_in_place(sendbuf), buf, sizes, displs, root,
-                          timeout=timeout)
+            r = bufspec.vector_message(recvbuf, self.size, name="recvbuf")
+            sizes, displs = r.sizes, r.offsets
+        self._ctx.gatherv(_data(_send(sendbuf)), _data(r), sizes, displs,
+                          root, timeout=timeout)
+        if r is not None:
+            r.unpack()
 
     def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None):
         """Block i of root's sendbuf into rank i's recvbuf."""
-        sizes = displs = None
+        s = sizes = displs = None
         if self.rank == root:
-            sizes, displs = _blocks(sendbuf, self.size, "sendbuf")
-        self._ctx.scatterv(sendbuf if self.rank == root else None,
-                           _in_place(recvbuf), sizes, displs, root,
+            s = bufspec.message(sendbuf, name="sendbuf", readonly=True,
+                                blocks=self.size)
+            sizes, displs = _blocks(s, self.size, "sendbuf")
+        r = bufspec.message(recvbuf, name="recvbuf",
+                            allow_in_place=self.rank == root)
+        self._ctx.scatterv(_data(s), _data(r), sizes, displs, root,
                            timeout=timeout)
+        if r is not None:
+            r.unpack()
 
     def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None):
-        buf = sizes = displs = None
+        s = sizes = displs = None
         if self.rank == root:
-            buf, sizes, displs = _vector(sendbuf, self.size, "sendbuf")
-        self._ctx.scatterv(buf, _in_place(recvbuf), sizes, displs, root,
+            s = bufspec.vector_message(sendbuf, self.size, name="sendbuf",
+                                       readonly=True)
+            sizes, displs = s.sizes, s.offsets
+        r = bufspec.message(recvbuf, name="recvbuf",
+                            allow_in_place=self.rank == root)
+        self._ctx.scatterv(_data(s), _data(r), sizes, displs, root,
                            timeout=timeout)
+        if r is not None:
+            r.unpack()
 
     def Alltoall(self, sendbuf, recvbuf, *, timeout=None):
         """Block i of sendbuf to rank i; rank i's block for us into block i
         of recvbuf."""
-        rsizes, rdispls = _blocks(recvbuf, self.size, "recvbuf")
-        send = _in_place(sendbuf)
-        ssizes, sdispls = ((None, None) if send is None
-                           else _blocks(send, self.size, "sendbuf"))
-        self._ctx.alltoallv(send, ssizes, sdispls, recvbuf, rsizes, rdispls,
-                            timeout=timeout)
+        r = bufspec.message(recvbuf, name="recvbuf", blocks=self.size)
+        s = bufspec.message(sendbuf, name="sendbuf", readonly=True,
+                            allow_in_place=True, blocks=self.size)
+        rsizes, rdispls = _blocks(r, self.size, "recvbuf")
+        ssizes, sdispls = ((None, None) if s is None
+                           else _blocks(s, self.size, "sendbuf"))
+        self._ctx.alltoallv(_data(s), ssizes, sdispls, r.data, rsizes,
+                            rdispls, timeout=timeout)
+        r.unpack()
 
     def Alltoallv(self, sendbuf, recvbuf, *, timeout=None):
-        rbuf, rsizes, rdispls = _vector(recvbuf, self.size, "recvbuf")
-        send = _in_place(sendbuf)
-        sbuf = ssizes = sdispls = None
-        if send is not None:
-            sbuf, ssizes, sdispls = _vector(send, self.size, "sendbuf")
-        self._ctx.alltoallv(sbuf, ssizes, sdispls, rbuf, rsizes, rdispls,
-                            timeout=timeout)
+        r = bufspec.vector_message(recvbuf, self.size, name="recvbuf")
+        s = ssizes = sdispls = None
+        if sendbuf is not IN_PLACE and sendbuf is not None:
+            s = bufspec.vector_message(sendbuf, self.size, name="sendbuf",
+                                       readonly=True)
+            ssizes, sdispls = s.sizes, s.offsets
+        self._ctx.alltoallv(_data(s), ssizes, sdispls, r.data, r.sizes,
+                            r.offsets, timeout=timeout)
+        r.unpack()
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
                        timeout=None, algorithm=None):
-        """Reduce sendbuf over the ranks; rank i gets recvcounts[i] elements
-        (default: recvbuf's size on every rank; in place: recvbuf holds the
-        whole input and gets our block at its start)."""
+        """Reduce sendbuf over the ranks; rank i gets recvcounts[i] items
+        (default: each rank's recvbuf size; in place: recvbuf holds the
+        whole input, by default in equal blocks, and gets our block at its
+        start)."""
         _check_op(op)
-        if recvcounts is None:
-            block = _extent(recvbuf, "recvbuf")[1]
-            if _in_place(sendbuf) is None:
-                block //= self.size
-            recvcounts = [block] * self.size
-        counts = [int(n) for n in recvcounts]
+        r, s = _recv(recvbuf), _send(sendbuf)
+        if recvcounts is None and s is None:   # recvbuf splits evenly
+            counts = [r.count // self.size] * self.size
+        elif recvcounts is None:
+            counts = np.empty(self.size, np.int64)
+            self._ctx.allgatherv(np.array([r.count], np.int64), counts,
+                                 [8] * self.size, timeout=timeout)
+            counts = counts.tolist()
+        else:
+            counts = [int(n) for n in recvcounts]
+        items = r.data.size // max(r.count, 1) if r.count else 1
         if op.is_user:
-            blocks = self._user_inputs(sendbuf, recvbuf, None, timeout)
-            start = sum(counts[:self.rank])
-            mine = _fold(op, blocks)[start:start + counts[self.rank]]
-            _array(recvbuf).reshape(-1)[:mine.size] = mine
+            blocks = self._user_inputs(s, r, None, timeout)
+            start = sum(counts[:self.rank]) * items
+            mine = _fold(op, blocks, r.datatype)[start:start + counts[self.rank] * items]
+            r.data[:mine.size] = mine
+            r.unpack()
             return
-        _check_avg(op, recvbuf)
+        _check_avg(op, r.data)
         kwargs = {"algorithm": algorithm} if algorithm is not None else {}
-        self._ctx.reduce_scatter(_in_place(sendbuf), recvbuf, counts, op.code,
-                                 timeout=timeout, **kwargs)
+        self._ctx.reduce_scatter(_data(s), r.data, [n * items for n in counts],
+                                 op.code, timeout=timeout, **kwargs)
         if op is _ops.AVG:
-            _finish_avg(op, _array(recvbuf).reshape(-1)[:counts[self.rank]],
-                        self.size)
+            _finish_avg(op, r.data[:counts[self.rank] * items], self.size)
+        r.unpack()
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
                              timeout=None, algorithm=None):
         """Reduce sendbuf (size x block) over the ranks; rank i gets block i."""
-        block = _extent(recvbuf, "recvbuf")[1]
-        if _in_place(sendbuf) is None:
+        block = _recv(recvbuf).count
+        if sendbuf is IN_PLACE or sendbuf is None:
             block //= self.size
         self.Reduce_scatter(sendbuf, recvbuf, [block] * self.size, op,
                             timeout=timeout, algorithm=algorithm)
@@ -406,15 +471,16 @@ class Communicator:
     def _scan(self, sendbuf, recvbuf, op, exclusive, timeout):
         if _check_op(op) is _ops.AVG:
             raise TypeError("op: AVG is not defined for scans")
+        r, s = _recv(recvbuf), _send(sendbuf)
         if op.is_user:
-            blocks = self._user_inputs(sendbuf, recvbuf, None, timeout)
+            blocks = self._user_inputs(s, r, None, timeout)
             upto = self.rank if exclusive else self.rank + 1
             if upto:
-                out = _array(recvbuf)
-                out[...] = _fold(op, blocks[:upto]).reshape(out.shape)
-            return
-        self._ctx.scan(_in_place(sendbuf), recvbuf, op.code,
-                       exclusive=exclusive, timeout=timeout)
+                r.data[...] = _fold(op, blocks[:upto], r.datatype)
+        else:
+            self._ctx.scan(_data(s), r.data, op.code, exclusive=exclusive,
+                           timeout=timeout)
+        r.unpack()
 
     # -- point-to-point ------------------------------------------------------
 
@@ -423,28 +489,50 @@ class Communicator:
 
     def Send(self, buf, dest, tag=0, *, timeout=None):
         """Send buf to rank `dest`; returns once buf may be reused."""
-        if dest == PROC_NULL:
-            return
-        self._ctx.send(buf, dest, tag, timeout=timeout)
+        m = bufspec.message(buf, name="buf", readonly=True)
+        if dest != PROC_NULL:
+            self._ctx.send(m.data, dest, tag, timeout=timeout)
+
+    Ssend = Rsend = Bsend = Send
 
     def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
              timeout=None):
         """Receive into buf (a shorter message is fine, a longer one is an
         error); `status` gets the source, tag and byte count."""
+        m = bufspec.message(buf, name="buf")
         if source == PROC_NULL:
-            if status is not None:
-                status._set(PROC_NULL, ANY_TAG, 0)
-            return
-        got = self._ctx.recv(buf, self._source(source), tag, timeout=timeout)
+            return _proc_null(status) and None
+        got = self._ctx.recv(m.data, self._source(source), tag, timeout=timeout)
+        m.unpack(got[2])
         if status is not None:
             status._set(*got)
 
     def Sendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None,
                  source=ANY_SOURCE, recvtag=ANY_TAG, status=None, *,
                  timeout=None):
-        """Send and receive at once (a send never waits for its receive)."""
-        self.Send(sendbuf, dest, sendtag, timeout=timeout)
-        self.Recv(recvbuf, source, recvtag, status, timeout=timeout)
+        """Send and receive at once: the send is posted first, so rings of
+        Sendrecv never wait on each other."""
+        s = bufspec.message(sendbuf, name="sendbuf", readonly=True)
+        r = bufspec.message(recvbuf, name="recvbuf")
+        sent = None if dest == PROC_NULL else self._ctx.isend(s.data, dest, sendtag)
+        if source == PROC_NULL:
+            _proc_null(status)
+        else:
+            got = self._ctx.recv(r.data, self._source(source), recvtag,
+                                 timeout=timeout)
+            r.unpack(got[2])
+            if status is not None:
+                status._set(*got)
+        if sent is not None:
+            sent.wait(timeout)
+
+    def Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE,
+                         recvtag=ANY_TAG, status=None, *, timeout=None):
+        """Send buf, then receive into it."""
+        m = bufspec.message(buf, name="buf")
+        self.Sendrecv(m.data.copy(), dest, sendtag, m.data, source, recvtag,
+                      status, timeout=timeout)
+        m.unpack()
 
     def Probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
               timeout=None):
@@ -468,6 +556,8 @@ class Communicator:
     def send(self, obj, dest, tag=0, *, timeout=None):
         if dest != PROC_NULL:
             self._ctx.send(_dumps(obj), dest, tag, timeout=timeout)
+
+    ssend = bsend = send
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
              timeout=None):
@@ -608,22 +698,29 @@ class Communicator:
     def Isend(self, buf, dest, tag=0):
         """Start sending buf (which must not change until the request is
         done)."""
+        m = bufspec.message(buf, name="buf", readonly=True)
         if dest == PROC_NULL:
             return _requests.CollectiveRequest._finished()
-        return _requests.P2PRequest(self._ctx.isend(buf, dest, tag), buf)
+        return _requests.P2PRequest(self._ctx.isend(m.data, dest, tag), m)
+
+    Issend = Irsend = Ibsend = Isend
 
     def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         """Start receiving into buf."""
+        m = bufspec.message(buf, name="buf")
         if source == PROC_NULL:
             return _requests.CollectiveRequest._finished()
         return _requests.P2PRequest(
-            self._ctx.irecv(buf, self._source(source), tag), buf)
+            self._ctx.irecv(m.data, self._source(source), tag), m,
+            unpack=m.unpack)
 
     def isend(self, obj, dest, tag=0):
         if dest == PROC_NULL:
             return _requests.CollectiveRequest._finished()
         data = _dumps(obj)
         return _requests.P2PRequest(self._ctx.isend(data, dest, tag), data)
+
+    issend = ibsend = isend
 
     def irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
         """A request whose wait() returns the object received."""
@@ -691,11 +788,76 @@ class Communicator:
 
     # -- new communicators -----------------------------------------------------
 
-    def Dup(self, *, timeout=None):
+    def Dup(self, info=None, *, timeout=None):
         """A communicator of the same ranks, over the same connections (its
         messages never mix with ours). Collective."""
-        return Communicator(self._ctx.derive(range(self.size),
-                                             self._new_id(timeout)))
+        return self._derived(range(self.size), self._new_id(timeout))
+
+    Clone = Dup
+
+    def Split(self, color=0, key=0, *, timeout=None):
+        """One new communicator per `color`, ranked by (key, our rank);
+        COMM_NULL for color UNDEFINED. Collective."""
+        mine = np.array([color, key, self._ctx.next_comm_id], np.int64)
+        table = np.empty((self.size, 3), np.int64)
+        self._ctx.allgatherv(mine, table, [mine.nbytes] * self.size,
+                             timeout=timeout)
+        if color == _UNDEFINED:
+            return COMM_NULL
+        members = sorted((r for r in range(self.size) if table[r, 0] == color),
+                         key=lambda r: (table[r, 1], r))
+        # Unused by every member: the largest next id of all.
+        return self._derived(members, int(table[:, 2].max()))
+
+    def Split_type(self, split_type, key=0, info=None, *, timeout=None):
+        """COMM_TYPE_SHARED: one communicator per host. Collective."""
+        if split_type == _UNDEFINED:
+            return self.Split(_UNDEFINED, key, timeout=timeout)
+        if split_type != COMM_TYPE_SHARED:
+            raise ArgumentError(f"split_type: {split_type} is not supported "
+                                "(only COMM_TYPE_SHARED)", ERR_ARG)
+        hosts = self.allgather(_host_identity(), timeout=timeout)
+        return self.Split(hosts.index(hosts[self.rank]), key, timeout=timeout)
+
+    def Create(self, group, *, timeout=None):
+        """A communicator of the processes of `group` (which this one holds),
+        COMM_NULL elsewhere. Collective over this communicator."""
+        members = self._members_of(group)
+        comm_id = self._new_id(timeout)
+        if self.rank not in members:
+            return COMM_NULL
+        return self._derived(members, comm_id)
+
+    def Create_group(self, group, tag=0, *, timeout=None):
+        """Like Create, but collective over the group's members only."""
+        members = self._members_of(group)
+        if self.rank not in members:
+            return COMM_NULL
+        # Agree on an id over a transient context (ids >= 2**31 are never
+        # handed out otherwise; tag keeps concurrent calls apart).
+        transient = 0x80000000 | (zlib.crc32(repr(
+            (self._ctx.comm_id, tag, members)).encode()) & 0x7FFFFFFF)
+        scratch = Communicator(self._ctx.derive(members, transient))
+        try:
+            comm_id = scratch._new_id(timeout)
+        finally:
+            scratch._ctx.close()
+        return self._derived(members, comm_id)
+
+    def _members_of(self, group):
+        if not isinstance(group, Group):
+            raise TypeError(f"group: expected a Group, got {group!r}")
+        where = {p: r for r, p in enumerate(self._procs)}
+        try:
+            return [where[p] for p in group._procs]
+        except KeyError:
+            raise ArgumentError("group: has processes outside this "
+                                "communicator", ERR_GROUP) from None
+
+    def _derived(self, members, comm_id):
+        members = list(members)
+        return type(self)(self._ctx.derive(members, comm_id),
+                          procs=[self._procs[m] for m in members])
 
     def _new_id(self, timeout):
         """An id for a new communicator that no rank here has used."""
@@ -703,12 +865,86 @@ class Communicator:
         self._ctx.allreduce(None, mine, _ops.MAX.code, timeout=timeout)
         return int(mine[0])
 
-    Clone = Dup
+    def Get_group(self):
+        return Group(self._procs, self._procs[self.rank])
+
+    group = property(Get_group)
+
+    def Compare(self, comm):
+        """IDENT (the same communicator), CONGRUENT (same ranks), SIMILAR
+        (same processes, other ranks) or UNEQUAL."""
+        if comm is self or comm._ctx is self._ctx:
+            return IDENT
+        result = self.Get_group().Compare(comm.Get_group())
+        return CONGRUENT if result == IDENT else result
+
+    def Get_name(self):
+        return self._name
+
+    def Set_name(self, name):
+        self._name = str(name)
+
+    name = property(Get_name, Set_name)
+
+    def Is_inter(self):
+        return False
+
+    def Is_intra(self):
+        return True
+
+    is_inter = property(Is_inter)
+    is_intra = property(Is_intra)
+
+    def Get_topology(self):
+        return _UNDEFINED
+
+    topology = property(Get_topology)
+
+    def Get_attr(self, keyval):
+        """TAG_UB: the largest tag; other MPI attributes: None."""
+        self._ctx.rank                      # COMM_NULL raises here
+        if keyval == KEYVAL_INVALID:
+            raise ArgumentError("keyval: KEYVAL_INVALID", ERR_KEYVAL)
+        return 2**31 - 1 if keyval == TAG_UB else None
+
+    def Get_info(self):
+        return self._info if self._info is not None else _info_cls()()
+
+    def Set_info(self, info):
+        self._info = info
+
+    info = property(Get_info, Set_info)
+
+    def Dup_with_info(self, info, *, timeout=None):
+        dup = self.Dup(timeout=timeout)
+        dup.Set_info(info)
+        return dup
+
+    def Set_errhandler(self, errhandler):
+        """Accepted for mpi4py code; errors are always exceptions here."""
+        self._errhandler = errhandler
+
+    def Get_errhandler(self):
+        return self._errhandler
+
+    def Abort(self, errorcode=0):
+        """End the whole job now (the launcher stops the other ranks)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(errorcode) & 0xFF or 1)
 
     # -- lifetime ------------------------------------------------------------
 
     def Free(self):
-        """Close the connections (peers are told this rank left cleanly)."""
+        """Forget this communicator; the connections close with the last
+        one over them (peers are told this rank left cleanly). It is
+        COMM_NULL afterwards."""
+        if self._predefined:
+            raise ArgumentError(f"cannot free {self._name or 'a predefined communicator'}",
+                                ERR_COMM)
+        self._close()
+
+    def _close(self):
         if self._worker is not None:
             self._worker.stop()
             self._worker = None
@@ -716,13 +952,55 @@ class Communicator:
             self._shadow.Free()
             self._shadow = None
         self._ctx.close()
+        self._ctx = _NULL_CONTEXT
 
     @property
     def closed(self):
         return self._ctx.closed
+
+    def __bool__(self):
+        return self._ctx is not _NULL_CONTEXT
+
+    def __eq__(self, other):
+        if not isinstance(other, Communicator):
+            return NotImplemented
+        return self._ctx is other._ctx
+
+    __hash__ = object.__hash__
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.Free()
+
+
+class _NullContext:
+    """What a freed communicator (and COMM_NULL) runs on: nothing."""
+
+    closed = True
+    rank = size = _UNDEFINED
+
+    def __getattr__(self, name):
+        raise ArgumentError("communicator: COMM_NULL (or freed) cannot be "
+                            "used", ERR_COMM)
+
+
+_NULL_CONTEXT = _NullContext()
+COMM_NULL = Communicator(name="MPI_COMM_NULL")
+COMM_NULL._predefined = True
+
+
+def _info_cls():
+    from gloocy.MPI import Info
+    return Info
+
+
+def _host_identity():
+    """Who shares memory with whom: the host name and its boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+    except OSError:
+        boot = ""
+    return f"{socket.gethostname()}/{boot}"

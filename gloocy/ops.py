@@ -2,32 +2,59 @@
 
 Each op is usable two ways: its `code` selects the Cython kernel for buffer
 reductions, and calling it combines two Python objects (for the lower-case,
-pickle-based methods), as mpi4py's ops do.
+pickle-based methods), as mpi4py's ops do. User ops are folded in Python,
+in rank order. REPLACE and NO_OP only combine objects (in MPI they are for
+one-sided communication).
 """
 
 import operator
 
+import numpy as np
+
+from gloocy import _core
 from gloocy._core import OP_CODES
+from gloocy.errors import ArgumentError, OpError, ERR_COUNT, ERR_OP, ERR_TYPE
 
 __all__ = ["Op", "SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR",
-           "LAND", "LOR", "LXOR", "MAXLOC", "MINLOC", "AVG"]
+           "LAND", "LOR", "LXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP",
+           "OP_NULL", "AVG"]
+
+_USER = OP_CODES["user"]
+_NONE = 0                         # OP_NONE: no operation
 
 
 class Op:
     """A reduction operation: predefined (a kernel in the core) or a user's
-    function (see `Op.create` and `Op.from_c`)."""
+    function (see `Op.Create`, `Op.create` and `Op.from_c`)."""
 
-    __slots__ = ("name", "code", "_combine", "commute", "c_function",
-                 "c_context")
+    __slots__ = ("name", "code", "_combine", "_fold", "commute",
+                 "c_function", "c_context", "predefined")
 
-    def __init__(self, name, combine, *, code=None, commute=True,
-                 c_function=0, c_context=0):
+    def __init__(self, name, combine, *, code=None, commute=True, fold=None,
+                 c_function=0, c_context=0, predefined=False):
         self.name = name
         self.code = OP_CODES[name] if code is None else code
-        self._combine = combine
+        self._combine = combine       # (x, y) -> x <op> y, on objects
+        self._fold = fold             # (invec, inoutvec, datatype): in place
         self.commute = commute
         self.c_function = c_function
         self.c_context = c_context
+        self.predefined = predefined
+
+    @classmethod
+    def Create(cls, function, commute=False):
+        """mpi4py's user op: function(inbuf, inoutbuf, datatype) sets
+        inoutbuf = inbuf <op> inoutbuf on raw byte buffers; on Python
+        objects it is called as function(x, y, None) and returns the result."""
+        if not callable(function):
+            raise TypeError(f"function: expected a callable, got {function!r}")
+
+        def fold(invec, inoutvec, datatype):
+            function(memoryview(invec).cast("B"),
+                     memoryview(inoutvec).cast("B"), datatype)
+        return cls(getattr(function, "__name__", "user"),
+                   lambda x, y: function(x, y, None), code=_USER,
+                   commute=bool(commute), fold=fold)
 
     @classmethod
     def create(cls, function, *, commute=True):
@@ -36,11 +63,9 @@ class Op:
         combined in rank order."""
         if not callable(function):
             raise TypeError(f"function: expected a callable, got {function!r}")
-
-        def combine(a, b):
-            return function(a, b)
-        return cls(getattr(function, "__name__", "user"), combine,
-                   code=OP_CODES["user"], commute=bool(commute))
+        return cls(getattr(function, "__name__", "user"), function,
+                   code=_USER, commute=bool(commute),
+                   fold=lambda a, b, datatype: function(a, b))
 
     @classmethod
     def from_c(cls, function, context=0, *, commute=True):
@@ -50,53 +75,129 @@ class Op:
         address = int(function)
         if address == 0:
             raise ValueError("function: NULL function pointer")
-        return cls(f"c_op@{address:#x}", None, code=OP_CODES["user"],
+        return cls(f"c_op@{address:#x}", None, code=_USER,
                    commute=bool(commute), c_function=address,
                    c_context=int(context))
 
     @property
     def is_user(self):
-        return self.code == OP_CODES["user"]
+        """Folded in Python (no kernel in the core)."""
+        return self.code == _USER
+
+    def Is_commutative(self):
+        return self.commute
+
+    is_commutative = property(Is_commutative)
+
+    @property
+    def is_predefined(self):
+        return self.predefined
+
+    def Free(self):
+        """Forget a user op: it is OP_NULL afterwards."""
+        if self.predefined:
+            raise ArgumentError(f"op: cannot free predefined {self.name}", ERR_OP)
+        self.code, self._combine, self._fold = _NONE, None, None
+        self.c_function = 0
+
+    def check_buffers(self):
+        """OpError unless this op can reduce buffers."""
+        if self.code == _NONE:
+            raise OpError(f"op: {self.name} does not reduce buffers")
+        return self
+
+    def fold(self, invec, inoutvec, datatype=None):
+        """inoutvec = invec <op> inoutvec, in place, on NumPy arrays."""
+        if self.c_function:
+            _core.apply_c_op(self.c_function, self.c_context,
+                             invec.view(np.uint8).reshape(-1),
+                             inoutvec.view(np.uint8).reshape(-1), inoutvec.size)
+        elif self._fold is not None:
+            self._fold(invec, inoutvec, datatype)
+        else:
+            _core.reduce_into(invec, inoutvec, self.code)
+
+    def Reduce_local(self, inbuf, inoutbuf):
+        """inoutbuf = inbuf <op> inoutbuf, elementwise, on this process."""
+        from gloocy import bufspec
+        src = bufspec.message(inbuf, name="inbuf", readonly=True)
+        acc = bufspec.message(inoutbuf, name="inoutbuf")
+        if src.datatype != acc.datatype:
+            raise ArgumentError(f"inbuf is {src.datatype.name} but inoutbuf "
+                                f"is {acc.datatype.name}", ERR_TYPE)
+        if src.count != acc.count or src.nbytes != acc.nbytes:
+            raise ArgumentError(
+                f"inbuf has {src.count} elements but inoutbuf has "
+                f"{acc.count}", ERR_COUNT)
+        self.check_buffers().fold(src.data, acc.data, acc.datatype)
+        acc.unpack()
 
     def __call__(self, a, b):
         """Combine two objects, e.g. SUM(1, 2) == 3."""
         if self._combine is None:
-            raise TypeError(f"{self.name} combines buffers, not objects")
+            raise ArgumentError(f"op: {self.name} cannot combine objects", ERR_OP)
         return self._combine(a, b)
 
+    def __bool__(self):
+        return not (self.code == _NONE and self._combine is None)
+
+    def __eq__(self, other):
+        if not isinstance(other, Op):
+            return NotImplemented
+        return self is other or (not self and not other)
+
+    __hash__ = object.__hash__
+
     def __repr__(self):
-        return f"gloocy.{self.name}" if not self.is_user else f"<Op {self.name}>"
+        return f"gloocy.{self.name}" if self.predefined else f"<Op {self.name}>"
 
     def __reduce__(self):
-        if self.is_user:
+        if not self.predefined:
             raise TypeError("user-defined ops cannot be pickled")
         return self.name          # pickles as the module-level singleton
 
 
-def _maxloc(a, b):
+def _max(x, y):
+    return y if y > x else x
+
+
+def _min(x, y):
+    return y if y < x else x
+
+
+def _maxloc(x, y):
     """(value, index) pairs: the larger value, the lower index on a tie."""
-    if a[0] != b[0]:
-        return a if a[0] > b[0] else b
-    return a if a[1] <= b[1] else b
+    (u, i), (v, j) = x, y
+    if u != v:
+        return (u, i) if u > v else (v, j)
+    return (v, j) if j < i else (u, i)
 
 
-def _minloc(a, b):
-    if a[0] != b[0]:
-        return a if a[0] < b[0] else b
-    return a if a[1] <= b[1] else b
+def _minloc(x, y):
+    (u, i), (v, j) = x, y
+    if u != v:
+        return (u, i) if u < v else (v, j)
+    return (v, j) if j < i else (u, i)
 
 
-SUM = Op("SUM", operator.add)
-PROD = Op("PROD", operator.mul)
-MIN = Op("MIN", min)
-MAX = Op("MAX", max)
-BAND = Op("BAND", operator.and_)
-BOR = Op("BOR", operator.or_)
-BXOR = Op("BXOR", operator.xor)
-LAND = Op("LAND", lambda a, b: a and b)
-LOR = Op("LOR", lambda a, b: a or b)
-LXOR = Op("LXOR", lambda a, b: bool(a) != bool(b))
-MAXLOC = Op("MAXLOC", _maxloc)
-MINLOC = Op("MINLOC", _minloc)
+def _predefined(name, combine, **kwargs):
+    return Op(name, combine, predefined=True, **kwargs)
+
+
+SUM = _predefined("SUM", operator.add)
+PROD = _predefined("PROD", operator.mul)
+MIN = _predefined("MIN", _min)
+MAX = _predefined("MAX", _max)
+BAND = _predefined("BAND", operator.and_)
+BOR = _predefined("BOR", operator.or_)
+BXOR = _predefined("BXOR", operator.xor)
+LAND = _predefined("LAND", lambda x, y: bool(x) & bool(y))
+LOR = _predefined("LOR", lambda x, y: bool(x) | bool(y))
+LXOR = _predefined("LXOR", lambda x, y: bool(x) ^ bool(y))
+MAXLOC = _predefined("MAXLOC", _maxloc)
+MINLOC = _predefined("MINLOC", _minloc)
+REPLACE = _predefined("REPLACE", lambda x, y: y, code=_NONE, commute=False)
+NO_OP = _predefined("NO_OP", lambda x, y: x, code=_NONE, commute=False)
+OP_NULL = _predefined("OP_NULL", None, code=_NONE)
 # AVG: SUM, then each result divided by the number of ranks (Gloo lacks it).
-AVG = Op("AVG", operator.add, code=OP_CODES["SUM"])
+AVG = _predefined("AVG", operator.add, code=OP_CODES["SUM"])

@@ -13,7 +13,7 @@ import threading
 import time
 
 __all__ = ["Request", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
-           "Testsome", "UNDEFINED"]
+           "Testsome", "REQUEST_NULL", "UNDEFINED"]
 
 UNDEFINED = -32766          # mpi4py's (MPICH's) value
 
@@ -23,25 +23,59 @@ def _set_status(status, result):
         status._set(*result)
 
 
+def _empty_status(status):
+    if status is not None:
+        status._set(-2, -1, 0)      # ANY_SOURCE, ANY_TAG, nothing
+
+
 class Request:
-    """A nonblocking operation in flight."""
+    """A nonblocking operation in flight. Once Wait or Test has seen it
+    finish, it is inactive (== REQUEST_NULL), as in MPI: the multi-request
+    functions skip it and waiting on it returns at once."""
+
+    _inactive = False
 
     def Wait(self, status=None):
         """Block until done; fill `status` (source, tag, count)."""
+        if self._inactive:
+            _empty_status(status)
+            return True
         _set_status(status, self._wait(None))
+        self._inactive = True
         return True
 
     def Test(self, status=None):
         """True when done (then `status` is filled)."""
+        if self._inactive:
+            _empty_status(status)
+            return True
+        result = self._test()
+        if result is None and not self._done():
+            return False
+        _set_status(status, result)
+        self._inactive = True
+        return True
+
+    def Get_status(self, status=None):
+        """Like Test, but the request stays as it is."""
+        if self._inactive:
+            _empty_status(status)
+            return True
         result = self._test()
         if result is None and not self._done():
             return False
         _set_status(status, result)
         return True
 
-    def Get_status(self, status=None):
-        """Like Test, but the request stays usable."""
-        return self.Test(status)
+    def __eq__(self, other):
+        if not isinstance(other, Request):
+            return NotImplemented
+        return self is other or (self._inactive and other._inactive)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        return not self._inactive
 
     def Cancel(self):
         """Withdraw the operation if it can still be (a receive nothing
@@ -49,6 +83,7 @@ class Request:
 
     def Free(self):
         """Forget the request (the operation itself completes anyway)."""
+        self._inactive = True
 
     def wait(self, status=None):
         """Wait; for an object receive (irecv), the object."""
@@ -95,24 +130,54 @@ class Request:
         return Waitsome(requests, statuses)
 
     @staticmethod
+    def Testsome(requests, statuses=None):
+        return Testsome(requests, statuses)
+
+    @staticmethod
     def waitall(requests, statuses=None):
         return [r.wait(None if statuses is None else statuses[i])
                 for i, r in enumerate(requests)]
+
+    @staticmethod
+    def testall(requests, statuses=None):
+        """(all done, their objects or None)."""
+        if not Testall(requests, statuses):
+            return False, None
+        return True, [r._value() for r in requests]
+
+    @staticmethod
+    def waitany(requests, status=None):
+        """(index, object) of a finished request."""
+        i = Waitany(requests, status)
+        return i, (None if i == UNDEFINED else requests[i]._value())
+
+    @staticmethod
+    def testany(requests, status=None):
+        """(index, done, object)."""
+        i, done = Testany(requests, status)
+        return i, done, (None if i == UNDEFINED else requests[i]._value())
 
 
 class P2PRequest(Request):
     """Isend / Irecv: a core handle plus, for objects, how to decode."""
 
-    def __init__(self, handle, keep=None, decode=None):
+    def __init__(self, handle, keep=None, decode=None, unpack=None):
         self._h = handle
         self._keep = keep             # the buffer must live until done
         self._decode = decode
+        self._unpack = unpack         # scatters a derived datatype's data
 
     def _wait(self, timeout):
-        return self._h.wait(timeout)
+        return self._finish(self._h.wait(timeout))
 
     def _test(self):
-        return self._h.test()
+        return self._finish(self._h.test())
+
+    def _finish(self, result):
+        if result is not None and self._unpack is not None:
+            unpack, self._unpack = self._unpack, None
+            unpack(result[2])
+        return result
 
     def _done(self):
         return self._h.done
@@ -239,31 +304,37 @@ class Worker:
 
 def Waitall(requests, statuses=None):
     for i, r in enumerate(requests):
-        r.Wait(None if statuses is None else statuses[i])
+        if r is not None:
+            r.Wait(None if statuses is None else statuses[i])
     return True
 
 
 def Testall(requests, statuses=None):
-    done = [r.Test() for r in requests]     # test every one: each progresses
+    # Ask every one (each makes progress) before finishing any.
+    done = [r is None or r.Get_status() for r in requests]
     if not all(done):
         return False
-    if statuses is not None:
-        for r, s in zip(requests, statuses):
-            r.Test(s)
+    for i, r in enumerate(requests):
+        if r is not None:
+            r.Test(None if statuses is None else statuses[i])
     return True
+
+
+def _active(request):
+    return request is not None and not request._inactive
 
 
 def _first_done(requests, status):
     for i, r in enumerate(requests):
-        if r is not None and r.Test(status):
+        if _active(r) and r.Test(status):
             return i
     return None
 
 
 def Waitany(requests, status=None):
-    """Index of a finished request (UNDEFINED if there are none)."""
-    live = [r for r in requests if r is not None]
-    if not live:
+    """Index of a finished request (UNDEFINED if none is active)."""
+    if not any(_active(r) for r in requests):
+        _empty_status(status)
         return UNDEFINED
     delay = 0.0
     while True:
@@ -275,22 +346,42 @@ def Waitany(requests, status=None):
 
 
 def Testany(requests, status=None):
-    """(index, done): index UNDEFINED when none has finished."""
+    """(index, done): index UNDEFINED when none has finished (done is True
+    when none is active)."""
+    if not any(_active(r) for r in requests):
+        _empty_status(status)
+        return UNDEFINED, True
     i = _first_done(requests, status)
     return (UNDEFINED, False) if i is None else (i, True)
 
 
 def Waitsome(requests, statuses=None):
-    """Indices of the requests that have finished (at least one)."""
-    first = Waitany(requests)
-    if first == UNDEFINED:
+    """Indices of the requests that have finished (at least one; None when
+    none is active)."""
+    if not any(_active(r) for r in requests):
         return None
-    return Testsome(requests, statuses)
+    delay = 0.0
+    while True:
+        out = Testsome(requests, statuses)
+        if out:
+            return out
+        time.sleep(delay)
+        delay = min(0.001, delay + 0.00005)
 
 
 def Testsome(requests, statuses=None):
-    out = [i for i, r in enumerate(requests) if r is not None and r.Test()]
-    if statuses is not None:
-        for k, i in enumerate(out):
-            requests[i].Test(statuses[k])
+    """Indices of the requests that have finished now (None when none is
+    active)."""
+    if not any(_active(r) for r in requests):
+        return None
+    out = []
+    for i, r in enumerate(requests):
+        status = None if statuses is None else statuses[len(out)]
+        if _active(r) and r.Get_status(status):
+            r.Test()
+            out.append(i)
     return out
+
+
+REQUEST_NULL = Request()
+REQUEST_NULL._inactive = True

@@ -1,0 +1,269 @@
+"""mpi4py's names over gloocy: ``from gloocy import MPI`` runs mpi4py
+collective and point-to-point code unchanged, with no MPI library.
+
+Importing it joins the job, as importing mpi4py initializes MPI: the ranks
+started by ``gloocy-run -n N`` (or torchrun, srun... see gloocy.init) find
+each other; a plain ``python prog.py`` is a world of one.
+"""
+
+import pickle as _pickle
+import socket
+import threading
+import time
+
+import gloocy as _gloocy
+from gloocy import _core, errors as _errors, ops as _ops
+from gloocy.bufspec import BOTTOM
+from gloocy.communicator import (ANY_SOURCE, ANY_TAG, COMM_NULL,
+                                 COMM_TYPE_SHARED, IN_PLACE, KEYVAL_INVALID,
+                                 PROC_NULL, TAG_UB, Communicator, Status)
+from gloocy.datatypes import *  # noqa: F401,F403  (every predefined Datatype)
+from gloocy.datatypes import Datatype, _typedict, _typedict_c, _typedict_f  # noqa: F401
+from gloocy.datatypes import typecode as _typecode  # noqa: F401
+from gloocy.errors import GloocyError as Exception  # noqa: A001
+from gloocy.groups import (CONGRUENT, GROUP_EMPTY, GROUP_NULL, IDENT,  # noqa: F401
+                           SIMILAR, UNDEFINED, UNEQUAL, Group)
+from gloocy.ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,  # noqa: F401
+                        MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op)
+from gloocy.requests import (REQUEST_NULL, Request, Testall,  # noqa: F401
+                             Testany, Testsome, Waitall, Waitany, Waitsome)
+
+# SUCCESS and the error classes, ERR_*
+globals().update({k: v for k, v in vars(_errors).items()
+                  if k == "SUCCESS" or k.startswith("ERR_")})
+
+MPIException = Exception
+Comm = Communicator
+
+
+class Intracomm(Communicator):
+    """What COMM_WORLD, COMM_SELF and the communicators made from them are."""
+
+
+class Intercomm(Communicator):
+    """Intercommunicators are not supported: only the null one exists (its
+    methods raise ERR_COMM, as on any null communicator)."""
+
+    def Get_remote_size(self):
+        return self._ctx.remote_size
+
+    def Get_remote_group(self):
+        return self._ctx.remote_group
+
+    def Merge(self, high=False):
+        return self._ctx.merge
+
+ROOT = -3
+# Attribute keys for Comm.Get_attr; those gloocy has no value for are
+# KEYVAL_INVALID.
+WTIME_IS_GLOBAL, HOST, IO = 1681915911, 1681915907, 1681915909
+APPNUM = UNIVERSE_SIZE = LASTUSEDCODE = KEYVAL_INVALID
+BSEND_OVERHEAD = 96
+MAX_PROCESSOR_NAME = 128
+MAX_ERROR_STRING = 512
+THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
+VERSION, SUBVERSION = 3, 1
+
+
+class Errhandler:
+    """Accepted where mpi4py takes one; gloocy always raises exceptions."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def Free(self):
+        pass
+
+    def __repr__(self):
+        return f"<Errhandler {self._name}>"
+
+
+ERRHANDLER_NULL = Errhandler("ERRHANDLER_NULL")
+ERRORS_RETURN = Errhandler("ERRORS_RETURN")
+ERRORS_ARE_FATAL = Errhandler("ERRORS_ARE_FATAL")
+ERRORS_ABORT = Errhandler("ERRORS_ABORT")
+
+
+class Session:
+    """MPI sessions are not supported."""
+
+    @classmethod
+    def Init(cls, *args, **kwargs):
+        raise NotImplementedError("gloocy has no MPI sessions")
+
+
+class Win:
+    """One-sided communication is not supported."""
+
+    @classmethod
+    def Create(cls, *args, **kwargs):
+        raise NotImplementedError("gloocy has no one-sided communication")
+
+    Allocate = Allocate_shared = Create_dynamic = Create
+
+
+class _Pickle:
+    """How the lower-case methods serialize (mpi4py's MPI.pickle)."""
+
+    def __init__(self, dumps=None, loads=None, protocol=None):
+        self.PROTOCOL = _pickle.HIGHEST_PROTOCOL if protocol is None else protocol
+        self._dumps, self._loads = dumps, loads
+
+    def dumps(self, obj):
+        if self._dumps is None:
+            return _pickle.dumps(obj, self.PROTOCOL)
+        return self._dumps(obj)
+
+    def loads(self, data):
+        return (_pickle.loads if self._loads is None else self._loads)(data)
+
+
+pickle = _Pickle()
+
+
+class Info:
+    """Hints (key -> value strings); gloocy needs none and ignores them."""
+
+    def __init__(self, items=None, *, null=False):
+        self._items, self._null = dict(items or {}), null
+
+    @classmethod
+    def Create(cls, items=None):
+        return cls(items)
+
+    def _check(self):
+        if self._null:
+            raise Exception("INFO_NULL is not an info object", ERR_INFO)
+        return self._items
+
+    def Dup(self):
+        return Info(self._check())
+
+    def Free(self):
+        if self is INFO_ENV:
+            raise Exception("cannot free INFO_ENV", ERR_INFO)
+        self._check()
+        self._null = True
+
+    def Get(self, key):
+        return self._check().get(key)
+
+    def Set(self, key, value):
+        self._check()[key] = value
+
+    def Delete(self, key):
+        if self._check().pop(key, None) is None:
+            raise Exception(f"no info key {key!r}", ERR_INFO_NOKEY)
+
+    def Get_nkeys(self):
+        return len(self._check())
+
+    def Get_nthkey(self, n):
+        keys = list(self._check())
+        if not 0 <= n < len(keys):
+            raise Exception(f"no info key number {n}", ERR_INFO_KEY)
+        return keys[n]
+
+    def __bool__(self):
+        return not self._null
+
+    def __eq__(self, other):
+        return self is other or (isinstance(other, Info) and self._null and other._null)
+
+    __hash__ = object.__hash__
+
+
+INFO_NULL = Info(null=True)
+INFO_ENV = Info()
+
+# -- the world ---------------------------------------------------------------
+
+COMM_WORLD = _gloocy.init()
+COMM_WORLD.__class__ = Intracomm
+COMM_WORLD._predefined = True
+COMM_WORLD.Set_name("MPI_COMM_WORLD")
+COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
+COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank],
+                      name="MPI_COMM_SELF")
+COMM_SELF._predefined = True
+COMM_SELF._errhandler = ERRORS_RETURN
+
+_state = {"finalized": False}
+
+
+def Init():
+    """MPI is initialized at import: as in MPI, a second Init is an error."""
+    raise Exception("MPI is already initialized (at import)", ERR_OTHER)
+
+
+def Init_thread(required=THREAD_MULTIPLE):
+    Init()
+
+
+def Query_thread():
+    return THREAD_MULTIPLE
+
+
+def Is_thread_main():
+    import threading
+    return threading.current_thread() is threading.main_thread()
+
+
+def Is_initialized():
+    return True
+
+
+def Is_finalized():
+    return _state["finalized"]
+
+
+def Finalize():
+    """Leave the job: the world's connections close."""
+    if not _state["finalized"]:
+        _state["finalized"] = True
+        COMM_WORLD._close()
+
+
+def Get_version():
+    return (VERSION, SUBVERSION)
+
+
+def Get_library_version():
+    return f"gloocy {_gloocy.__version__}"
+
+
+def get_vendor():
+    parts = [int(p) for p in _gloocy.__version__.split(".")[:3] if p.isdigit()]
+    return ("gloocy", tuple((parts + [0, 0, 0])[:3]))
+
+
+def Get_abi_version():
+    return (-1, -1)
+
+
+def Get_processor_name():
+    return socket.gethostname()
+
+
+def Pcontrol(level):
+    """Profiling control: nothing to do."""
+
+
+def _comm_lock_table(comm):
+    return comm.__dict__.setdefault("_locks", {})
+
+
+def Get_error_class(errorcode):
+    return errorcode
+
+
+def Get_error_string(errorcode):
+    return _errors.error_string(errorcode)
+
+
+def Wtime():
+    return time.perf_counter()
+
+
+def Wtick():
+    return time.get_clock_info("perf_counter").resolution

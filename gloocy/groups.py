@@ -1,0 +1,149 @@
+"""Process groups, as mpi4py's `MPI.Group`: an ordered set of processes,
+named by their rank in the world (the first communicator of the job)."""
+
+from gloocy.errors import ArgumentError, ERR_ARG, ERR_GROUP, ERR_RANK
+
+__all__ = ["Group", "GROUP_EMPTY", "GROUP_NULL", "IDENT", "CONGRUENT",
+           "SIMILAR", "UNEQUAL", "UNDEFINED"]
+
+# mpi4py's (MPICH's) values
+IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
+UNDEFINED = -32766
+PROC_NULL = -1
+
+
+class Group:
+    """An ordered set of processes; `me` is ours (None: not known here)."""
+
+    __slots__ = ("_procs", "_me", "_null")
+
+    def __init__(self, procs=(), me=None, *, null=False):
+        self._procs = tuple(procs)
+        self._me = me
+        self._null = null
+
+    # -- queries ---------------------------------------------------------
+
+    def Get_size(self):
+        self._check()
+        return len(self._procs)
+
+    def Get_rank(self):
+        self._check()
+        return self._procs.index(self._me) if self._me in self._procs else UNDEFINED
+
+    size = property(Get_size)
+    rank = property(Get_rank)
+
+    def Translate_ranks(self, ranks=None, group=None):
+        """The ranks in `group` of our ranks `ranks` (UNDEFINED where a
+        process is not in it); default: all our ranks, into the world."""
+        self._check()
+        ranks = range(len(self._procs)) if ranks is None else ranks
+        where = ({p: i for i, p in enumerate(group._procs)}
+                 if group is not None else None)
+        out = []
+        for r in ranks:
+            r = int(r)
+            if r == PROC_NULL:
+                out.append(PROC_NULL)
+                continue
+            proc = self._procs[self._rank(r)]
+            out.append(proc if where is None else where.get(proc, UNDEFINED))
+        return out
+
+    def Compare(self, group):
+        """IDENT: same processes in the same order; SIMILAR: same ones in
+        another order; UNEQUAL otherwise."""
+        self._check()
+        group._check()
+        if self._procs == group._procs:
+            return IDENT
+        if set(self._procs) == set(group._procs):
+            return SIMILAR
+        return UNEQUAL
+
+    # -- new groups ------------------------------------------------------------
+
+    def Incl(self, ranks):
+        self._check()
+        ranks = [self._rank(r) for r in ranks]
+        if len(set(ranks)) != len(ranks):
+            raise ArgumentError(f"ranks: {ranks} has repeats", ERR_RANK)
+        return self._new(self._procs[r] for r in ranks)
+
+    def Excl(self, ranks):
+        self._check()
+        drop = {self._rank(r) for r in ranks}
+        return self._new(p for i, p in enumerate(self._procs) if i not in drop)
+
+    def Range_incl(self, ranges):
+        return self.Incl(self._expand(ranges))
+
+    def Range_excl(self, ranges):
+        return self.Excl(self._expand(ranges))
+
+    def Union(self, group1, group2=None):
+        """Callable as MPI.Group.Union(group1, group2) or a.Union(b)."""
+        a, b = (self, group1) if group2 is None else (group1, group2)
+        return a._new(list(a._procs) + [p for p in b._procs if p not in a._procs])
+
+    def Intersection(self, group1, group2=None):
+        a, b = (self, group1) if group2 is None else (group1, group2)
+        return a._new(p for p in a._procs if p in b._procs)
+
+    def Difference(self, group1, group2=None):
+        a, b = (self, group1) if group2 is None else (group1, group2)
+        return a._new(p for p in a._procs if p not in b._procs)
+
+    def Dup(self):
+        self._check()
+        return self._new(self._procs)
+
+    def Free(self):
+        self._check()
+        self._procs, self._null = (), True
+
+    # -- helpers ---------------------------------------------------------------
+
+    def _new(self, procs):
+        return Group(procs, self._me)
+
+    def _rank(self, rank):
+        rank = int(rank)
+        if not 0 <= rank < len(self._procs):
+            raise ArgumentError(f"rank: {rank} is not in a group of "
+                                f"{len(self._procs)}", ERR_RANK)
+        return rank
+
+    def _expand(self, ranges):
+        ranks = []
+        for first, last, stride in ranges:
+            if stride == 0:
+                raise ArgumentError("ranges: a stride of 0", ERR_ARG)
+            ranks.extend(range(first, last + (1 if stride > 0 else -1), stride))
+        return ranks
+
+    def _check(self):
+        if self._null:
+            raise ArgumentError("group: GROUP_NULL (or freed) is not a group",
+                                ERR_GROUP)
+
+    def __eq__(self, other):
+        if not isinstance(other, Group):
+            return NotImplemented
+        if self._null or other._null:
+            return self._null == other._null
+        return self is other or (not self._procs and not other._procs)
+
+    __hash__ = object.__hash__
+
+    def __bool__(self):
+        return not self._null
+
+    def __repr__(self):
+        return "<Group NULL>" if self._null else f"<Group {list(self._procs)}>"
+
+
+GROUP_EMPTY = Group()
+GROUP_NULL = Group(null=True)
