@@ -321,7 +321,7 @@ cdef class Context:
                     raise MismatchError(
                         f"rank {self.rank}: a message of {len(data)} bytes "
                         f"from rank {self.rank} (tag {t}) does not fit the "
-                        f"{nbytes}-byte receive buffer")
+                        f"{nbytes}-byte receive buffer", ERR_TRUNCATE)
                 del self._to_self[i]
                 memcpy(buf, <const char *>data, len(data))
                 return self.rank, t, len(data)
@@ -604,8 +604,8 @@ cdef class Context:
         if sendbuf is not None:
             sb = get_buffer(sendbuf, "sendbuf", False)
             if sb.nbytes != sizes.v[self.rank]:
-                raise ArgumentError(f"sendbuf has {sb.nbytes} bytes but "
-                                    f"counts[{self.rank}] is {sizes.v[self.rank]}", ERR_COUNT)
+                raise ValueError(f"sendbuf has {sb.nbytes} bytes but "
+                                 f"counts[{self.rank}] is {sizes.v[self.rank]}")
         cdef int algo = _algorithm("allgather", algorithm)
         self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
@@ -860,11 +860,11 @@ cdef class Context:
         cdef I64 offs = lens.prefix()
         cdef int64_t total = lens.total()
         if sb.count != total:
-            raise ArgumentError(f"sendbuf has {sb.count} elements but recvcounts "
-                                f"add up to {total}", ERR_COUNT)
+            raise ValueError(f"sendbuf has {sb.count} elements but recvcounts "
+                             f"add up to {total}")
         if rb.count < lens.v[self.rank]:
-            raise ArgumentError(f"recvbuf has {rb.count} elements but "
-                                f"recvcounts[{self.rank}] is {lens.v[self.rank]}", ERR_COUNT)
+            raise ValueError(f"recvbuf has {rb.count} elements but "
+                             f"recvcounts[{self.rank}] is {lens.v[self.rank]}")
         cdef int algo = _algorithm("reduce_scatter", algorithm)
         cdef int64_t isz = sb.itemsize, mine = lens.v[self.rank] * isz
         cdef char *acc
@@ -929,8 +929,8 @@ cdef class Context:
             rb = get_buffer(recvbuf, "recvbuf", True)
             sizes, offs = _layout(counts, displs, self.size, rb, "recvbuf")
             if sb is not None and sb.nbytes != sizes.v[root]:
-                raise ArgumentError(f"sendbuf has {sb.nbytes} bytes but the "
-                                    f"root's block is {sizes.v[root]}", ERR_COUNT)
+                raise ValueError(f"sendbuf has {sb.nbytes} bytes but the "
+                                 f"root's block is {sizes.v[root]}")
         self.begin(&c, KIND_GATHERV, OP_NONE, DT_BYTES, root, 0, timeout)
         try:
             with nogil:
@@ -963,8 +963,8 @@ cdef class Context:
             sb = get_buffer(sendbuf, "sendbuf", False)
             sizes, offs = _layout(counts, displs, self.size, sb, "sendbuf")
             if rb is not None and rb.nbytes != sizes.v[root]:
-                raise ArgumentError(f"recvbuf has {rb.nbytes} bytes but the "
-                                    f"root's block is {sizes.v[root]}", ERR_COUNT)
+                raise ValueError(f"recvbuf has {rb.nbytes} bytes but the "
+                                 f"root's block is {sizes.v[root]}")
         self.begin(&c, KIND_SCATTERV, OP_NONE, DT_BYTES, root, 0, timeout)
         try:
             with nogil:
@@ -998,11 +998,11 @@ cdef class Context:
                                     "sendbuf")
         sb = get_buffer(sendbuf, "sendbuf", False)
         if ssizes.v[self.rank] != rsizes.v[self.rank]:
-            raise ArgumentError(f"sendbuf block {self.rank} has "
-                                f"{ssizes.v[self.rank]} bytes but recvbuf block "
-                                f"{self.rank} has {rsizes.v[self.rank]}: rank "
-                                f"{self.rank} sends itself one and receives the "
-                                f"other", ERR_COUNT)
+            raise ValueError(f"sendbuf block {self.rank} has "
+                             f"{ssizes.v[self.rank]} bytes but recvbuf block "
+                             f"{self.rank} has {rsizes.v[self.rank]}: rank "
+                             f"{self.rank} sends itself one and receives the "
+                             f"other")
         self.begin(&c, KIND_ALLTOALLV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
             with nogil:
@@ -1167,9 +1167,9 @@ cdef list _counts(object counts, int size, str name):
         raise TypeError(f"{name}: expected {size} integers, got "
                         f"{counts!r}") from None
     if len(values) != size:
-        raise ArgumentError(f"{name}: expected {size} entries, got {len(values)}", ERR_COUNT)
+        raise ValueError(f"{name}: expected {size} entries, got {len(values)}")
     if any(n < 0 for n in values):
-        raise ArgumentError(f"{name}: counts must not be negative", ERR_COUNT)
+        raise ValueError(f"{name}: counts must not be negative")
     return values
 
 
@@ -1183,23 +1183,23 @@ cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
         offs = _counts(displs, size, f"{name} displacements")
     for i in range(size):
         if offs[i] + sizes[i] > b.nbytes:
-            raise ArgumentError(f"{name}: block {i} ({sizes[i]} bytes at "
-                                f"{offs[i]}) ends past the buffer's "
-                                f"{b.nbytes} bytes", ERR_COUNT)
+            raise ValueError(f"{name}: block {i} ({sizes[i]} bytes at "
+                             f"{offs[i]}) ends past the buffer's "
+                             f"{b.nbytes} bytes")
     return I64(sizes), I64(offs)
 
 
 cdef int _same_dtype(Buf a, Buf b) except -1:
     if a.dtype != b.dtype:
-        raise TypeError(f"{a.name} is {a.format!r} but {b.name} is "
-                        f"{b.format!r}")
+        raise ValueError(f"{a.name} is {a.format!r} but {b.name} is "
+                         f"{b.format!r}: the datatypes differ")
     return 0
 
 
 cdef int _same_layout(Buf a, Buf b) except -1:
     if a.nbytes != b.nbytes:
-        raise ArgumentError(f"{a.name} has {a.nbytes} bytes but {b.name} has "
-                            f"{b.nbytes}", ERR_COUNT)
+        raise ValueError(f"{a.name} has {a.nbytes} bytes but {b.name} has "
+                         f"{b.nbytes}")
     return _same_dtype(a, b)
 
 

@@ -29,6 +29,7 @@ import sys
 import numpy as np
 
 from gloocy import communicator as _communicator      # IN_PLACE lives there
+from gloocy import errors
 from gloocy.datatypes import (BFLOAT16_T, ERR_COUNT, ERR_TYPE, Datatype,
                               _mpi_error, from_typecode)
 from gloocy.datatypes import (DOUBLE_INT, FLOAT_INT, INT_INT, LONG_DOUBLE_INT,
@@ -263,7 +264,13 @@ def _of_format(fmt, name):
 
 def _datatype(value, name):
     """A datatype slot of a spec: None, a Datatype or a typecode."""
-    if value is None or isinstance(value, Datatype):
+    if value is None:
+        return value
+    if isinstance(value, Datatype):
+        if value and not value.is_committed:
+            raise errors.GloocyError(f"{name}: datatype {value.name or '(derived)'} "
+                                     "is not committed (call Commit())",
+                                     errors.ERR_TYPE)
         return value
     try:
         return from_typecode(value)     # any other object: KeyError

@@ -47,7 +47,7 @@ class _Type:
 
     __slots__ = ("elem", "np", "itemsize", "elem_size", "offsets", "lb", "ub",
                  "true_lb", "true_ub", "data_lb", "data_ub", "contiguous",
-                 "name", "code", "attr")
+                 "name", "code", "attr", "committed")
 
     def __init__(self, elem, offsets, lb, ub, true_lb, true_ub, name="",
                  code=None):
@@ -55,6 +55,7 @@ class _Type:
         self.lb, self.ub = int(lb), int(ub)
         self.true_lb, self.true_ub = int(true_lb), int(true_ub)
         self.name, self.code, self.attr = name, code, None
+        self.committed = False      # derived types need Commit() before use
         n, k = offsets.size, elem.itemsize
         self.data_lb, self.data_ub = ((int(offsets.min()),
                                        int(offsets.max()) + k) if n else (0, 0))
@@ -75,6 +76,7 @@ def _predefined(attr, mpi_name, np_dtype, code, size=None, true_ub=None):
     whose NumPy dtype is looked up only when needed)."""
     h = _Type.__new__(_Type)
     h.elem, h.np, h.attr, h.name, h.code = h, np_dtype, attr, mpi_name, code
+    h.committed = True
     h.itemsize = np_dtype.itemsize if np_dtype is not None else 2
     h.offsets = np.zeros(1, np.int64)
     h.lb, h.ub, h.true_lb, h.contiguous = 0, h.itemsize, 0, True
@@ -215,9 +217,13 @@ class Datatype:
     # -- life cycle ------------------------------------------------------------
 
     def Commit(self):
-        """Nothing to do here (types are usable once made); returns self."""
-        self._handle()
+        """Make the type usable in communication; returns self."""
+        self._handle().committed = True
         return self
+
+    @property
+    def is_committed(self):
+        return self._handle().committed
 
     def Free(self):
         if self.is_predefined:
@@ -229,6 +235,7 @@ class Datatype:
         h = self._handle()
         dup = _Type(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
                     code=h.code)
+        dup.committed = h.committed
         return self._wrap(dup)
 
     Create_dup = Dup

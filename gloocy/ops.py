@@ -13,7 +13,7 @@ import numpy as np
 
 from gloocy import _core
 from gloocy._core import OP_CODES
-from gloocy.errors import ArgumentError, OpError, ERR_COUNT, ERR_OP, ERR_TYPE
+from gloocy.errors import ArgumentError, OpError, ERR_OP
 
 __all__ = ["Op", "SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR",
            "LAND", "LOR", "LXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP",
@@ -123,12 +123,11 @@ class Op:
         src = bufspec.message(inbuf, name="inbuf", readonly=True)
         acc = bufspec.message(inoutbuf, name="inoutbuf")
         if src.datatype != acc.datatype:
-            raise ArgumentError(f"inbuf is {src.datatype.name} but inoutbuf "
-                                f"is {acc.datatype.name}", ERR_TYPE)
+            raise ValueError(f"inbuf is {src.datatype.name} but inoutbuf "
+                             f"is {acc.datatype.name}: the datatypes differ")
         if src.count != acc.count or src.nbytes != acc.nbytes:
-            raise ArgumentError(
-                f"inbuf has {src.count} elements but inoutbuf has "
-                f"{acc.count}", ERR_COUNT)
+            raise ValueError(f"inbuf has {src.count} elements but inoutbuf "
+                             f"has {acc.count}")
         self.check_buffers().fold(src.data, acc.data, acc.datatype)
         acc.unpack()
 

@@ -746,7 +746,7 @@ def bad_cases():
                          ValueError, ["sendbuf", "recvbuf"]),
         "Reduce dtypes": (lambda c: c.Reduce(_i4(4), np.zeros(4, np.float32),
                                              root=c.rank),
-                          TypeError, ["sendbuf", "recvbuf"]),
+                          ValueError, ["sendbuf", "recvbuf"]),
         "Reduce root=size": (lambda c: c.Reduce(_i4(4), _i4(4), root=s(c)),
                              ValueError, ["root"]),
         "Reduce root=-1": (lambda c: c.Reduce(_i4(4), _i4(4), root=-1),
@@ -876,7 +876,7 @@ def bad_cases():
             BufferError, ["recvbuf"]),
         "Reduce_scatter dtypes": (
             lambda c: c.Reduce_scatter(_i4(s(c)), np.zeros(1, np.float32), [1] * s(c)),
-            TypeError, ["sendbuf", "recvbuf"]),
+            ValueError, ["sendbuf", "recvbuf"]),
         "Reduce_scatter LOR float": (
             lambda c: c.Reduce_scatter(np.ones(s(c)), np.ones(1), [1] * s(c),
                                        op=gloocy.LOR),
@@ -893,7 +893,7 @@ def bad_cases():
             lambda c: c.Exscan(np.zeros(2, "u1,u1"), np.zeros(2, "u1,u1")),
             KeyError, ["recvbuf"]),
         "Exscan dtypes": (lambda c: c.Exscan(_i4(2), np.zeros(2, np.float32)),
-                          TypeError, ["sendbuf", "recvbuf"]),
+                          ValueError, ["sendbuf", "recvbuf"]),
         "Exscan BXOR float": (lambda c: c.Exscan(np.ones(2), np.ones(2),
                                                  op=gloocy.BXOR),
                               TypeError, ["BXOR", "float64"]),
