@@ -102,6 +102,8 @@ cdef class Context:
             self._world[i] = w
             self._local[w] = i
         links.users += 1
+        if links.users > 1:
+            self._make_efd()
 
     def __dealloc__(self):
         free(self._pair_ptrs)
@@ -111,6 +113,14 @@ cdef class Context:
         free(self._space[1])
         if self._efd >= 0:
             c_close(self._efd)
+
+    cdef int _make_efd(self) except -1:
+        """The eventfd other threads wake us by, once the links are shared."""
+        if self._efd < 0:
+            self._efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+            if self._efd < 0:
+                raise OSError(errno, "eventfd failed")
+        return 0
 
     @property
     def next_comm_id(self):
@@ -125,7 +135,8 @@ cdef class Context:
             raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
         members = [int(m) for m in members]
         world = [self._world[m] for m in members]
-        if self.links.next_id <= comm_id < 0x80000000:  # above: transient
+        self._make_efd()
+        if self.links.next_id <= comm_id < 0x40000000:  # above: shadows, transients
             self.links.next_id = comm_id + 1
         return type(self)(members.index(self.rank), len(members), links=self.links,
                           world=world, comm_id=comm_id, timeout=self.timeout,
@@ -161,6 +172,9 @@ cdef class Context:
         if self.closed:
             return
         self.closed = True
+        if self._efd >= 0:
+            c_close(self._efd)
+            self._efd = -1
         self.links.users -= 1
         if self.links.users > 0:
             return                    # other contexts still use the links
@@ -476,8 +490,6 @@ cdef class Context:
                     n += 1
             if self.links.users > 1:
                 # Others may move our bytes while we sleep: let them wake us.
-                if self._efd < 0:
-                    self._efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
                 if self._efd >= 0 and self.links.add_sleeper(self._efd):
                     sleeping = True
                     pfds[n].fd = self._efd

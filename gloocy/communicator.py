@@ -30,6 +30,10 @@ PROC_NULL = -1
 COMM_TYPE_SHARED = 1
 KEYVAL_INVALID = -1
 TAG_UB = 1681915905               # Get_attr key: the largest tag
+# Communicator ids: agreed ones stay below _SHADOW; a shadow (running the
+# nonblocking collectives) has its parent's id | _SHADOW; transient ones
+# (Create_group) have the top bit.
+_SHADOW = 0x40000000
 
 
 class Status:
@@ -730,9 +734,12 @@ class Communicator:
 
     def _start(self, method, *args, **kwargs):
         """Run collective `method` of the shadow communicator on the worker.
-        The first call builds both (collectively: every rank makes it)."""
+        The first call builds both, locally: the shadow's id is ours with
+        the shadow bit set, so no rank waits for another to start."""
         if self._shadow is None:
-            self._shadow = self.Dup()
+            self._shadow = Communicator(
+                self._ctx.derive(range(self.size), self._ctx.comm_id | _SHADOW),
+                procs=self._procs)
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
         call = getattr(self._shadow, method)
         return self._worker.submit(lambda: call(*args, **kwargs),
