@@ -108,10 +108,12 @@ class Op:
 
     def fold(self, invec, inoutvec, datatype=None):
         """inoutvec = invec <op> inoutvec, in place, on NumPy arrays."""
-        if self.c_function:
+        if self.c_function:       # it computes acc = acc <op> src
+            acc = invec.copy()
             _core.apply_c_op(self.c_function, self.c_context,
-                             invec.view(np.uint8).reshape(-1),
-                             inoutvec.view(np.uint8).reshape(-1), inoutvec.size)
+                             inoutvec.view(np.uint8).reshape(-1),
+                             acc.view(np.uint8).reshape(-1), inoutvec.size)
+            inoutvec[...] = acc
         elif self._fold is not None:
             self._fold(invec, inoutvec, datatype)
         else:

@@ -568,7 +568,7 @@ SCATTERV_3 = [
     (lambda M: [np.arange(10, 30, dtype="i"), 2, 3, "i"],
      [[10, 11], [13, 14], [16, 17]]),
     (lambda M: [np.arange(10, 30, dtype="i"), ([1, 2, 3], [0, 1, 2]),
-                M.INT.Create_contiguous(2)],
+                M.INT.Create_contiguous(2).Commit()],
      [[10, 11], [12, 13, 14, 15], [14, 15, 16, 17, 18, 19]]),
 ]
 
@@ -600,7 +600,7 @@ def test_vector_message_errors_three_ranks():
 
 def test_vector_message_derived_three_ranks():
     matrix = np.arange(24, dtype=np.float64).reshape(4, 6)
-    column = datatypes.DOUBLE.Create_vector(4, 1, 6).Create_resized(0, 8)
+    column = datatypes.DOUBLE.Create_vector(4, 1, 6).Create_resized(0, 8).Commit()
     send = vector_message([matrix, [1, 2, 3], column], 3, name="sendbuf",
                           readonly=True)
     assert send.sizes == [32, 64, 96] and send.offsets == [0, 32, 96]
@@ -638,7 +638,7 @@ def test_contiguous_data_is_a_view():
 
 def test_non_contiguous_send_is_a_copy_and_receive_unpacks():
     a = np.arange(8, dtype="i")
-    every_other = datatypes.INT.Create_vector(4, 1, 2)
+    every_other = datatypes.INT.Create_vector(4, 1, 2).Commit()
     send = message([a, 1, every_other], name="sendbuf", readonly=True)
     assert send.data.tolist() == [0, 2, 4, 6] and not np.shares_memory(
         send.data, a)
@@ -671,7 +671,7 @@ def test_stricter_than_mpi4py():
     gloocy refuses before any byte moves."""
     a = np.arange(6, dtype="i")
     for spec in ([a, 7, "i"], [a, 4, 3, "i"],
-                 [a, 2, datatypes.INT.Create_contiguous(4)]):
+                 [a, 2, datatypes.INT.Create_contiguous(4).Commit()]):
         with pytest.raises(ValueError, match="buf: .*need bytes"):
             message(spec, name="buf")
     with pytest.raises(ValueError, match="need bytes"):

@@ -240,9 +240,12 @@ def r_avg(comm, cases):
 
 
 def attempt(f):
+    """"ok", "TypeError" (any subclass, e.g. OpError) or the exception's name."""
     try:
         f()
         return "ok"
+    except TypeError:
+        return "TypeError"
     except Exception as e:
         return type(e).__name__
 

@@ -224,7 +224,7 @@ def test_bad_input_raises_locally_and_the_job_goes_on(tmp_path):
             "negroot": lambda: comm.Bcast(np.ones(4), root=-1),
             "op_dtype": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4), op=gloocy.BAND),
             "dtype": lambda: comm.Allreduce(gloocy.IN_PLACE, np.zeros(4, "U1")),
-            "not_buffer": lambda: comm.Bcast([1, 2, 3], root=0),
+            "not_buffer": lambda: comm.Bcast(object(), root=0),
             "mixed": lambda: comm.Allreduce(np.ones(4, np.float32), np.ones(2, np.float64)),
             "op": lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(4), op="sum"),
             "bcast_ro": lambda: comm.Bcast(b"abcd", root=0),
@@ -237,7 +237,8 @@ def test_bad_input_raises_locally_and_the_job_goes_on(tmp_path):
                 try:
                     call()
                 except Exception as e:
-                    report(case=name, error=type(e).__name__, msg=str(e))
+                    report(case=name, error=[t.__name__ for t in type(e).__mro__],
+                           msg=str(e))
                 else:
                     report(case=name, error=None)
         x = np.full(10, rank + 1, dtype=np.int32)
@@ -252,21 +253,21 @@ def test_bad_input_raises_locally_and_the_job_goes_on(tmp_path):
     expected = {
         "size": ("ValueError", "sendbuf"),
         "readonly": ("BufferError", "read-only"),
-        "noncontig": ("ValueError", "C-contiguous"),
+        "noncontig": ("BufferError", "contiguous"),
         "root": ("ValueError", "root"),
         "negroot": ("ValueError", "root"),
         "op_dtype": ("TypeError", "BAND"),
         "dtype": ("TypeError", "recvbuf"),
         "not_buffer": ("TypeError", "buf"),
-        "mixed": ("TypeError", "sendbuf"),
+        "mixed": ("ValueError", "sendbuf"),
         "op": ("TypeError", "op"),
         "bcast_ro": ("BufferError", "read-only"),
         "timeout": ("ValueError", "timeout"),
     }
     assert set(errors) == set(expected)
     for case, (etype, word) in expected.items():
-        got_type, msg = errors[case]
-        assert got_type == etype, (case, errors[case])
+        got_types, msg = errors[case]
+        assert etype in got_types, (case, errors[case])
         assert word in msg, (case, msg)
 
 
