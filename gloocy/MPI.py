@@ -6,6 +6,7 @@ started by ``gloocy-run -n N`` (or torchrun, srun... see gloocy.init) find
 each other; a plain ``python prog.py`` is a world of one.
 """
 
+import ctypes
 import pickle as _pickle
 import socket
 import threading
@@ -59,6 +60,7 @@ ROOT = -3
 WTIME_IS_GLOBAL, HOST, IO = 1681915911, 1681915907, 1681915909
 APPNUM = UNIVERSE_SIZE = LASTUSEDCODE = KEYVAL_INVALID
 BSEND_OVERHEAD = 96
+BUFFER_AUTOMATIC = None
 MAX_PROCESSOR_NAME = 128
 MAX_ERROR_STRING = 512
 THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
@@ -247,6 +249,50 @@ def Get_processor_name():
 
 def Pcontrol(level):
     """Profiling control: nothing to do."""
+
+
+class buffer(bytearray):
+    """Memory from Alloc_mem (a reduced mpi4py MPI.buffer): bytes with an
+    address and a size."""
+
+    @classmethod
+    def allocate(cls, nbytes, clear=False):
+        return cls(nbytes)
+
+    @property
+    def nbytes(self):
+        return len(self)
+
+    @property
+    def address(self):
+        return ctypes.addressof(ctypes.c_char.from_buffer(self)) if self else 0
+
+    def cast(self, format, shape=None):
+        view = memoryview(self)
+        return view.cast(format) if shape is None else view.cast(format, shape)
+
+    def tobytes(self, order=None):
+        return bytes(self)
+
+
+def Alloc_mem(size, info=None):
+    return buffer.allocate(size)
+
+
+def Free_mem(mem):
+    """Nothing to do: the memory goes with its last reference."""
+
+
+_attached = []
+
+
+def Attach_buffer(buf):
+    """Buffered sends need no buffer here (Bsend is Send); kept for Detach."""
+    _attached.append(buf)
+
+
+def Detach_buffer():
+    return _attached.pop() if _attached else None
 
 
 def _comm_lock_table(comm):

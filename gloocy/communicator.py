@@ -968,6 +968,15 @@ class Communicator:
     def __bool__(self):
         return self._ctx is not _NULL_CONTEXT
 
+    def __reduce__(self):
+        """COMM_WORLD, COMM_SELF and COMM_NULL unpickle as themselves; other
+        communicators cannot travel."""
+        name = {"MPI_COMM_WORLD": "COMM_WORLD", "MPI_COMM_SELF": "COMM_SELF",
+                "MPI_COMM_NULL": "COMM_NULL"}.get(self._name)
+        if not self._predefined or name is None:
+            raise ValueError(f"cannot pickle {self!r}")
+        return name
+
     def __eq__(self, other):
         if not isinstance(other, Communicator):
             return NotImplemented

@@ -29,6 +29,9 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "hard_timeout(seconds): kill every rank and fail the test "
         f"after this many seconds (default {HARD_TIMEOUT:g})")
+    config.addinivalue_line(
+        "markers", "slow: oversubscribed runs (N = 4 on 2 cores); "
+        "-m 'not slow' leaves them out")
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import warnings
 from pathlib import Path
 
 import pytest
@@ -38,9 +37,7 @@ STDIN = b"hello from stdin\nsecond\nthird line\n"  # for stdin.py; the others ig
 HEAD, TAIL = 40, 20  # lines of stderr shown per run on failure (the first error and the end)
 SINGLETON_PROGRAMS = ["errors", "module", "p2p", "stdin"]  # init state, self-messages, input
 
-with warnings.catch_warnings():  # conftest.py does not register the mark (yet)
-    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
-    SLOW = pytest.mark.slow
+SLOW = pytest.mark.slow          # registered in conftest.py
 
 # Launcher and MPI state of an outer job must not leak into the runs.
 _FOREIGN = ("GLOOCY_", "PMI_", "PMIX_", "HYDRA_", "OMPI_", "USE_GLOOCY")
@@ -103,13 +100,19 @@ def _run(label, cmd, env):
     return Run(label, cmd, p.returncode, out, err, timed_out)
 
 
+def _mpiexec():
+    """MPICH's launcher: on PATH, or installed by pip next to this Python."""
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return shutil.which("mpiexec") or (beside if os.access(beside, os.X_OK) else None)
+
+
 def _reference_missing():
     try:
         import mpi4py  # noqa: F401
     except ImportError:
         return "mpi4py is not installed"
-    if shutil.which("mpiexec") is None:
-        return "mpiexec is not on PATH"
+    if _mpiexec() is None:
+        return "mpiexec is not on PATH nor next to this Python"
     return None
 
 
@@ -123,7 +126,7 @@ def _reference(program, n):
     if n is None:  # singleton: MPI initializes a world of one without a launcher
         cmd = [sys.executable, f"{program}.py"]
     else:
-        cmd = [shutil.which("mpiexec"), "-n", str(n), sys.executable, f"{program}.py"]
+        cmd = [_mpiexec(), "-n", str(n), sys.executable, f"{program}.py"]
     return _run("mpiexec (mpi4py)" if n else "python (mpi4py)", cmd, env)
 
 
