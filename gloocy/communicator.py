@@ -43,6 +43,8 @@ class Status:
     __slots__ = ("source", "tag", "count", "error", "cancelled")
 
     def __init__(self, status=None):
+        if status is not None and not isinstance(status, Status):
+            raise TypeError(f"status: expected a Status, got {status!r}")
         if status is None:
             self.source, self.tag, self.count, self.error = ANY_SOURCE, ANY_TAG, 0, 0
             self.cancelled = False
@@ -880,6 +882,7 @@ class Communicator:
     def Compare(self, comm):
         """IDENT (the same communicator), CONGRUENT (same ranks), SIMILAR
         (same processes, other ranks) or UNEQUAL."""
+        self._ctx.rank, comm._ctx.rank      # COMM_NULL raises here
         if comm is self or comm._ctx is self._ctx:
             return IDENT
         result = self.Get_group().Compare(comm.Get_group())
@@ -929,9 +932,11 @@ class Communicator:
 
     def Set_errhandler(self, errhandler):
         """Accepted for mpi4py code; errors are always exceptions here."""
+        self._ctx.rank                      # COMM_NULL raises here
         self._errhandler = errhandler
 
     def Get_errhandler(self):
+        self._ctx.rank                      # COMM_NULL raises here
         return self._errhandler
 
     def Abort(self, errorcode=0):
@@ -995,7 +1000,6 @@ class _NullContext:
     """What a freed communicator (and COMM_NULL) runs on: nothing."""
 
     closed = True
-    rank = size = _UNDEFINED
 
     def __getattr__(self, name):
         raise ArgumentError("communicator: COMM_NULL (or freed) cannot be "

@@ -30,8 +30,15 @@ class Op:
     __slots__ = ("name", "code", "_combine", "_fold", "commute",
                  "c_function", "c_context", "predefined")
 
-    def __init__(self, name, combine, *, code=None, commute=True, fold=None,
-                 c_function=0, c_context=0, predefined=False):
+    def __init__(self, name=None, combine=None, *, code=None, commute=True,
+                 fold=None, c_function=0, c_context=0, predefined=False):
+        """Op(): a null op (== OP_NULL); Op(op): a copy of op."""
+        if name is None or isinstance(name, Op):
+            other = OP_NULL if name is None else name
+            for slot in Op.__slots__:
+                setattr(self, slot, getattr(other, slot))
+            self.predefined = False
+            return
         self.name = name
         self.code = OP_CODES[name] if code is None else code
         self._combine = combine       # (x, y) -> x <op> y, on objects
@@ -145,7 +152,12 @@ class Op:
     def __eq__(self, other):
         if not isinstance(other, Op):
             return NotImplemented
-        return self is other or (not self and not other)
+        if not self or not other:
+            return not self and not other
+        return self is other or (      # a copy, Op(op), is the same op
+            (self.name, self.code, self.c_function) ==
+            (other.name, other.code, other.c_function)
+            and self._combine is other._combine and self._fold is other._fold)
 
     __hash__ = object.__hash__
 

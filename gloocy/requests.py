@@ -12,6 +12,8 @@ import queue
 import threading
 import time
 
+from gloocy.errors import ERR_REQUEST, GloocyError
+
 __all__ = ["Request", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
            "Testsome", "REQUEST_NULL", "UNDEFINED"]
 
@@ -31,9 +33,10 @@ def _empty_status(status):
 class Request:
     """A nonblocking operation in flight. Once Wait or Test has seen it
     finish, it is inactive (== REQUEST_NULL), as in MPI: the multi-request
-    functions skip it and waiting on it returns at once."""
+    functions skip it and waiting on it returns at once. ``Request()`` is a
+    null one."""
 
-    _inactive = False
+    _inactive = True              # the operations below set it False
 
     def Wait(self, status=None):
         """Block until done; fill `status` (source, tag, count)."""
@@ -80,10 +83,16 @@ class Request:
     def Cancel(self):
         """Withdraw the operation if it can still be (a receive nothing
         has arrived for); otherwise no effect."""
+        self._check_active()
 
     def Free(self):
         """Forget the request (the operation itself completes anyway)."""
+        self._check_active()
         self._inactive = True
+
+    def _check_active(self):
+        if self._inactive:
+            raise GloocyError("request: REQUEST_NULL (or done)", ERR_REQUEST)
 
     def wait(self, status=None):
         """Wait; for an object receive (irecv), the object."""
@@ -161,6 +170,8 @@ class Request:
 class P2PRequest(Request):
     """Isend / Irecv: a core handle plus, for objects, how to decode."""
 
+    _inactive = False
+
     def __init__(self, handle, keep=None, decode=None, unpack=None):
         self._h = handle
         self._keep = keep             # the buffer must live until done
@@ -183,6 +194,7 @@ class P2PRequest(Request):
         return self._h.done
 
     def Cancel(self):
+        self._check_active()
         self._h.cancel()
 
     def _value(self):
@@ -194,6 +206,8 @@ class P2PRequest(Request):
 class ObjectRecvRequest(Request):
     """irecv of a Python object: its size is unknown until it arrives, so
     the receive happens at wait/test time (probe, then receive)."""
+
+    _inactive = False
 
     def __init__(self, comm, source, tag):
         self._comm, self._source, self._tag = comm, source, tag
@@ -235,6 +249,8 @@ class ObjectRecvRequest(Request):
 
 class CollectiveRequest(Request):
     """A collective running on the communicator's worker thread."""
+
+    _inactive = False
 
     def __init__(self, value=None):
         self._event = threading.Event()
@@ -384,4 +400,3 @@ def Testsome(requests, statuses=None):
 
 
 REQUEST_NULL = Request()
-REQUEST_NULL._inactive = True
