@@ -236,3 +236,22 @@ def test_missing_program(tmp_path):
     r = launch(tmp_path, "-n", "2", "no-such-program-gloocy")
     assert r.returncode == 127
     assert "cannot start 'no-such-program-gloocy'" in r.stderr.decode()
+
+
+def test_mpi_abort_ends_the_job_with_its_code(tmp_path):
+    """MPI.COMM_WORLD.Abort(code) on one rank: the job ends (nobody waits
+    for the rank that left) and gloocy-run exits with that code."""
+    prog = script(tmp_path, "abort.py", """
+        from gloocy import MPI
+        comm = MPI.COMM_WORLD
+        if comm.rank == 1:
+            comm.Abort(3)
+        comm.Barrier()
+        print("after the barrier", flush=True)
+    """)
+    t0 = time.monotonic()
+    out = launch(tmp_path, "-n", "3", sys.executable, prog, timeout=60)
+    assert out.returncode == 3, out.stderr.decode()
+    assert b"rank 1" in out.stderr
+    assert b"after the barrier" not in out.stdout
+    assert time.monotonic() - t0 < 30
