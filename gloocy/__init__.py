@@ -10,6 +10,7 @@ import atexit
 import hashlib
 import os
 import secrets
+import sys
 import urllib.parse
 
 from gloocy._core import Context
@@ -67,24 +68,24 @@ def _secret_bytes(secret, job):
     return secret
 
 
-def _default_spin_us(size):
+def _default_spin_us(local_size):
     """Spinning before sleeping pays only while every local rank has a core
     of its own; oversubscribed, it steals the core a peer needs."""
-    local = _env_int("GLOOCY_LOCAL_SIZE", size)
-    return 50 if local <= len(os.sched_getaffinity(0)) else 0
+    return 50 if local_size <= len(os.sched_getaffinity(0)) else 0
 
 
-def _tuning(size):
+def _tuning(size, local_size=None):
     """Knobs for tests and benchmarks (environment variables)."""
     return dict(
         segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 18),
-        spin_us=_env_int("GLOOCY_SPIN_US", _default_spin_us(size)),
+        spin_us=_env_int("GLOOCY_SPIN_US", _default_spin_us(
+            local_size or _env_int("GLOOCY_LOCAL_SIZE", size))),
         small_allreduce=_env_int("GLOOCY_SMALL_ALLREDUCE_BYTES", 1 << 16),
     )
 
 
 def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
-            host=None, host_store=False):
+            host=None, host_store=False, local_size=None):
     """Build a communicator of `size` ranks that meet through `store`.
 
     `store` is a store URL (tcp://host:port) or a Store object. With
@@ -117,7 +118,8 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
             host = os.environ.get("GLOOCY_HOST", "127.0.0.1")
         pairs = transport.connect(client, rank, size, secret, host=host,
                                   job=job, timeout=timeout)
-        ctx = Context(rank, size, pairs, timeout=timeout, **_tuning(size))
+        ctx = Context(rank, size, pairs, timeout=timeout,
+                      **_tuning(size, local_size))
         # Once every rank is through this barrier, nobody needs the store.
         ctx.barrier()
         return Communicator(ctx)
@@ -129,37 +131,81 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
 
 
 def init(*, rank=None, size=None, store=None, secret=None, timeout=None,
-         host=None, job=None):
+         host=None, job=None, bootstrap=None):
     """The world communicator, built once per process.
 
-    Arguments default to the launcher's environment (GLOOCY_RANK,
-    GLOOCY_SIZE, GLOOCY_STORE, GLOOCY_SECRET, GLOOCY_JOB_ID, GLOOCY_TIMEOUT);
-    with neither, the world is this process alone. When ranks are started
-    another way with an explicit `store` URL, rank 0 serves that store.
+    Who we are and where the ranks meet come from the launcher's
+    environment (gloocy-run's GLOOCY_*, torchrun's RANK/WORLD_SIZE/
+    MASTER_ADDR/MASTER_PORT, Slurm's SLURM_*, an MPI launcher's PMI_*/
+    OMPI_*; see gloocy.rendezvous.env), the first that applies; explicit
+    `rank`, `size` and `store` override it. With none, the world is this
+    process alone. Unless gloocy-run serves the store, rank 0 does.
+    `bootstrap="mpi"` (the default under an MPI launcher with no store)
+    exchanges addresses with one mpi4py allgather instead of a store.
+    GLOOCY_DEBUG=1 prints which source was used.
     """
     global _world
     if _world is not None and not _world.closed:
         return _world
-    env = os.environ
-    launched = env.get("GLOOCY_LAUNCHER") == "gloocy-run"
-    rank = _env_int("GLOOCY_RANK") if rank is None else rank
-    size = _env_int("GLOOCY_SIZE") if size is None else size
-    store = store or env.get("GLOOCY_STORE")
-    if rank is None and size is None and store is None:
+    from gloocy.rendezvous import env as launch_env
+
+    launch = launch_env.detect()
+    if bootstrap not in (None, "env", "mpi"):
+        raise ValueError(f"bootstrap: {bootstrap!r} is not 'env' or 'mpi'")
+    if timeout is None:
+        timeout = float(os.environ.get("GLOOCY_TIMEOUT", DEFAULT_TIMEOUT))
+    job = job or launch.job or "gloocy"
+    if bootstrap == "mpi" or (bootstrap is None and launch.source == "mpi"
+                              and store is None and launch.store is None):
+        _debug(f"rank {launch.rank} of {launch.size}: addresses through mpi4py")
+        _world = _connect_over_mpi(secret, job, timeout, host)
+        return _world
+    host_store = launch.host_store if store is None else launch.source != "gloocy-run"
+    rank = launch.rank if rank is None else rank
+    size = launch.size if size is None else size
+    store = store or launch.store
+    if rank is None and size is None:
         rank, size = 0, 1
     if rank is None or size is None:
         raise RendezvousError("init() needs both rank and size (arguments or "
-                              "GLOOCY_RANK and GLOOCY_SIZE)")
+                              "the launcher's environment, e.g. GLOOCY_RANK "
+                              "and GLOOCY_SIZE)")
     if size > 1 and store is None:
         raise RendezvousError("init() needs a store URL (store= or "
                               "GLOOCY_STORE) for more than one rank")
-    if timeout is None:
-        timeout = float(env.get("GLOOCY_TIMEOUT", DEFAULT_TIMEOUT))
-    _world = connect(rank, size, store, secret=secret,
-                     job=job or env.get("GLOOCY_JOB_ID", "gloocy"),
+    _debug(launch.describe() if launch.source != "none"
+           else f"rank {rank} of {size}, store {store}")
+    _world = connect(rank, size, store, secret=secret, job=job,
                      timeout=timeout, host=host,
-                     host_store=(rank == 0 and not launched))
+                     host_store=rank == 0 and host_store,
+                     local_size=launch.local_size)
     return _world
+
+
+def _connect_over_mpi(secret, job, timeout, host):
+    """The world of an MPI job: rank 0's secret and every rank's address
+    travel by mpi4py (one bcast, one allgather); MPI is not used after."""
+    from mpi4py import MPI
+    from gloocy import transport
+
+    comm = MPI.COMM_WORLD
+    rank, size = comm.Get_rank(), comm.Get_size()
+    if secret is None:
+        secret = comm.bcast(new_secret() if rank == 0 else None, root=0)
+    secret = _secret_bytes(secret, job)
+    host = host or os.environ.get("GLOOCY_HOST", "127.0.0.1")
+    pairs = transport.connect_by_allgather(comm.allgather, rank, size, secret,
+                                           host=host, job=job, timeout=timeout)
+    local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
+    ctx = Context(rank, size, pairs, timeout=timeout,
+                  **_tuning(size, int(local) if local else None))
+    ctx.barrier()
+    return Communicator(ctx)
+
+
+def _debug(message):
+    if os.environ.get("GLOOCY_DEBUG", "") not in ("", "0"):
+        print(f"gloocy: {message}", file=sys.stderr, flush=True)
 
 
 @atexit.register

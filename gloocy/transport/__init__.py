@@ -8,7 +8,7 @@ import os
 
 from gloocy.transport._tcp import TcpPair, connect_mesh
 
-__all__ = ["connect", "TcpPair"]
+__all__ = ["connect", "connect_by_allgather", "TcpPair"]
 
 TRANSPORTS = ("auto", "tcp")
 
@@ -30,4 +30,20 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
         return store.get(f"{job}/tcp/{peer}", timeout=timeout).decode()
 
     return connect_mesh(rank, size, secret, publish, lookup, host=host,
+                        job=job, timeout=timeout)
+
+
+def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
+                         job="", timeout=300.0):
+    """Like connect(), with the addresses exchanged by one collective
+    `allgather(obj) -> list` of another library (e.g. mpi4py's)."""
+    if size == 1:
+        return [None]
+    addresses = []
+
+    def publish(address):
+        addresses.extend(allgather(address))
+
+    return connect_mesh(rank, size, secret, publish,
+                        lambda peer, timeout: addresses[peer], host=host,
                         job=job, timeout=timeout)

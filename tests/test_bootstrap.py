@@ -1,0 +1,171 @@
+"""gloocy.init() under the launchers users have: the environment of
+gloocy-run, torchrun, Slurm and MPI launchers, and an mpi4py bootstrap."""
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from gloocy.rendezvous.env import detect, first_host
+
+PROGRAM = textwrap.dedent("""
+    import sys
+    import numpy as np, gloocy
+    comm = gloocy.init()
+    x = np.array([comm.rank + 1.0])
+    comm.Allreduce(gloocy.IN_PLACE, x)
+    sys.stdout.write(f"{comm.rank} {comm.size} {int(x[0])}\\n")   # one write
+    sys.stdout.flush()
+""")
+
+_FOREIGN = ("GLOOCY_", "PMI_", "PMIX_", "HYDRA_", "OMPI_", "SLURM_", "RANK",
+            "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_",
+            "TORCHELASTIC_", "MPI_LOCAL")
+
+
+def clean_env(**extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_FOREIGN)}
+    env.update({k: str(v) for k, v in extra.items()})
+    return env
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ranks(tmp_path, envs, timeout=60):
+    """One process per environment, started at once; their outputs."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    procs = [subprocess.Popen([sys.executable, str(prog)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for env in envs]
+    outs = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=timeout)
+            assert p.returncode == 0, err.decode()
+            outs.append(out.decode())
+    finally:
+        for p in procs:
+            p.kill()
+    return outs
+
+
+def expect(outs):
+    size = len(outs)
+    total = size * (size + 1) // 2
+    assert sorted(outs) == [f"{r} {size} {total}\n" for r in range(size)]
+
+
+# -- reading the environment -------------------------------------------------------
+
+def test_nothing_is_a_world_of_one():
+    launch = detect(clean_env())
+    assert (launch.source, launch.rank, launch.size, launch.store) == ("none", None, None, None)
+
+
+def test_gloocy_run_variables_come_first():
+    launch = detect(clean_env(GLOOCY_RANK=1, GLOOCY_SIZE=4, GLOOCY_STORE="tcp://h:1",
+                              GLOOCY_LAUNCHER="gloocy-run", RANK=3, WORLD_SIZE=8,
+                              PMI_RANK=5, PMI_SIZE=9))
+    assert (launch.source, launch.rank, launch.size, launch.store, launch.host_store) == \
+        ("gloocy-run", 1, 4, "tcp://h:1", False)
+
+
+def test_torchrun_variables():
+    launch = detect(clean_env(RANK=2, WORLD_SIZE=4, LOCAL_RANK=0, LOCAL_WORLD_SIZE=2,
+                              MASTER_ADDR="10.0.0.7", MASTER_PORT=29400,
+                              TORCHELASTIC_RUN_ID="abc"))
+    # torchrun's agent holds MASTER_PORT with its own store: ours is next.
+    assert launch == type(launch)("torchrun", 2, 4, 0, 2, "tcp://10.0.0.7:29401",
+                                  True, "abc")
+    plain = detect(clean_env(RANK=0, WORLD_SIZE=2, MASTER_ADDR="::1", MASTER_PORT=5000))
+    assert plain.store == "tcp://[::1]:5000"
+
+
+def test_slurm_variables():
+    launch = detect(clean_env(SLURM_PROCID=5, SLURM_NTASKS=8, SLURM_LOCALID=1,
+                              SLURM_NODELIST="gpu[03-05,09],cpu1", SLURM_JOB_ID=123,
+                              SLURM_STEP_ID=0, SLURM_TASKS_PER_NODE="2(x4)"))
+    assert (launch.source, launch.rank, launch.size, launch.local_rank,
+            launch.local_size, launch.host_store) == ("slurm", 5, 8, 1, 2, True)
+    assert launch.store.startswith("tcp://gpu03:")
+    assert launch.job == "slurm-123.0"
+
+
+@pytest.mark.parametrize("text, host", [("node1", "node1"), ("n[1-4]", "n1"),
+                                        ("a[07,09-12],b[1-2]", "a07"), ("x,y", "x")])
+def test_first_host_of_a_slurm_node_list(text, host):
+    assert first_host(text) == host
+
+
+def test_mpi_launcher_variables():
+    hydra = detect(clean_env(PMI_RANK=1, PMI_SIZE=3, MPI_LOCALRANKID=1, MPI_LOCALNRANKS=3))
+    assert (hydra.source, hydra.rank, hydra.size, hydra.local_rank,
+            hydra.local_size, hydra.store) == ("mpi", 1, 3, 1, 3, None)
+    ompi = detect(clean_env(OMPI_COMM_WORLD_RANK=0, OMPI_COMM_WORLD_SIZE=2,
+                            OMPI_COMM_WORLD_LOCAL_RANK=0, OMPI_COMM_WORLD_LOCAL_SIZE=2))
+    assert (ompi.source, ompi.rank, ompi.size, ompi.local_size) == ("mpi", 0, 2, 2)
+
+
+# -- real launches --------------------------------------------------------------------
+
+def test_torchrun_environment(tmp_path):
+    port = free_port()
+    expect(run_ranks(tmp_path, [clean_env(RANK=r, WORLD_SIZE=3, LOCAL_RANK=r,
+                                          MASTER_ADDR="127.0.0.1", MASTER_PORT=port)
+                                for r in range(3)]))
+
+
+def test_slurm_environment(tmp_path):
+    port = free_port()
+    expect(run_ranks(tmp_path, [clean_env(SLURM_PROCID=r, SLURM_NTASKS=3, SLURM_LOCALID=r,
+                                          SLURM_NODELIST="localhost", SLURM_JOB_ID=7,
+                                          GLOOCY_STORE_PORT=port)
+                                for r in range(3)]))
+
+
+def _torchrun():
+    return shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
+
+
+@pytest.mark.skipif(not os.access(_torchrun(), os.X_OK), reason="torchrun is not installed")
+def test_under_real_torchrun(tmp_path):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    out = subprocess.run([_torchrun(), "--nproc_per_node", "2", "--master_port",
+                          str(free_port()), str(prog)], env=clean_env(),
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    expect(out.stdout.decode().splitlines(keepends=True))
+
+
+def _mpiexec():
+    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return shutil.which("mpiexec") or (beside if os.access(beside, os.X_OK) else None)
+
+
+@pytest.mark.skipif(_mpiexec() is None, reason="mpiexec (the mpich package) is not installed")
+@pytest.mark.parametrize("how", ["pmi environment", "store from the environment"])
+def test_under_mpiexec(tmp_path, how):
+    """mpiexec -n 3: without a store, the addresses go through mpi4py;
+    with GLOOCY_STORE, rank 0 serves it and MPI is not touched."""
+    pytest.importorskip("mpi4py")
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    env = clean_env(GLOOCY_DEBUG=1)
+    if how != "pmi environment":
+        env["GLOOCY_STORE"] = f"tcp://127.0.0.1:{free_port()}"
+    out = subprocess.run([_mpiexec(), "-n", "3", sys.executable, str(prog)], env=env,
+                         capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    expect(out.stdout.decode().splitlines(keepends=True))
+    said = out.stderr.decode()
+    assert ("through mpi4py" in said) == (how == "pmi environment"), said
