@@ -115,7 +115,9 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         else:
             client = store
         if host is None:
-            host = os.environ.get("GLOOCY_HOST", "127.0.0.1")
+            from gloocy.rendezvous.address import advertised_address
+            host = advertised_address(urllib.parse.urlsplit(store).hostname
+                                      if isinstance(store, str) else None)
         pairs = transport.connect(client, rank, size, secret, host=host,
                                   job=job, timeout=timeout)
         ctx = Context(rank, size, pairs, timeout=timeout,

@@ -1017,10 +1017,13 @@ def _info_cls():
 
 
 def _host_identity():
-    """Who shares memory with whom: the host name and its boot id."""
+    """Who shares memory with whom: host name, boot id and network
+    namespace (so that namespaces standing in for hosts count as hosts)."""
+    parts = [socket.gethostname()]
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
+            parts.append(f.read().strip())
+        parts.append(os.readlink("/proc/self/ns/net"))
     except OSError:
-        boot = ""
-    return f"{socket.gethostname()}/{boot}"
+        pass
+    return "/".join(parts)

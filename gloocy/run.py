@@ -3,6 +3,11 @@
     gloocy-run -n 4 prog.py args...        (a .py file runs with this Python)
     gloocy-run -n 4 python -m package ...   (any other command runs as given)
 
+On M hosts, run one per host, like torchrun (node 0 serves the store, at an
+address of its own the others can reach; all share GLOOCY_SECRET if set):
+
+    gloocy-run --nnodes M --node-rank K --store HOST:PORT -n N prog.py
+
 The launcher embeds the TCP store the ranks meet at and tells each rank
 where it is through its environment (see ``ENV_VARS``). Output lines of
 rank r are prefixed with "[r] ", standard input goes to rank 0, signals
@@ -12,6 +17,8 @@ are forwarded, and the first rank that fails stops the whole job.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
 import os
 import queue
 import secrets
@@ -20,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.parse
 from typing import BinaryIO
 
 from gloocy.rendezvous import TCPStoreServer
@@ -30,7 +38,8 @@ GRACE = 3.0  # seconds between SIGTERM (or a forwarded signal) and SIGKILL
 
 ENV_VARS = (
     "GLOOCY_RANK", "GLOOCY_SIZE", "GLOOCY_LOCAL_RANK", "GLOOCY_LOCAL_SIZE",
-    "GLOOCY_STORE", "GLOOCY_SECRET", "GLOOCY_JOB_ID", "GLOOCY_LAUNCHER",
+    "GLOOCY_NODE_RANK", "GLOOCY_NNODES", "GLOOCY_STORE", "GLOOCY_SECRET",
+    "GLOOCY_JOB_ID", "GLOOCY_LAUNCHER",
 )
 
 _print_lock = threading.Lock()  # one line at a time on the launcher's outputs
@@ -139,10 +148,42 @@ def _supervise(procs: list[subprocess.Popen], events: queue.SimpleQueue,
     return result or 0
 
 
+def _shared_job(store: str) -> tuple[bytes, str]:
+    """Secret and job id every node of a multi-host job computes alike:
+    GLOOCY_SECRET (hex) and GLOOCY_JOB_ID if set, else derived from the
+    store's address (which keeps other jobs out, not attackers)."""
+    job = os.environ.get("GLOOCY_JOB_ID") or hashlib.sha256(
+        b"gloocy-job:" + store.encode()).hexdigest()[:16]
+    text = os.environ.get("GLOOCY_SECRET", "")
+    secret = bytes.fromhex(text) if text else hashlib.sha256(
+        b"gloocy-secret:" + job.encode()).digest()
+    return secret, job
+
+
+def _serve(host: str, port: int, secret: bytes):
+    try:
+        return TCPStoreServer(host, port, secret=secret)
+    except (OSError, ValueError) as e:
+        _say(f"cannot start the store on {host!r} port {port}: {e}")
+        return None
+
+
 def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
-            timeout: float | None = None) -> int:
-    """Run ``command`` as ranks 0..n-1 and return the job's exit code."""
-    secret = secrets.token_bytes(32)
+            timeout: float | None = None, nnodes: int = 1, node_rank: int = 0,
+            store: str | None = None) -> int:
+    """Run ``command`` as ranks node_rank*n .. node_rank*n + n-1 of a job of
+    nnodes*n ranks and return this node's exit code."""
+    if store is None:
+        secret, job = secrets.token_bytes(32), secrets.token_hex(8)
+        server = _serve(host, 0, secret)
+    else:
+        secret, job = _shared_job(store)
+        url = urllib.parse.urlsplit(store)
+        server = contextlib.nullcontext()
+        if node_rank == 0 and url.scheme == "tcp":
+            server = _serve(url.hostname, url.port, secret)
+    if server is None:
+        return 1
     events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
     procs: list[subprocess.Popen] = []
     threads: list[threading.Thread] = []
@@ -151,18 +192,15 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
     def on_signal(signum: int, frame: object) -> None:
         events.put(("signal", signum))
 
-    try:
-        server = TCPStoreServer(host, 0, secret=secret)
-    except (OSError, ValueError) as e:
-        _say(f"cannot start the store on {host!r}: {e}")
-        return 1
-    with server.start():
+    with server.start() if isinstance(server, TCPStoreServer) else server:
         common = {
-            "GLOOCY_SIZE": str(n),
+            "GLOOCY_SIZE": str(n * nnodes),
             "GLOOCY_LOCAL_SIZE": str(n),
-            "GLOOCY_STORE": server.url,
+            "GLOOCY_NODE_RANK": str(node_rank),
+            "GLOOCY_NNODES": str(nnodes),
+            "GLOOCY_STORE": store or server.url,
             "GLOOCY_SECRET": secret.hex(),  # in the environment, never on a command line
-            "GLOOCY_JOB_ID": secrets.token_hex(8),
+            "GLOOCY_JOB_ID": job,
             "GLOOCY_LAUNCHER": "gloocy-run",
             "PYTHONUNBUFFERED": "1",
         }
@@ -171,9 +209,10 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
         handled = (signal.SIGINT, signal.SIGTERM) if in_main else ()
         old = {s: signal.signal(s, on_signal) for s in handled}
         try:
-            for rank in range(n):
+            for local in range(n):
+                rank = node_rank * n + local
                 env = dict(os.environ, **common,
-                           GLOOCY_RANK=str(rank), GLOOCY_LOCAL_RANK=str(rank))
+                           GLOOCY_RANK=str(rank), GLOOCY_LOCAL_RANK=str(local))
                 try:
                     p = subprocess.Popen(
                         command, env=env,
@@ -223,6 +262,14 @@ def _parser() -> argparse.ArgumentParser:
                              "past it every rank is killed and the exit code is 124")
     parser.add_argument("--host", default="127.0.0.1",
                         help="address the embedded store binds to (default: 127.0.0.1)")
+    parser.add_argument("--nnodes", type=int, default=1, metavar="M",
+                        help="hosts in the job, one gloocy-run on each (default: 1)")
+    parser.add_argument("--node-rank", type=int, default=0, metavar="K",
+                        help="this host's number, 0..M-1; node 0 serves the store")
+    parser.add_argument("--store", metavar="URL",
+                        help="where the ranks meet: HOST:PORT (tcp://; node 0 "
+                             "serves it at that address), or a redis://, "
+                             "file:// store URL; needed when M > 1")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="program and its arguments")
     return parser
@@ -241,11 +288,20 @@ def main(argv: list[str] | None = None) -> int:
             parser.error(f"-n must be >= 1, got {args.n}")
         if args.timeout is not None and not args.timeout > 0:
             parser.error(f"--timeout must be > 0, got {args.timeout}")
+        if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+            parser.error(f"--node-rank must be in 0..{args.nnodes - 1} and "
+                         f"--nnodes >= 1, got {args.node_rank} and {args.nnodes}")
+        if args.nnodes > 1 and args.store is None:
+            parser.error("--nnodes > 1 needs --store HOST:PORT (node 0's address)")
+        store = args.store
+        if store is not None and "://" not in store:
+            store = f"tcp://{store}"
     except SystemExit as e:  # usage errors (2) and --help (0)
         return e.code if isinstance(e.code, int) else 0
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
-    return run_job(command, n=args.n, host=args.host, timeout=args.timeout)
+    return run_job(command, n=args.n, host=args.host, timeout=args.timeout,
+                   nnodes=args.nnodes, node_rank=args.node_rank, store=store)
 
 
 if __name__ == "__main__":
