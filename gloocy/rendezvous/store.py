@@ -46,6 +46,12 @@ def _check_value(value: object) -> bytes:
         ) from None
 
 
+def _check_prefix(prefix: object) -> str:
+    if not isinstance(prefix, str):
+        raise TypeError(f"prefix must be a str, not {type(prefix).__name__}")
+    return prefix
+
+
 def _check_timeout(timeout: object, name: str = "timeout") -> float:
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
         raise TypeError(f"{name} must be a number of seconds, not {type(timeout).__name__}")
@@ -98,6 +104,27 @@ class Store(abc.ABC):
         """Remove ``key``; True if it existed."""
         return self._delete(_check_key(key))
 
+    def compare_set(self, key: str, expected: bytes | None,
+                    desired: bytes) -> bytes | None:
+        """Atomically set ``key`` to ``desired`` if it holds ``expected``.
+
+        ``expected=None`` means "if ``key`` does not exist" (create once).
+        Returns the value ``key`` holds afterwards: ``desired`` if the swap
+        happened, else the current value, or None if the key does not exist.
+        A swap wakes the ranks waiting for ``key``, as ``set`` does.
+        """
+        return self._compare_set(
+            _check_key(key), None if expected is None else _check_value(expected),
+            _check_value(desired))
+
+    def clear(self, prefix: str = "") -> int:
+        """Delete every key that starts with ``prefix`` and return how many.
+
+        With the default ``""`` this removes every key of the store (of a
+        prefixed store: every key under its prefix), e.g. when a job ends.
+        """
+        return self._clear(_check_prefix(prefix))
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the store's resources. Idempotent."""
@@ -130,3 +157,12 @@ class Store(abc.ABC):
 
     @abc.abstractmethod
     def _delete(self, key: str) -> bool: ...
+
+    # Not abstract, so that stores written before these existed still load.
+
+    def _compare_set(self, key: str, expected: bytes | None,
+                     desired: bytes) -> bytes | None:
+        raise NotImplementedError(f"{type(self).__name__} has no compare_set()")
+
+    def _clear(self, prefix: str) -> int:
+        raise NotImplementedError(f"{type(self).__name__} has no clear()")

@@ -38,11 +38,14 @@ NONCE = 32
 CLIENT_LABEL = b"gloocy-store"
 SERVER_LABEL = b"gloocy-store-server"
 AUTH_TIMEOUT = 5.0
+# The least time a client gives a reply to come back: a get or wait with
+# timeout=0 looks once (the question and its answer need a round trip).
+MIN_REPLY_WAIT = 0.05
 
 _U32 = struct.Struct("!I")
 
 # request ops
-SET, GET, ADD, WAIT, CHECK, DELETE = range(1, 7)
+SET, GET, ADD, WAIT, CHECK, DELETE, COMPARE_SET, CLEAR = range(1, 9)
 # reply status
 OK, ERR = 0, 1
 
@@ -305,6 +308,18 @@ class TCPStoreServer:
             self._reply(conn, OK, [b"1" if all(k in data for k in f) else b"0"])
         elif op == DELETE and len(f) == 1:
             self._reply(conn, OK, [b"1" if data.pop(f[0], None) is not None else b"0"])
+        elif op == COMPARE_SET and len(f) == 4:
+            # key, b"1" if a value is expected (b"0": absence), expected, desired
+            current = data.get(f[0])
+            if current == (f[2] if f[1] == b"1" else None):
+                data[f[0]] = current = f[3]
+                self._notify(f[0])
+            self._reply(conn, OK, [b"0"] if current is None else [b"1", current])
+        elif op == CLEAR and len(f) == 1:
+            doomed = [k for k in data if k.startswith(f[0])]
+            for k in doomed:
+                del data[k]
+            self._reply(conn, OK, [str(len(doomed)).encode()])
         else:
             raise _Malformed(f"bad request op={op} fields={len(f)}")
 
@@ -463,6 +478,17 @@ class TCPStore(Store):
         return self._request(DELETE, [key.encode()], self.timeout,
                              f"delete({key!r})")[0] == b"1"
 
+    def _compare_set(self, key: str, expected: bytes | None,
+                     desired: bytes) -> bytes | None:
+        fields = [key.encode(), b"0" if expected is None else b"1",
+                  expected or b"", desired]
+        reply = self._request(COMPARE_SET, fields, self.timeout, f"compare_set({key!r})")
+        return reply[1] if reply[0] == b"1" else None
+
+    def _clear(self, prefix: str) -> int:
+        return int(self._request(CLEAR, [prefix.encode()], self.timeout,
+                                 f"clear({prefix!r})")[0])
+
     # -- plumbing ------------------------------------------------------------
 
     def _request(self, op: int, fields: list[bytes], timeout: float, what: str) -> list[bytes]:
@@ -473,7 +499,7 @@ class TCPStore(Store):
         with self._lock:
             if self._closed:
                 raise RendezvousError(f"store client for {self.url} is closed")
-            deadline = time.monotonic() + timeout
+            deadline = time.monotonic() + max(timeout, MIN_REPLY_WAIT)
             try:
                 if self._sock is None:
                     self._connect(deadline)
@@ -506,7 +532,8 @@ class TCPStore(Store):
                 raise
         if status == ERR:
             raise ValueError(reply[0].decode("utf-8", "replace") if reply else "store error")
-        if status != OK or (op in (GET, ADD, CHECK, DELETE) and len(reply) != 1):
+        if status != OK or (op in (GET, ADD, CHECK, DELETE, CLEAR) and len(reply) != 1) or (
+                op == COMPARE_SET and len(reply) != (2 if reply[:1] == [b"1"] else 1)):
             raise RendezvousError(f"malformed reply from the store at {self.address}")
         return reply
 
