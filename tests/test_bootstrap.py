@@ -169,3 +169,48 @@ def test_under_mpiexec(tmp_path, how):
     expect(out.stdout.decode().splitlines(keepends=True))
     said = out.stderr.decode()
     assert ("through mpi4py" in said) == (how == "pmi environment"), said
+
+
+# -- who joins --------------------------------------------------------------------------
+
+def _start(tmp_path, envs):
+    prog = tmp_path / "prog.py"
+    prog.write_text(PROGRAM)
+    return [subprocess.Popen([sys.executable, str(prog)], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            for env in envs]
+
+
+def _finish(procs, timeout=60):
+    outs = []
+    for p in procs:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        finally:
+            p.kill()
+        outs.append((p.returncode, err.decode()))
+    return outs
+
+
+def test_two_processes_claiming_one_rank(tmp_path):
+    """Rank 1 twice (and rank 2 never): the second claimant is told at once;
+    the others give up at the deadline naming the rank that never came."""
+    port = free_port()
+    env = dict(WORLD_SIZE=3, MASTER_ADDR="127.0.0.1", MASTER_PORT=port, GLOOCY_TIMEOUT=8)
+    procs = _start(tmp_path, [clean_env(RANK=r, **env) for r in (0, 1, 1)])
+    results = _finish(procs)
+    assert all(code != 0 for code, _ in results)
+    assert sum("another process already joined" in err and "as rank 1" in err
+               for _, err in results) == 1, results
+    assert "rank(s) [2] did not connect" in results[0][1]
+
+
+def test_ranks_that_disagree_on_the_world_size(tmp_path):
+    port = free_port()
+    procs = _start(tmp_path, [clean_env(RANK=r, WORLD_SIZE=size, MASTER_ADDR="127.0.0.1",
+                                        MASTER_PORT=port, GLOOCY_TIMEOUT=8)
+                              for r, size in ((0, 2), (1, 3))])
+    (code0, err0), (code1, err1) = _finish(procs)
+    assert code0 != 0 and code1 != 0
+    assert "world of 3 but rank 0 has 2" in err1
+    assert "rank(s) [1] did not connect" in err0

@@ -6,6 +6,7 @@
 
 import os
 
+from gloocy.errors import RendezvousError
 from gloocy.transport._tcp import TcpPair, connect_mesh
 
 __all__ = ["connect", "connect_by_allgather", "TcpPair"]
@@ -22,6 +23,7 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
         raise ValueError(f"transport {name!r} is not one of {', '.join(TRANSPORTS)}")
     if size == 1:
         return [None]
+    _check_membership(store, rank, size, job, timeout)
 
     def publish(address):
         store.set(f"{job}/tcp/{rank}", address.encode())
@@ -31,6 +33,20 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
 
     return connect_mesh(rank, size, secret, publish, lookup, host=host,
                         job=job, timeout=timeout)
+
+
+def _check_membership(store, rank, size, job, timeout):
+    """Each rank is claimed once, and every rank has rank 0's world size."""
+    if store.add(f"{job}/claim/{rank}", 1) != 1:
+        raise RendezvousError(f"rank {rank}: another process already joined "
+                              f"job {job!r} as rank {rank}")
+    if rank == 0:
+        store.set(f"{job}/size", str(size).encode())
+        return
+    theirs = int(store.get(f"{job}/size", timeout=timeout))
+    if theirs != size:
+        raise RendezvousError(f"rank {rank}: this process has a world of "
+                              f"{size} but rank 0 has {theirs}")
 
 
 def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
