@@ -107,8 +107,8 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
     server = client = None
     try:
         if isinstance(store, str):
-            if host_store:
-                url = urllib.parse.urlsplit(store)
+            url = urllib.parse.urlsplit(store)
+            if host_store and url.scheme == "tcp":  # others are served elsewhere
                 server = rendezvous.TCPStoreServer(
                     url.hostname, url.port, secret=secret).start()
             client = rendezvous.connect(store, secret=secret, timeout=timeout)
@@ -122,8 +122,11 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
                                   job=job, timeout=timeout)
         ctx = Context(rank, size, pairs, timeout=timeout,
                       **_tuning(size, local_size))
-        # Once every rank is through this barrier, nobody needs the store.
+        # Once every rank is through this barrier, nobody needs the store:
+        # rank 0 removes the job's keys (Redis and file stores outlive us).
         ctx.barrier()
+        if rank == 0:
+            client.clear(f"{job}/")
         return Communicator(ctx)
     finally:
         if client is not None and client is not store:

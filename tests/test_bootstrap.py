@@ -214,3 +214,27 @@ def test_ranks_that_disagree_on_the_world_size(tmp_path):
     assert code0 != 0 and code1 != 0
     assert "world of 3 but rank 0 has 2" in err1
     assert "rank(s) [1] did not connect" in err0
+
+
+# -- other stores -------------------------------------------------------------------------
+
+def test_ranks_meet_through_a_file_store(tmp_path):
+    store = f"file://{tmp_path / 'store'}"
+    expect(run_ranks(tmp_path, [clean_env(GLOOCY_RANK=r, GLOOCY_SIZE=3, GLOOCY_STORE=store)
+                                for r in range(3)]))
+    left = [p.name for p in (tmp_path / "store").iterdir() if p.name != "lock"]
+    assert left == [], f"the job's keys were left: {left}"
+
+
+def test_ranks_meet_through_redis_and_leave_no_keys(tmp_path):
+    from test_store_contract import REDIS_SERVER, RedisServer, redis_cmd
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
+    srv = RedisServer(tmp_path)
+    try:
+        store = f"redis://127.0.0.1:{srv.port}/2"
+        expect(run_ranks(tmp_path, [clean_env(GLOOCY_RANK=r, GLOOCY_SIZE=3,
+                                              GLOOCY_STORE=store) for r in range(3)]))
+        assert redis_cmd(srv.port, "DBSIZE", db=2) == 0
+    finally:
+        srv.stop()

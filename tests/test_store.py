@@ -264,7 +264,7 @@ def test_ipv6_and_connect_urls():
         assert srv.url == f"tcp://[::1]:{srv.port}"
         with connect(srv.url, secret=SECRET, timeout=5) as store:
             assert store.add("n", 3) == 3
-    with pytest.raises(ValueError, match="redis://nowhere"):
-        connect("redis://nowhere:1", secret=SECRET)
+    with pytest.raises(ValueError, match="nosuch://nowhere"):
+        connect("nosuch://nowhere:1", secret=SECRET)
     with pytest.raises(ValueError, match="port"):
         connect("tcp://127.0.0.1", secret=SECRET)
