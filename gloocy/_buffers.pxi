@@ -18,14 +18,15 @@ DTYPE_NAMES = {DT_BYTES: "bytes", DT_INT8: "int8", DT_INT16: "int16",
                DT_LONGDOUBLE: "longdouble", DT_BFLOAT16: "bfloat16",
                DT_FLOAT_INT: "float_int", DT_DOUBLE_INT: "double_int",
                DT_LONG_INT: "long_int", DT_2INT: "2int",
-               DT_SHORT_INT: "short_int"}
+               DT_SHORT_INT: "short_int", DT_CLONGDOUBLE: "clongdouble"}
 DTYPE_CODES = {name: code for code, name in DTYPE_NAMES.items()}
 
 cdef int64_t DTYPE_SIZES[<int>DT_LAST]
 DTYPE_SIZES[:] = [1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 1, 8, 16,
                   sizeof(long double), 2, sizeof(gloocy_float_int),
                   sizeof(gloocy_double_int), sizeof(gloocy_long_int),
-                  sizeof(gloocy_2int), sizeof(gloocy_short_int)]
+                  sizeof(gloocy_2int), sizeof(gloocy_short_int),
+                  2 * sizeof(long double)]
 
 # numpy structured (value, index) pairs: T{<value code>:name:i:name:}
 # (padding between the fields shows as "xx" or "2x")
@@ -71,6 +72,8 @@ cdef int dtype_of_format(bytes fmt, Py_ssize_t itemsize) noexcept:
         return DT_COMPLEX128
     if code == b"g" and itemsize == sizeof(long double):
         return DT_LONGDOUBLE
+    if code == b"Zg" and itemsize == 2 * sizeof(long double):
+        return DT_CLONGDOUBLE
     if len(code) != 1:
         return -1
     if code in b"bhilqn":

@@ -73,7 +73,8 @@ cdef enum DtypeCode:
     DT_LONG_INT = 19
     DT_2INT = 20
     DT_SHORT_INT = 21
-    DT_LAST = 22
+    DT_CLONGDOUBLE = 22           # complex long double
+    DT_LAST = 23
 
 # States of an Xfer.
 cdef enum XferState:

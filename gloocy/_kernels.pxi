@@ -47,6 +47,7 @@ ctypedef fused pair_t:
 ctypedef fused real_t:
     float
     double
+    long double
 
 ctypedef fused num_t:
     int8_t
@@ -299,6 +300,7 @@ cdef void _fill_kernels() noexcept:
     _fill_arith(DT_LONGDOUBLE, <long double *>NULL)
     _fill_complex(DT_COMPLEX64, <float *>NULL)
     _fill_complex(DT_COMPLEX128, <double *>NULL)
+    _fill_complex(DT_CLONGDOUBLE, <long double *>NULL)
     _fill_pairs(DT_FLOAT_INT, <gloocy_float_int *>NULL)
     _fill_pairs(DT_DOUBLE_INT, <gloocy_double_int *>NULL)
     _fill_pairs(DT_LONG_INT, <gloocy_long_int *>NULL)
@@ -395,8 +397,8 @@ cdef void _divide(char *p, int64_t n, int dtype, int64_t by) noexcept nogil:
     elif dtype == DT_FLOAT64 or dtype == DT_COMPLEX128:
         for i in range(n * (2 if dtype == DT_COMPLEX128 else 1)):
             (<double *>p)[i] = (<double *>p)[i] / fd
-    elif dtype == DT_LONGDOUBLE:
-        for i in range(n):
+    elif dtype == DT_LONGDOUBLE or dtype == DT_CLONGDOUBLE:
+        for i in range(n * (2 if dtype == DT_CLONGDOUBLE else 1)):
             (<long double *>p)[i] = (<long double *>p)[i] / <long double>by
     elif dtype == DT_FLOAT16:
         for i in range(n):
@@ -410,7 +412,8 @@ def check_floating(buf, str name="recvbuf"):
     """TypeError unless buf holds floating-point or complex numbers (AVG)."""
     cdef Buf b = get_buffer(buf, name, False)
     if b.dtype not in (DT_FLOAT16, DT_BFLOAT16, DT_FLOAT32, DT_FLOAT64,
-                       DT_LONGDOUBLE, DT_COMPLEX64, DT_COMPLEX128):
+                       DT_LONGDOUBLE, DT_COMPLEX64, DT_COMPLEX128,
+                       DT_CLONGDOUBLE):
         raise TypeError(f"op AVG needs a floating-point or complex {name}, "
                         f"got {DTYPE_NAMES.get(b.dtype, b.format)}")
 

@@ -381,7 +381,12 @@ def test_ctrl_c_interrupts_a_waiting_collective(tmp_path):
             except KeyboardInterrupt:
                 report(interrupted=True, seconds=time.monotonic() - t0)
         else:
-            time.sleep(3)
+            # Stay until rank 0 is gone (however slow the machine), never
+            # joining its allreduce.
+            try:
+                comm.Recv(np.zeros(1), 0, tag=99, timeout=60)
+            except gloocy.GloocyError:
+                pass
     """)
     line = job.procs[0].stdout.readline()
     assert json.loads(line)["waiting"]
