@@ -98,11 +98,23 @@ def test_op_and_dtype_tables():
     assert set(OP_CODES) == set(UFUNCS) | {"MAXLOC", "MINLOC", "user"}
     assert set(DTYPE_CODES) == set(
         INTS + FLOATS + ["bool", "bytes", "complex64", "complex128",
-                         "longdouble", "bfloat16", "float_int", "double_int",
-                         "long_int", "2int", "short_int"])
+                         "clongdouble", "longdouble", "bfloat16", "float_int",
+                         "double_int", "long_int", "2int", "short_int"])
     assert len(set(OP_CODES.values())) == len(OP_CODES)
     assert len(set(DTYPE_CODES.values())) == len(DTYPE_CODES)
     assert all(isinstance(v, int) for v in [*OP_CODES.values(), *DTYPE_CODES.values()])
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "complex128", "clongdouble"])
+@pytest.mark.parametrize("op", ["SUM", "PROD"])
+def test_complex_kernels(op, dtype):
+    rng = np.random.default_rng(7)
+    acc = (rng.normal(size=33) + 1j * rng.normal(size=33)).astype(dtype)
+    src = (rng.normal(size=33) + 1j * rng.normal(size=33)).astype(dtype)
+    got = reduce_bytes(op, dtype, acc, src)
+    want = (acc + src) if op == "SUM" else (acc * src)
+    # PROD: (a+bi)(c+di) in the dtype's precision; NumPy may fuse differently.
+    np.testing.assert_allclose(got, want, rtol=8 * np.finfo(got.real.dtype).eps)
 
 
 @pytest.mark.parametrize("pair", UNDEFINED, ids=pair_id)
