@@ -238,3 +238,48 @@ def test_ranks_meet_through_redis_and_leave_no_keys(tmp_path):
         assert redis_cmd(srv.port, "DBSIZE", db=2) == 0
     finally:
         srv.stop()
+
+
+# -- the address a rank advertises ------------------------------------------------------
+
+from gloocy.errors import RendezvousError  # noqa: E402
+from gloocy.rendezvous.address import advertised_address, interfaces, matching  # noqa: E402
+
+
+@pytest.mark.parametrize("spec, want", [
+    ("eth,ib", ["eth0", "eth1", "ib0"]),         # prefixes
+    ("^lo,docker", ["eth0", "eth1", "ib0"]),     # all but
+    ("=eth0", ["eth0"]),                         # exactly
+    ("^=eth0", ["lo", "eth1", "ib0", "docker0"]),
+    ("wlan", []),
+])
+def test_interface_grammar_is_nccls(spec, want):
+    assert matching(spec, ["lo", "eth0", "eth1", "ib0", "docker0"]) == want
+
+
+def test_loopback_store_means_loopback_address():
+    assert advertised_address("127.0.0.1", {}) == "127.0.0.1"
+    assert advertised_address(None, {}) == "127.0.0.1"
+
+
+def test_a_loopback_name_is_never_advertised_to_remote_peers():
+    with pytest.raises(RendezvousError, match="loopback"):
+        advertised_address("192.0.2.77", {"GLOOCY_HOST": "localhost"})
+
+
+def test_interface_by_name():
+    lo = [v4 for name, v4, _ in interfaces() if name == "lo"]
+    assert advertised_address("127.0.0.1", {"GLOOCY_SOCKET_IFNAME": "=lo"}) == lo[0]
+    with pytest.raises(RendezvousError, match="selects no interface"):
+        advertised_address("127.0.0.1", {"GLOOCY_SOCKET_IFNAME": "=nosuch0"})
+
+
+def test_route_to_a_remote_store_is_not_loopback():
+    """The address on the route to a (documentation-range) remote host; the
+    machine needs a route there (skip otherwise)."""
+    try:
+        host = advertised_address("192.0.2.77", {})
+    except RendezvousError as e:
+        pytest.skip(f"no route off this machine: {e}")
+    import ipaddress
+    assert not ipaddress.ip_address(host).is_loopback
