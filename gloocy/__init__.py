@@ -126,7 +126,10 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         # rank 0 removes the job's keys (Redis and file stores outlive us).
         ctx.barrier()
         if rank == 0:
-            client.clear(f"{job}/")
+            try:
+                client.clear(f"{job}/")
+            except RendezvousError as e:    # best effort: the job runs anyway
+                _debug(f"could not remove the job's keys: {e}")
         return Communicator(ctx)
     finally:
         if client is not None and client is not store:
