@@ -159,16 +159,68 @@ class _HostArray:
         self.owner = owner
 
 
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice),
+                ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}   # DLDataTypeCode -> typestr
+_DL_HOST_DEVICES = (1, 2, 3, 13)    # CPU; CUDA, CUDA host, managed: if host memory
+
+
+def _from_dlpack(obj, name):
+    """A writable NumPy array over a DLPack producer's memory, read from its
+    (unversioned) capsule the way DLPack lays it out; the capsule, whose
+    destructor releases the tensor, lives as long as the array."""
+    device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+    if device not in _DL_HOST_DEVICES:
+        raise BufferError(f"{name}: {type(obj).__name__} lives on DLPack "
+                          f"device type {device}; gloocy moves host memory "
+                          "only (copy it to the CPU first)")
+    capsule = obj.__dlpack__() if device == 1 else obj.__dlpack__(stream=-1)
+    t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    kind, itemsize = _DL_KINDS.get(t.dtype.code), t.dtype.bits // 8 * t.dtype.lanes
+    if t.dtype.lanes == 2 and kind == "f":
+        kind = "c"                  # complex as two float lanes
+    elif t.dtype.lanes != 1:
+        kind = None
+    if kind is None:
+        raise BufferError(f"{name}: DLPack data type (code {t.dtype.code}, "
+                          f"{t.dtype.bits} bits, {t.dtype.lanes} lanes) is not "
+                          "supported")
+    address = (t.data or 0) + t.byte_offset
+    if device != 1 and address and _is_device_pointer(address):
+        raise BufferError(f"{name}: {type(obj).__name__} is in CUDA device "
+                          "memory; gloocy moves host memory only")
+    shape = tuple(t.shape[i] for i in range(t.ndim))
+    strides = (None if not t.strides else
+               tuple(t.strides[i] * itemsize for i in range(t.ndim)))
+    interface = {"shape": shape, "typestr": f"{_NATIVE}{kind}{itemsize}",
+                 "data": (address, False), "strides": strides, "version": 3}
+    if t.dtype.code == 6:
+        interface["typestr"] = "|b1"
+    return np.asarray(_HostArray(interface, (capsule, obj)))
+
+
 def _foreign(obj, name):
     """A NumPy array over a DLPack producer or an array interface."""
     if hasattr(obj, "__dlpack__"):
-        device = obj.__dlpack_device__()[0] if hasattr(
-            obj, "__dlpack_device__") else 1
-        if device != 1:         # kDLCPU
-            raise BufferError(f"{name}: {type(obj).__name__} lives on DLPack "
-                              f"device type {device}; gloocy moves host "
-                              "memory only (copy it to the CPU first)")
-        return np.from_dlpack(obj)
+        return _from_dlpack(obj, name)
     interface = getattr(obj, "__cuda_array_interface__", None)
     if interface is not None:
         if _is_device_pointer(interface["data"][0]):
