@@ -26,7 +26,7 @@ from gloocy.groups import (CONGRUENT, GROUP_EMPTY, GROUP_NULL, IDENT,  # noqa: F
                            SIMILAR, UNDEFINED, UNEQUAL, Group)
 from gloocy.ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,  # noqa: F401
                         MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op)
-from gloocy.requests import (REQUEST_NULL, Request, Testall,  # noqa: F401
+from gloocy.requests import (REQUEST_NULL, Prequest, Request, Testall,  # noqa: F401
                              Testany, Testsome, Waitall, Waitany, Waitsome)
 
 # SUCCESS and the error classes, ERR_*

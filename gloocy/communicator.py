@@ -495,8 +495,8 @@ class Communicator:
 
     def Send(self, buf, dest, tag=0, *, timeout=None):
         """Send buf to rank `dest`; returns once buf may be reused."""
-        m = bufspec.message(buf, name="buf", readonly=True)
         if dest != PROC_NULL:
+            m = bufspec.message(buf, name="buf", readonly=True)
             self._ctx.send(m.data, dest, tag, timeout=timeout)
 
     Ssend = Rsend = Bsend = Send
@@ -505,9 +505,9 @@ class Communicator:
              timeout=None):
         """Receive into buf (a shorter message is fine, a longer one is an
         error); `status` gets the source, tag and byte count."""
-        m = bufspec.message(buf, name="buf")
         if source == PROC_NULL:
             return _proc_null(status) and None
+        m = bufspec.message(buf, name="buf")
         got = self._ctx.recv(m.data, self._source(source), tag, timeout=timeout)
         m.unpack(got[2])
         if status is not None:
@@ -518,12 +518,14 @@ class Communicator:
                  timeout=None):
         """Send and receive at once: the send is posted first, so rings of
         Sendrecv never wait on each other."""
-        s = bufspec.message(sendbuf, name="sendbuf", readonly=True)
-        r = bufspec.message(recvbuf, name="recvbuf")
-        sent = None if dest == PROC_NULL else self._ctx.isend(s.data, dest, sendtag)
+        sent = None
+        if dest != PROC_NULL:
+            s = bufspec.message(sendbuf, name="sendbuf", readonly=True)
+            sent = self._ctx.isend(s.data, dest, sendtag)
         if source == PROC_NULL:
             _proc_null(status)
         else:
+            r = bufspec.message(recvbuf, name="recvbuf")
             got = self._ctx.recv(r.data, self._source(source), recvtag,
                                  timeout=timeout)
             r.unpack(got[2])
@@ -704,18 +706,33 @@ class Communicator:
     def Isend(self, buf, dest, tag=0):
         """Start sending buf (which must not change until the request is
         done)."""
-        m = bufspec.message(buf, name="buf", readonly=True)
         if dest == PROC_NULL:
             return _requests.CollectiveRequest._finished()
+        m = bufspec.message(buf, name="buf", readonly=True)
         return _requests.P2PRequest(self._ctx.isend(m.data, dest, tag), m)
 
     Issend = Irsend = Ibsend = Isend
 
+    def Send_init(self, buf, dest, tag=0):
+        """A persistent send: each Start() sends buf's current contents."""
+        return _requests.Prequest(lambda: self.Isend(buf, dest, tag))
+
+    Ssend_init = Bsend_init = Rsend_init = Send_init
+
+    def Recv_init(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
+        """A persistent receive into buf."""
+        return _requests.Prequest(lambda: self.Irecv(buf, source, tag))
+
+    def Isendrecv(self, *args, **kwargs):
+        raise NotImplementedError("Isendrecv (MPI-4) is not in gloocy yet")
+
+    Isendrecv_replace = Isendrecv
+
     def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         """Start receiving into buf."""
-        m = bufspec.message(buf, name="buf")
         if source == PROC_NULL:
             return _requests.CollectiveRequest._finished()
+        m = bufspec.message(buf, name="buf")
         return _requests.P2PRequest(
             self._ctx.irecv(m.data, self._source(source), tag), m,
             unpack=m.unpack)

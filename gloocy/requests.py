@@ -14,7 +14,7 @@ import time
 
 from gloocy.errors import ERR_REQUEST, GloocyError
 
-__all__ = ["Request", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
+__all__ = ["Request", "Prequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
            "Testsome", "REQUEST_NULL", "UNDEFINED"]
 
 UNDEFINED = -32766          # mpi4py's (MPICH's) value
@@ -70,15 +70,18 @@ class Request:
         _set_status(status, result)
         return True
 
+    def _is_null(self):
+        return self._inactive
+
     def __eq__(self, other):
         if not isinstance(other, Request):
             return NotImplemented
-        return self is other or (self._inactive and other._inactive)
+        return self is other or (self._is_null() and other._is_null())
 
     __hash__ = object.__hash__
 
     def __bool__(self):
-        return not self._inactive
+        return not self._is_null()
 
     def Cancel(self):
         """Withdraw the operation if it can still be (a receive nothing
@@ -93,6 +96,15 @@ class Request:
     def _check_active(self):
         if self._inactive:
             raise GloocyError("request: REQUEST_NULL (or done)", ERR_REQUEST)
+
+    def get_status(self, status=None):
+        return self.Get_status(status)
+
+    @staticmethod
+    def Get_status_any(requests, status=None):
+        raise NotImplementedError("Get_status_any (MPI-4.1) is not in gloocy yet")
+
+    Get_status_all = Get_status_some = Get_status_any
 
     def wait(self, status=None):
         """Wait; for an object receive (irecv), the object."""
@@ -141,6 +153,17 @@ class Request:
     @staticmethod
     def Testsome(requests, statuses=None):
         return Testsome(requests, statuses)
+
+    @staticmethod
+    def waitsome(requests, statuses=None):
+        """(indices, objects) of the requests that finished."""
+        done = Waitsome(requests, statuses)
+        return done, (None if done is None else [requests[i]._value() for i in done])
+
+    @staticmethod
+    def testsome(requests, statuses=None):
+        done = Testsome(requests, statuses)
+        return done, (None if done is None else [requests[i]._value() for i in done])
 
     @staticmethod
     def waitall(requests, statuses=None):
@@ -245,6 +268,47 @@ class ObjectRecvRequest(Request):
 
     def _value(self):
         return self._obj
+
+
+class Prequest(Request):
+    """A persistent request (Send_init, Recv_init): Start() runs the
+    operation again; done, it is inactive but not REQUEST_NULL until Free."""
+
+    def __init__(self, start):
+        self._start, self._req, self._freed = start, None, False
+
+    def Start(self):
+        if self._freed:
+            raise GloocyError("request: freed persistent request", ERR_REQUEST)
+        self._req = self._start()
+        self._inactive = False
+
+    @staticmethod
+    def Startall(requests):
+        for r in requests:
+            r.Start()
+
+    def _wait(self, timeout):
+        return self._req._wait(timeout)
+
+    def _test(self):
+        return self._req._test()
+
+    def _done(self):
+        return self._req._done()
+
+    def _value(self):
+        return None if self._req is None else self._req._value()
+
+    def Cancel(self):
+        if self._req is not None and not self._inactive:
+            self._req.Cancel()
+
+    def Free(self):
+        self._freed = self._inactive = True
+
+    def _is_null(self):
+        return self._freed
 
 
 class CollectiveRequest(Request):
@@ -392,7 +456,11 @@ def Testsome(requests, statuses=None):
         return None
     out = []
     for i, r in enumerate(requests):
-        status = None if statuses is None else statuses[len(out)]
+        if isinstance(statuses, list) and len(statuses) <= len(out):
+            from gloocy.communicator import Status
+            statuses.append(Status())     # as mpi4py: the list grows
+        status = (None if statuses is None or len(statuses) <= len(out)
+                  else statuses[len(out)])
         if _active(r) and r.Get_status(status):
             r.Test()
             out.append(i)
