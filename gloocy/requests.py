@@ -100,6 +100,9 @@ class Request:
     def get_status(self, status=None):
         return self.Get_status(status)
 
+    def cancel(self):
+        self.Cancel()
+
     @staticmethod
     def Get_status_any(requests, status=None):
         raise NotImplementedError("Get_status_any (MPI-4.1) is not in gloocy yet")
@@ -456,14 +459,17 @@ def Testsome(requests, statuses=None):
         return None
     out = []
     for i, r in enumerate(requests):
-        if isinstance(statuses, list) and len(statuses) <= len(out):
-            from gloocy.communicator import Status
-            statuses.append(Status())     # as mpi4py: the list grows
-        status = (None if statuses is None or len(statuses) <= len(out)
-                  else statuses[len(out)])
-        if _active(r) and r.Get_status(status):
-            r.Test()
-            out.append(i)
+        if not (_active(r) and r.Get_status()):
+            continue
+        status = None
+        if statuses is not None:
+            if isinstance(statuses, list) and len(statuses) <= len(out):
+                from gloocy.communicator import Status
+                statuses.append(Status())     # as mpi4py: the list grows
+            if len(out) < len(statuses):
+                status = statuses[len(out)]
+        r.Test(status)
+        out.append(i)
     return out
 
 
