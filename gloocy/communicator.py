@@ -836,14 +836,15 @@ class Communicator:
         return self._derived(members, int(table[:, 2].max()))
 
     def Split_type(self, split_type, key=0, info=None, *, timeout=None):
-        """COMM_TYPE_SHARED: one communicator per host. Collective."""
-        if split_type == _UNDEFINED:
-            return self.Split(_UNDEFINED, key, timeout=timeout)
-        if split_type != COMM_TYPE_SHARED:
+        """COMM_TYPE_SHARED: one communicator per host (COMM_NULL for the
+        ranks passing UNDEFINED). Collective."""
+        if split_type not in (_UNDEFINED, COMM_TYPE_SHARED):
             raise ArgumentError(f"split_type: {split_type} is not supported "
                                 "(only COMM_TYPE_SHARED)", ERR_ARG)
         hosts = self.allgather(_host_identity(), timeout=timeout)
-        return self.Split(hosts.index(hosts[self.rank]), key, timeout=timeout)
+        color = (_UNDEFINED if split_type == _UNDEFINED
+                 else hosts.index(hosts[self.rank]))
+        return self.Split(color, key, timeout=timeout)
 
     def Create(self, group, *, timeout=None):
         """A communicator of the processes of `group` (which this one holds),
@@ -946,6 +947,12 @@ class Communicator:
         dup = self.Dup(timeout=timeout)
         dup.Set_info(info)
         return dup
+
+    def _mpi4(self, *args, **kwargs):
+        raise NotImplementedError("this MPI-4 operation is not in gloocy yet")
+
+    Idup = Idup_with_info = Attach_buffer = Detach_buffer = _mpi4
+    Flush_buffer = Iflush_buffer = _mpi4
 
     def Set_errhandler(self, errhandler):
         """Accepted for mpi4py code; errors are always exceptions here."""
