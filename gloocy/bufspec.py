@@ -192,7 +192,10 @@ def _from_dlpack(obj, name):
         raise BufferError(f"{name}: {type(obj).__name__} lives on DLPack "
                           f"device type {device}; gloocy moves host memory "
                           "only (copy it to the CPU first)")
-    capsule = obj.__dlpack__() if device == 1 else obj.__dlpack__(stream=-1)
+    try:        # a CUDA producer is asked not to synchronize any stream
+        capsule = obj.__dlpack__() if device == 1 else obj.__dlpack__(stream=-1)
+    except (TypeError, RuntimeError):
+        capsule = obj.__dlpack__()
     t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
     kind, itemsize = _DL_KINDS.get(t.dtype.code), t.dtype.bits // 8 * t.dtype.lanes
     if t.dtype.lanes == 2 and kind == "f":

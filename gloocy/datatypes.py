@@ -114,6 +114,17 @@ def _same_length(a, b, what):
         raise ValueError(f"{what}: expected {len(a)} items, got {len(b)}")
 
 
+MAX_ELEMENTS = 1 << 26     # a derived type keeps one offset per element
+
+
+def _check_elements(n):
+    if n > MAX_ELEMENTS:
+        raise NotImplementedError(
+            f"a derived datatype of {n} elements (more than {MAX_ELEMENTS}): "
+            "gloocy keeps one offset per element; describe the data with a "
+            "larger element type")
+
+
 def _block_starts(displs, blocklengths, extent):
     """Byte starts of the copies: blocklengths[i] consecutive copies (spaced
     by `extent`) starting at byte displs[i]."""
@@ -245,6 +256,7 @@ class Datatype:
     def Create_contiguous(self, count):
         h = self._handle()
         count = _count(count, "count")
+        _check_elements(count * h.offsets.size)
         return _derive(type(self), [(h, np.arange(count, dtype=np.int64)
                               * (h.ub - h.lb))])
 
@@ -260,6 +272,7 @@ class Datatype:
         count = _count(count, "count")
         blocklength = _count(blocklength, "blocklength")
         stride = _index(stride, "stride")
+        _check_elements(count * blocklength * h.offsets.size)
         displs = np.arange(count, dtype=np.int64) * stride
         return _derive(type(self), [(h, _block_starts(
             displs, [blocklength] * count, h.ub - h.lb))])
