@@ -597,3 +597,7 @@ def typecode(datatype):
     if not isinstance(datatype, Datatype):
         raise TypeError(f"expected a Datatype, got {datatype!r}")
     return None if datatype._h is None else datatype._h.code
+
+
+# mpi4py's spellings: Datatype.fromcode("i") and INT.tocode()
+Datatype.fromcode = staticmethod(from_typecode)
