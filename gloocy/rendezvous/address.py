@@ -17,7 +17,8 @@ import struct
 
 from gloocy.errors import RendezvousError
 
-__all__ = ["advertised_address", "interfaces", "matching"]
+__all__ = ["advertised_address", "interfaces", "listen_port_and_advertised",
+           "matching"]
 
 _SIOCGIFADDR = 0x8915
 
@@ -114,3 +115,30 @@ def advertised_address(store_host, env=None):
             f"on other hosts (the store is on {store_host!r}); set GLOOCY_HOST "
             "or GLOOCY_SOCKET_IFNAME to a routable address")
     return host
+
+
+def listen_port_and_advertised(env=None):
+    """(port to listen on, address to publish instead of ours or None).
+
+    GLOOCY_PORT=P: listen on P + the local rank instead of a free port (for
+    firewalls that open a range). GLOOCY_ADVERTISE=HOST:P: publish HOST and
+    P + the local rank instead (a NAT or port forward in front of us)."""
+    from gloocy.rendezvous.env import detect
+
+    env = os.environ if env is None else env
+    port, advertise = env.get("GLOOCY_PORT"), env.get("GLOOCY_ADVERTISE")
+    if not port and not advertise:
+        return 0, None
+    local = detect(env).local_rank or 0
+
+    def number(text, name):
+        if not text.isdigit() or not 0 < int(text) + local < 65536:
+            raise RendezvousError(f"{name}: {text!r} is not a port number "
+                                  "(1-65535, local rank added)")
+        return int(text) + local
+    if advertise:
+        host, sep, p = advertise.rpartition(":")
+        if not sep or not host:
+            raise RendezvousError(f"GLOOCY_ADVERTISE={advertise!r} is not HOST:PORT")
+        advertise = f"{host}:{number(p, 'GLOOCY_ADVERTISE')}"
+    return (number(port, "GLOOCY_PORT") if port else 0), advertise or None

@@ -7,6 +7,7 @@
 import os
 
 from gloocy.errors import RendezvousError
+from gloocy.rendezvous.address import listen_port_and_advertised
 from gloocy.transport._tcp import TcpPair, connect_mesh
 
 __all__ = ["connect", "connect_by_allgather", "TcpPair"]
@@ -32,7 +33,7 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
         return store.get(f"{job}/tcp/{peer}", timeout=timeout).decode()
 
     return connect_mesh(rank, size, secret, publish, lookup, host=host,
-                        job=job, timeout=timeout)
+                        job=job, timeout=timeout, **_listen())
 
 
 def _check_membership(store, rank, size, job, timeout):
@@ -62,4 +63,9 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
 
     return connect_mesh(rank, size, secret, publish,
                         lambda peer, timeout: addresses[peer], host=host,
-                        job=job, timeout=timeout)
+                        job=job, timeout=timeout, **_listen())
+
+
+def _listen():
+    port, advertise = listen_port_and_advertised()
+    return dict(port=port, advertise=advertise)

@@ -460,19 +460,25 @@ def _tune(sock):
 
 
 def connect_mesh(int rank, int size, bytes secret, publish, lookup, *,
-                 str host="127.0.0.1", str job="", double timeout=300.0):
+                 str host="127.0.0.1", int port=0, str advertise=None,
+                 str job="", double timeout=300.0):
     """Connect this rank to every other one; returns a list of TcpPair
-    indexed by rank (None at `rank`). `publish(address)` makes our
-    "host:port" known to the others (a store, an allgather...);
-    `lookup(peer, timeout)` returns a peer's."""
+    indexed by rank (None at `rank`). We listen on host:port (port 0: any
+    free one) and `publish(address)` makes "host:port", or `advertise` when
+    given (a forwarded address), known to the others (a store, an
+    allgather...); `lookup(peer, timeout)` returns a peer's."""
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind((host, 0))
-    listener.listen(max(16, size))
     try:
-        publish(_fmt(listener.getsockname()))
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            listener.bind((host, port))
+        except OSError as e:
+            raise RendezvousError(f"rank {rank}: cannot listen on "
+                                  f"{_fmt((host, port))}: {e.strerror}") from None
+        listener.listen(max(16, size))
+        publish(advertise or _fmt(listener.getsockname()))
     except BaseException:
         listener.close()
         raise
