@@ -283,3 +283,17 @@ def test_route_to_a_remote_store_is_not_loopback():
         pytest.skip(f"no route off this machine: {e}")
     import ipaddress
     assert not ipaddress.ip_address(host).is_loopback
+
+
+def test_listen_port_and_advertised_add_the_local_rank():
+    from gloocy.rendezvous.address import listen_port_and_advertised
+    me = dict(GLOOCY_RANK="3", GLOOCY_SIZE="4", GLOOCY_LOCAL_RANK="1")
+    assert listen_port_and_advertised({}) == (0, None)
+    assert listen_port_and_advertised(
+        dict(me, GLOOCY_PORT="30000", GLOOCY_ADVERTISE="gw:40000")) == (30001, "gw:40001")
+    assert listen_port_and_advertised(dict(GLOOCY_ADVERTISE="[::1]:5000")) == (0, "[::1]:5000")
+    for name, value in [("GLOOCY_PORT", "abc"), ("GLOOCY_PORT", "65535"),  # 65536 with rank 1
+                        ("GLOOCY_PORT", "-1"), ("GLOOCY_ADVERTISE", "gw"),
+                        ("GLOOCY_ADVERTISE", "gw:x"), ("GLOOCY_ADVERTISE", ":5")]:
+        with pytest.raises(RendezvousError, match=name):
+            listen_port_and_advertised(dict(me, **{name: value}))
