@@ -11,8 +11,12 @@ CFLAGS = ["-O3", "-fwrapv"] + os.environ.get("GLOOCY_CFLAGS", "").split()
 extensions = [
     Extension("gloocy._core", ["gloocy/_core.pyx"], include_dirs=["gloocy"],
               extra_compile_args=CFLAGS),
+    Extension("gloocy.transport._stream", ["gloocy/transport/_stream.pyx"],
+              extra_compile_args=CFLAGS),
     Extension("gloocy.transport._tcp", ["gloocy/transport/_tcp.pyx"],
               extra_compile_args=CFLAGS),
+    Extension("gloocy.transport._shm", ["gloocy/transport/_shm.pyx"],
+              include_dirs=["gloocy/transport"], extra_compile_args=CFLAGS),
 ]
 
 setup(

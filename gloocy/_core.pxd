@@ -220,7 +220,7 @@ cdef enum:
 cdef class Links:
     cdef readonly int rank            # our rank among all the linked processes
     cdef readonly int size            # number of linked processes
-    cdef list pairs                   # Pair per rank (None at our own rank)
+    cdef readonly list pairs          # Pair per rank (None at our own rank)
     cdef pthread_mutex_t lock
     cdef Xfer *wild_head              # posted any-source receives of every
     cdef Xfer *wild_tail              # communicator, oldest first

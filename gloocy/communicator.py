@@ -841,7 +841,8 @@ class Communicator:
         if split_type not in (_UNDEFINED, COMM_TYPE_SHARED):
             raise ArgumentError(f"split_type: {split_type} is not supported "
                                 "(only COMM_TYPE_SHARED)", ERR_ARG)
-        hosts = self.allgather(_host_identity(), timeout=timeout)
+        from gloocy.transport.shm import host_identity
+        hosts = self.allgather(host_identity(), timeout=timeout)
         color = (_UNDEFINED if split_type == _UNDEFINED
                  else hosts.index(hosts[self.rank]))
         return self.Split(color, key, timeout=timeout)
@@ -1038,16 +1039,3 @@ COMM_NULL._predefined = True
 def _info_cls():
     from gloocy.MPI import Info
     return Info
-
-
-def _host_identity():
-    """Who shares memory with whom: host name, boot id and network
-    namespace (so that namespaces standing in for hosts count as hosts)."""
-    parts = [socket.gethostname()]
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            parts.append(f.read().strip())
-        parts.append(os.readlink("/proc/self/ns/net"))
-    except OSError:
-        pass
-    return "/".join(parts)

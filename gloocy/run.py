@@ -45,6 +45,14 @@ ENV_VARS = (
 _print_lock = threading.Lock()  # one line at a time on the launcher's outputs
 
 
+def _die_with_launcher():
+    """In a rank, before exec: the kernel kills it if gloocy-run dies (even
+    by SIGKILL), so no rank outlives its job."""
+    import ctypes
+    PR_SET_PDEATHSIG = 1
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _say(message: str) -> None:
     with _print_lock:
         try:
@@ -218,7 +226,8 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
                         command, env=env,
                         stdin=None if rank == 0 else subprocess.DEVNULL,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        start_new_session=True)  # our signals, not the terminal's
+                        start_new_session=True,  # our signals, not the terminal's
+                        preexec_fn=_die_with_launcher)
                 except OSError as e:
                     _say(f"cannot start {command[0]!r}: {e.strerror or e}")
                     result = 127 if isinstance(e, FileNotFoundError) else 126

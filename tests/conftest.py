@@ -42,12 +42,31 @@ def worlds():
     cache.close()
 
 
+# The transports a test module's worlds run over: a module sets
+# TRANSPORTS = ("shm", "tcp", "mix") to run each of its tests over each.
+TRANSPORT_ENV = {
+    "auto": {},                               # shared memory: one host
+    "shm": {"GLOOCY_TRANSPORT": "shm"},
+    "tcp": {"GLOOCY_TRANSPORT": "tcp"},
+    # Ranks alternate between two pretend hosts (harness.TEST_HOSTS): shared
+    # memory between ranks of one, TCP across.
+    "mix": {harness.TEST_HOSTS: "2"},
+}
+
+
+def pytest_generate_tests(metafunc):
+    if "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", getattr(metafunc.module, "TRANSPORTS",
+                                                  ("auto",)), scope="session")
+
+
 @pytest.fixture(scope="session")
-def world(worlds):
+def world(worlds, transport):
     """world(size, **env) -> a live harness.World with `env` in its ranks'
-    environment (values are turned into strings)."""
+    environment (values are turned into strings), over the module's
+    transport(s)."""
     def get(size, **env):
-        return worlds.get(size, env)
+        return worlds.get(size, {**TRANSPORT_ENV[transport], **env})
     return get
 
 

@@ -100,6 +100,10 @@ __all__ = ["World", "Worlds", "RankError", "RankFailure", "RankTimeout",
            "abort_all", "reap_dead"]
 
 DEFAULT_TIMEOUT = 30.0       # start-up and each run, seconds
+# In a World's env, TEST_HOSTS=k spreads the ranks over k pretend hosts: rank
+# r gets GLOOCY_HOST_ID test-host-(r % k), so that only ranks of one pretend
+# host share memory, and the others talk over TCP.
+TEST_HOSTS = "GLOOCY_TEST_HOSTS"
 DEFAULT_COMM_TIMEOUT = 60.0  # the communicator's default deadline
 _OUTPUT_TAIL = 4000          # characters of a rank's output shown on failure
 _STACK_DUMP_WAIT = 0.3       # seconds given to hung ranks to dump their stacks
@@ -203,7 +207,10 @@ class World:
     def _spawn(self):
         env = {**os.environ, **self.env}
         env.pop("PYTEST_CURRENT_TEST", None)
+        hosts = int(env.pop(TEST_HOSTS, 0))
         for rank in range(self.size):
+            if hosts:
+                env["GLOOCY_HOST_ID"] = f"test-host-{rank % hosts}"
             parent, child = socket.socketpair()
             with open(self._logpath(rank), "wb") as log:
                 try:

@@ -28,6 +28,10 @@ import gloocy
 from gloocy import IN_PLACE
 from gloocy import _core
 
+# Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
+# puts ranks on two pretend hosts: shared memory within one, TCP across.
+TRANSPORTS = ("shm", "tcp", "mix")
+
 SIZES = [1, 2, 3, 4, 5, 6, 7]
 TINY_SEGMENT = {"GLOOCY_SEGMENT_BYTES": 8}     # pipelined algorithms: 8-byte segments
 

@@ -30,6 +30,10 @@ import gloocy
 from gloocy import IN_PLACE
 from oracle import DTYPES, FLOATS, UFUNCS
 
+# Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
+# puts ranks on two pretend hosts: shared memory within one, TCP across.
+TRANSPORTS = ("shm", "tcp", "mix")
+
 SIZES = [1, 2, 3, 4, 5]
 TINY_SEGMENT = {"GLOOCY_SEGMENT_BYTES": 8}      # pipelining worlds
 MISMATCH_WORLD = {"GLOOCY_TEST_WORLD": "mismatch"}   # their own worlds: spoiled

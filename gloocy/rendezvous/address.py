@@ -127,6 +127,7 @@ def listen_port_and_advertised(env=None):
 
     env = os.environ if env is None else env
     port, advertise = env.get("GLOOCY_PORT"), env.get("GLOOCY_ADVERTISE")
+    port = None if port == "0" else port            # 0: any free port, as usual
     if not port and not advertise:
         return 0, None
     local = detect(env).local_rank or 0

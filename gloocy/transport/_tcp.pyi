@@ -2,26 +2,32 @@
 
 from typing_extensions import Self, disjoint_base
 
+import socket
 from collections.abc import Callable
 
-from gloocy._core import Pair
+from gloocy.transport._stream import StreamPair
 
 
 @disjoint_base
-class TcpPair(Pair):
+class TcpPair(StreamPair):
     """A Pair over one connected TCP socket (takes ownership of `fd`)."""
 
-    @property
-    def address(self) -> str: ...        # the peer's host:port, for messages
     def __new__(cls, fd: int, rank: int, peer: int,
                 address: str = "") -> Self: ...
 
 
-def connect_mesh(rank: int, size: int, secret: bytes,
-                 publish: Callable[[str], object],
-                 lookup: Callable[[int, float], str], *,
-                 host: str = "127.0.0.1", job: str = "",
-                 timeout: float = 300.0) -> list[TcpPair | None]:
-    """Connect this rank to every other one; a list of TcpPair indexed by
-    rank (None at `rank`). publish(address) makes ours known, lookup(peer,
-    timeout) returns a peer's "host:port"."""
+def tcp_pair(sock: socket.socket, rank: int, peer: int,
+             address: str) -> TcpPair:
+    """Hand a connected socket over to a TcpPair (which owns it then)."""
+
+
+def connect_sockets(rank: int, size: int, secret: bytes,
+                    publish: Callable[[str], object],
+                    lookup: Callable[[int, float], str], *,
+                    host: str = "127.0.0.1", port: int = 0,
+                    advertise: str | None = None, job: str = "",
+                    timeout: float = 300.0) -> dict[int, tuple[socket.socket, str]]:
+    """Connect this rank to every other one: {peer: (authenticated blocking
+    socket, "host:port")}. We listen on host:port and publish(address)
+    makes ours (or `advertise`) known; lookup(peer, timeout) returns a
+    peer's."""

@@ -1,0 +1,18 @@
+"""Type stubs for gloocy.transport._shm (Cython): the shared-memory transport."""
+
+from typing_extensions import Self, disjoint_base
+
+from gloocy.transport._stream import StreamPair
+
+
+def segment_bytes(ring: int) -> int:
+    """Size of the segment of two rings of `ring` bytes each."""
+
+
+@disjoint_base
+class ShmPair(StreamPair):
+    """A Pair over two rings in a memfd segment and a Unix socket for
+    wake-ups (see the module's docstring)."""
+
+    def __new__(cls, sock_fd: int, mem_fd: int, ring: int, rank: int,
+                peer: int, first: bool, address: str = "shared memory") -> Self: ...

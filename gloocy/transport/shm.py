@@ -1,0 +1,164 @@
+"""Set-up of the shared-memory transport between ranks of one host.
+
+Over each authenticated TCP connection the two ranks first tell each other
+their host identity (`host_identity()`). Where it is the same, the lower
+rank listens on an abstract Unix socket (no file, gone with the process)
+whose random name it sends over TCP; the higher rank connects and proves it
+knows the name; the lower rank makes a memfd segment and passes it over
+that socket. The TCP connection is then closed, and the Unix socket stays
+for wake-ups (see _shm.pyx). Nothing is ever created in /dev/shm.
+"""
+
+import hmac
+import os
+import secrets
+import socket
+import struct
+import time
+
+from gloocy.errors import ProtocolError, RendezvousError
+from gloocy.transport._shm import ShmPair, segment_bytes
+
+__all__ = ["host_identity", "local_peers", "shm_pair", "ring_bytes"]
+
+_ID = struct.Struct("<8s?H")
+_ID_MAGIC = b"GLCYHOST"
+_RING = struct.Struct("<Q")
+DEFAULT_RING = 1 << 20
+
+
+def host_identity():
+    """Who shares memory with whom: host name, boot id and network
+    namespace (namespaces standing in for hosts count as hosts).
+    GLOOCY_HOST_ID overrides it (ranks with equal ids must share a host)."""
+    forced = os.environ.get("GLOOCY_HOST_ID")
+    if forced:
+        return forced
+    parts = [socket.gethostname()]
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            parts.append(f.read().strip())
+        parts.append(os.readlink("/proc/self/ns/net"))
+    except OSError:
+        pass
+    return "/".join(parts)
+
+
+def ring_bytes():
+    """GLOOCY_SHM_RING_BYTES, rounded up to a power of two (>= 4 KiB)."""
+    text = os.environ.get("GLOOCY_SHM_RING_BYTES", str(DEFAULT_RING))
+    try:
+        n = int(text)
+    except ValueError:
+        raise ValueError(f"GLOOCY_SHM_RING_BYTES={text!r} is not an integer") from None
+    return max(4096, 1 << (max(n, 1) - 1).bit_length())
+
+
+def _recv_exact(sock, n, what):
+    data = bytearray()
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ProtocolError(f"connection closed while reading {what}")
+        data += chunk
+    return bytes(data)
+
+
+def local_peers(socks, rank, mode, deadline):
+    """The peers (of {peer: (socket, address)}) to reach through shared
+    memory under GLOOCY_TRANSPORT `mode` (auto, tcp or shm)."""
+    me = host_identity().encode()
+    willing = mode != "tcp"
+    for sock, _ in socks.values():
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        sock.sendall(_ID.pack(_ID_MAGIC, willing, len(me)) + me)
+    local = set()
+    for peer, (sock, address) in sorted(socks.items()):
+        sock.settimeout(max(0.001, deadline - time.monotonic()))
+        magic, theirs_willing, n = _ID.unpack(_recv_exact(sock, _ID.size, "a host id"))
+        if magic != _ID_MAGIC:
+            raise ProtocolError(f"rank {rank}: rank {peer} ({address}) sent "
+                                "no host identity")
+        theirs = _recv_exact(sock, n, "a host id")
+        if theirs == me and willing and theirs_willing:
+            local.add(peer)
+        elif mode == "shm":
+            why = ("is on another host" if theirs != me
+                   else "refuses shared memory (its GLOOCY_TRANSPORT is tcp)")
+            raise RendezvousError(f"rank {rank}: GLOOCY_TRANSPORT=shm, but rank "
+                                  f"{peer} ({address}) {why}")
+    return local
+
+
+def shm_pair(sock, rank, peer, deadline, ring=None):
+    """Turn the TCP connection `sock` to a local peer into a ShmPair (the
+    TCP connection is closed)."""
+    try:
+        if rank < peer:
+            conn, memfd, ring = _offer(sock, peer, deadline, ring or ring_bytes())
+        else:
+            conn, memfd, ring = _take(sock, peer, deadline)
+        try:
+            conn.setblocking(False)
+            return ShmPair(conn.detach(), memfd, ring, rank, peer, rank < peer)
+        finally:
+            conn.close()
+            os.close(memfd)
+    except (OSError, ValueError, ProtocolError) as e:
+        raise RendezvousError(f"rank {rank}: cannot set up shared memory with "
+                              f"rank {peer}: {e}") from None
+    finally:
+        sock.close()
+
+
+def _name(token):
+    return b"\0gloocy-" + token.hex().encode()
+
+
+def _offer(sock, peer, deadline, ring):
+    token = secrets.token_bytes(16)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
+        listener.bind(_name(token))
+        listener.listen(4)
+        sock.sendall(token)
+        while True:                     # a stranger may knock first
+            listener.settimeout(max(0.001, deadline - time.monotonic()))
+            conn, _ = listener.accept()
+            try:
+                conn.settimeout(max(0.001, deadline - time.monotonic()))
+                if hmac.compare_digest(_recv_exact(conn, 16, "the token"), token):
+                    break
+            except (OSError, ProtocolError):
+                pass
+            conn.close()
+    memfd = os.memfd_create(f"gloocy-{peer}", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(memfd, segment_bytes(ring))
+        socket.send_fds(conn, [_RING.pack(ring)], [memfd])
+    except BaseException:
+        os.close(memfd)
+        conn.close()
+        raise
+    return conn, memfd, ring
+
+
+def _take(sock, peer, deadline):
+    token = _recv_exact(sock, 16, "the shared-memory token")
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        conn.settimeout(max(0.001, deadline - time.monotonic()))
+        conn.connect(_name(token))
+        conn.sendall(token)
+        msg, fds, _, _ = socket.recv_fds(conn, _RING.size, 1)
+        if len(fds) != 1 or len(msg) != _RING.size:
+            for fd in fds:
+                os.close(fd)
+            raise ProtocolError("the peer sent no shared segment")
+        (ring,) = _RING.unpack(msg)
+        if os.fstat(fds[0]).st_size != segment_bytes(ring):
+            os.close(fds[0])
+            raise ProtocolError("the shared segment has the wrong size")
+    except BaseException:
+        conn.close()
+        raise
+    return conn, fds[0], ring

@@ -1,0 +1,267 @@
+"""The shared-memory transport: which pairs use it, what it leaves behind
+(nothing), how it fails (a named peer, never a hang), and what a peer
+scribbling over the shared rings gets (an error, never a bad copy)."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gloocy
+from gloocy.errors import PeerLostError, ProtocolError, RendezvousError
+from gloocy.rendezvous import HashStore
+from harness import World
+
+
+def pair_kinds(comm):
+    return [type(p).__name__ if p is not None else None
+            for p in comm._ctx.links.pairs]
+
+
+def total(comm, n):
+    x = np.full(n, comm.rank + 1.0)
+    comm.Allreduce(gloocy.IN_PLACE, x)
+    return bool(np.all(x == comm.size * (comm.size + 1) / 2))
+
+
+@pytest.mark.parametrize("env, expect", [
+    ({}, lambda r, p: "ShmPair"),
+    ({"GLOOCY_TRANSPORT": "tcp"}, lambda r, p: "TcpPair"),
+    ({"GLOOCY_TEST_HOSTS": "2"},
+     lambda r, p: "ShmPair" if r % 2 == p % 2 else "TcpPair"),
+])
+def test_each_pair_uses_the_transport_its_hosts_allow(env, expect):
+    with World(5, env=env) as w:
+        kinds = w.run(pair_kinds)
+        assert w.run(total, 100_000) == [True] * 5
+    for r in range(5):
+        assert kinds[r] == [None if p == r else expect(r, p) for p in range(5)]
+
+
+def connect_threads(size, **env):
+    """`size` communicators in threads of this process, over one HashStore
+    (so every pair is local)."""
+    store, comms, errors = HashStore(), [None] * size, []
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+
+    def one(rank):
+        try:
+            comms[rank] = gloocy.connect(rank, size, store, secret=b"k" * 32,
+                                         job="threads", timeout=20)
+        except BaseException as e:
+            errors.append(e)
+    try:
+        threads = [threading.Thread(target=one, args=(r,)) for r in range(size)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    if errors:
+        raise errors[0]
+    return comms
+
+
+def in_threads(comms, fn):
+    out, errors = [None] * len(comms), []
+
+    def one(rank):
+        try:
+            out[rank] = fn(comms[rank])
+        except BaseException as e:
+            errors.append((rank, e))
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(len(comms))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out, dict(errors)
+
+
+def shm_files():
+    return sorted(os.listdir("/dev/shm"))
+
+
+def test_nothing_is_left_behind_in_dev_shm_fds_or_threads():
+    before = (shm_files(), len(os.listdir("/proc/self/fd")),
+              threading.active_count())
+    for _ in range(3):
+        comms = connect_threads(3)
+        assert all(k in (None, "ShmPair") for c in comms for k in pair_kinds(c))
+        out, errors = in_threads(comms, lambda c: total(c, 1 << 20))
+        assert not errors and out == [True] * 3
+        for c in comms:
+            c.Free()
+    after = (shm_files(), len(os.listdir("/proc/self/fd")),
+             threading.active_count())
+    assert after == before
+
+
+def _shared_segment():
+    """(address, ring bytes) of the gloocy shared segment mapped here
+    (by both ranks: two mappings of one memfd)."""
+    with open("/proc/self/maps") as f:
+        found = [line for line in f if "memfd:gloocy-" in line]
+    assert len({line.split()[4] for line in found}) == 1, found   # one inode
+    lo, hi = (int(a, 16) for a in found[0].split()[0].split("-"))
+    return lo, 1 << ((hi - lo - 2 * RING_CTL) // 2).bit_length() - 1
+
+
+def _memory(address, data=None, n=8):
+    """Write `data` at `address` of this process, or read n bytes there."""
+    with open("/proc/self/mem", "r+b", buffering=0) as mem:
+        mem.seek(address)
+        return mem.write(data) if data is not None else mem.read(n)
+
+
+RING_CTL = 192      # bytes of one ring's positions and flags (see _shm.pyx)
+
+
+def _jump_head(base, ring):
+    """The first ring's write position jumps past anything it can hold."""
+    head = int.from_bytes(_memory(base), "little")
+    _memory(base, (head + 2 * ring).to_bytes(8, "little"))
+
+
+def _garbage_frame(base, ring):
+    """48 bytes of garbage arrive in the first ring as a frame header."""
+    head = int.from_bytes(_memory(base), "little")
+    _memory(base + 2 * RING_CTL + head % ring, os.urandom(48))
+    _memory(base, (head + 48).to_bytes(8, "little"))
+
+
+@pytest.mark.parametrize("damage, error", [(_jump_head, PeerLostError),
+                                           (_garbage_frame, ProtocolError)])
+def test_a_peer_scribbling_on_the_rings_gets_an_error_not_a_copy(damage, error):
+    comms = connect_threads(2)
+    try:
+        damage(*_shared_segment())
+        buf = np.zeros(4)
+        with pytest.raises(error) as info:
+            comms[1].Recv(buf, source=0, timeout=5)
+        assert "rank 0" in str(info.value)
+        assert not buf.any()
+    finally:
+        for c in comms:
+            c.Free()
+
+
+WAITER = """
+import os, sys, time, numpy as np, gloocy
+comm = gloocy.init()
+x = np.ones(int(sys.argv[1]))
+comm.Barrier()
+print("ready", comm.rank, os.getpid(), flush=True)
+if comm.rank == comm.size - 1:
+    time.sleep(60)                       # the victim: killed while the others wait
+try:
+    if int(sys.argv[1]) > 1:
+        comm.Send(x, dest=comm.size - 1) # blocks: the victim never receives
+    else:
+        comm.Allreduce(gloocy.IN_PLACE, x)
+except gloocy.PeerLostError as e:
+    print(f"lost {e.rank} {time.monotonic():.6f}", flush=True)
+"""
+
+
+@pytest.mark.parametrize("n", [1, 8 << 20], ids=["waiting-to-receive",
+                                                 "waiting-to-send"])
+def test_a_killed_local_peer_is_named_within_a_second(tmp_path, n):
+    prog = tmp_path / "waiter.py"
+    prog.write_text(WAITER)
+    size = 3
+    job = subprocess.Popen([sys.executable, "-m", "gloocy.run", "-n", str(size),
+                            "--timeout", "60", sys.executable, str(prog), str(n)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           env=dict(os.environ, GLOOCY_TRANSPORT="shm"),
+                           start_new_session=True)
+    try:
+        pids = {}
+        while len(pids) < size:
+            line = job.stdout.readline().decode()
+            assert line, job.stderr.read().decode()[-3000:]
+            _, rank, pid = line.split("] ", 1)[-1].split()
+            pids[int(rank)] = int(pid)
+        time.sleep(0.3)                 # the others are waiting by now
+        victim = pids[size - 1]
+        killed_at = time.monotonic()
+        os.kill(victim, signal.SIGKILL)
+        out, err = job.communicate(timeout=30)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    reports = [l.split("] ", 1)[-1].split() for l in out.decode().splitlines()
+               if "lost" in l]
+    assert len(reports) == size - 1, out.decode() + err.decode()[-3000:]
+    for _, rank, at in reports:
+        assert int(rank) == size - 1
+        assert float(at) - killed_at < 1.0
+
+
+SLEEPER = """
+import os, time, numpy as np, gloocy
+comm = gloocy.init()
+x = np.ones(1 << 16)
+comm.Allreduce(gloocy.IN_PLACE, x)
+print("ready", x[0], os.getpid(), flush=True)
+time.sleep(60)
+"""
+
+
+def test_jobs_killed_whole_twenty_times_leave_nothing_and_restart(tmp_path):
+    prog = tmp_path / "sleeper.py"
+    prog.write_text(SLEEPER)
+    before = shm_files()
+    for _ in range(20):
+        job = subprocess.Popen([sys.executable, "-m", "gloocy.run", "-n", "3",
+                                sys.executable, str(prog)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               start_new_session=True)
+        pids = []
+        try:
+            for _ in range(3):
+                line = job.stdout.readline().decode()
+                assert "ready 3.0" in line, job.stderr.read().decode()[-3000:]
+                pids.append(int(line.split()[-1]))
+        finally:
+            os.kill(job.pid, signal.SIGKILL)     # the launcher; its ranks follow
+            job.communicate()
+        deadline = time.monotonic() + 10
+        while any(os.path.exists(f"/proc/{p}") and _state(p) != "Z" for p in pids):
+            assert time.monotonic() < deadline, "ranks outlived their launcher"
+            time.sleep(0.02)
+    assert shm_files() == before
+    done = subprocess.run([sys.executable, "-m", "gloocy.run", "-n", "3",
+                           sys.executable, "-c", SLEEPER.replace("time.sleep(60)", "")],
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    assert done.stdout.decode().count("ready 3.0") == 3
+
+
+def _state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+def test_forced_shm_names_the_peer_on_another_host():
+    env = {"GLOOCY_TRANSPORT": "shm", "GLOOCY_TEST_HOSTS": "2"}
+    with pytest.raises(AssertionError) as info:     # the world fails to start
+        World(2, env=env, timeout=20).close()
+    assert "RendezvousError" in str(info.value)
+    assert "GLOOCY_TRANSPORT=shm, but rank 1" in str(info.value)
+    assert "is on another host" in str(info.value)
