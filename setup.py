@@ -16,7 +16,7 @@ extensions = [
     Extension("gloocy.transport._tcp", ["gloocy/transport/_tcp.pyx"],
               extra_compile_args=CFLAGS),
     Extension("gloocy.transport._shm", ["gloocy/transport/_shm.pyx"],
-              include_dirs=["gloocy/transport"], extra_compile_args=CFLAGS),
+              include_dirs=["gloocy"], extra_compile_args=CFLAGS),
 ]
 
 setup(

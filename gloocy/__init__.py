@@ -118,10 +118,9 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
             from gloocy.rendezvous.address import advertised_address
             host = advertised_address(urllib.parse.urlsplit(store).hostname
                                       if isinstance(store, str) else None)
-        pairs = transport.connect(client, rank, size, secret, host=host,
-                                  job=job, timeout=timeout)
-        ctx = Context(rank, size, pairs, timeout=timeout,
-                      **_tuning(size, local_size))
+        mesh = transport.connect(client, rank, size, secret, host=host,
+                                 job=job, timeout=timeout)
+        ctx = _context(rank, size, mesh, timeout, local_size)
         # Once every rank is through this barrier, nobody needs the store:
         # rank 0 removes the job's keys (Redis and file stores outlive us).
         ctx.barrier()
@@ -190,6 +189,16 @@ def init(*, rank=None, size=None, store=None, secret=None, timeout=None,
     return _world
 
 
+def _context(rank, size, mesh, timeout, local_size):
+    try:
+        return Context(rank, size, mesh.pairs, timeout=timeout,
+                       node_fd=-1 if mesh.node is None else mesh.node,
+                       **_tuning(size, local_size))
+    finally:
+        if mesh.node is not None:
+            os.close(mesh.node)
+
+
 def _connect_over_mpi(secret, job, timeout, host):
     """The world of an MPI job: rank 0's secret and every rank's address
     travel by mpi4py (one bcast, one allgather); MPI is not used after."""
@@ -202,11 +211,10 @@ def _connect_over_mpi(secret, job, timeout, host):
         secret = comm.bcast(new_secret() if rank == 0 else None, root=0)
     secret = _secret_bytes(secret, job)
     host = host or os.environ.get("GLOOCY_HOST", "127.0.0.1")
-    pairs = transport.connect_by_allgather(comm.allgather, rank, size, secret,
-                                           host=host, job=job, timeout=timeout)
+    mesh = transport.connect_by_allgather(comm.allgather, rank, size, secret,
+                                          host=host, job=job, timeout=timeout)
     local = os.environ.get("MPI_LOCALNRANKS") or os.environ.get("OMPI_COMM_WORLD_LOCAL_SIZE")
-    ctx = Context(rank, size, pairs, timeout=timeout,
-                  **_tuning(size, int(local) if local else None))
+    ctx = _context(rank, size, mesh, timeout, int(local) if local else None)
     ctx.barrier()
     return Communicator(ctx)
 

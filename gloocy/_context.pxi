@@ -15,6 +15,8 @@ cdef extern from "<poll.h>" nogil:
     enum:
         POLLIN
         POLLRDHUP
+        POLLHUP
+        POLLERR
 
 cdef extern from "<sched.h>" nogil:
     int sched_yield()
@@ -57,10 +59,12 @@ cdef class Context:
     def __cinit__(self, int rank, int size, list pairs=None, *,
                   Links links=None, world=None, uint32_t comm_id=0,
                   double timeout=300.0, int64_t segment=1 << 18,
-                  int64_t spin_us=50, int64_t small_allreduce=1 << 16):
+                  int64_t spin_us=50, int64_t small_allreduce=1 << 16,
+                  int node_fd=-1):
         """A context over `pairs` (one per rank, None at `rank`), or over
         some of the `links` of another context: our rank i is their rank
-        world[i] (see derive())."""
+        world[i] (see derive()). `node_fd`: the node segment every rank
+        maps when all are on one host (see _node.pxi)."""
         self._efd = -1
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not in a world of size {size}")
@@ -101,6 +105,8 @@ cdef class Context:
             self._pair_ptrs[i] = <void *>self._pairs[i]
             self._world[i] = w
             self._local[w] = i
+        if node_fd >= 0:
+            self.node = Node(node_fd, rank, size)
         links.users += 1
         if links.users > 1:
             self._make_efd()
@@ -241,25 +247,37 @@ cdef class Context:
             raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
         return 0
 
-    cdef int stamp(self, Coll *c, int kind, int op, int dtype, int root,
-                   uint64_t count, double t) except -1:
+    cdef int check_stale(self, Coll *c, uint64_t seq) except -1:
+        """A stashed frame of a call of ours before `seq`, never taken: the
+        ranks called different collectives there (ones that only send)."""
         cdef Xfer *stale
         cdef Header *past
+        for peer, p in enumerate(self._pairs):
+            stale = NULL if p is None else (<Pair>p).find_stale(self.comm_id, seq)
+            if stale is not NULL:
+                past = &self._recent[stale.hdr.seq % 16]
+                mine = (f"called {describe_call(past)}"
+                        if past.seq == stale.hdr.seq and past.kind
+                        else f"made call #{stale.hdr.seq} without taking it")
+                e = MismatchError(
+                    f"rank {self.rank} {mine} but rank {peer} "
+                    f"called {describe_call(&stale.hdr)}")
+                self.fail(e, c)
+                raise e
+        return 0
+
+    cdef int sweep(self, Coll *c) except -1:
+        """After a node collective, which moves no frames: read what came
+        over the pairs (all sent before the peers joined this call), and
+        take a frame of an earlier call as the pair algorithms would."""
+        with nogil:
+            node_progress(self)
+        return self.check_stale(c, c.proto.seq)
+
+    cdef int stamp(self, Coll *c, int kind, int op, int dtype, int root,
+                   uint64_t count, double t) except -1:
         if kind != KIND_P2P:
-            # A frame of a call of ours that is over, never taken: the ranks
-            # called different collectives there (ones that only send).
-            for peer, p in enumerate(self._pairs):
-                stale = NULL if p is None else (<Pair>p).find_stale(self.comm_id, self.seq)
-                if stale is not NULL:
-                    past = &self._recent[stale.hdr.seq % 16]
-                    mine = (f"called {describe_call(past)}"
-                            if past.seq == stale.hdr.seq and past.kind
-                            else f"made call #{stale.hdr.seq} without taking it")
-                    e = MismatchError(
-                        f"rank {self.rank} {mine} but rank {peer} "
-                        f"called {describe_call(&stale.hdr)}")
-                    self.fail(e, c)
-                    raise e
+            self.check_stale(c, self.seq)
         init_header(&c.proto)
         c.proto.kind = kind
         c.proto.op = op
@@ -545,8 +563,13 @@ cdef class Context:
         cdef Coll c
         self.begin(&c, KIND_BARRIER, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
-            with nogil:
-                run_barrier(self, &c)
+            if self.node is not None:
+                with nogil:
+                    node_barrier(self, &c)
+                self.sweep(&c)
+            else:
+                with nogil:
+                    run_barrier(self, &c)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -562,6 +585,12 @@ cdef class Context:
         cdef int algo = _algorithm("bcast", algorithm)
         self.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
         try:
+            if self.node is not None and algo == ALGO_AUTO:
+                self.last_algorithm = "shm"
+                with nogil:
+                    node_bcast(self, &c, b.ptr, b.nbytes, root)
+                self.sweep(&c)
+                return
             algo = pick_bcast(self, b.nbytes, algo)
             self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
@@ -588,12 +617,20 @@ cdef class Context:
         self.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)
         try:
             c.fn = fn
-            algo = pick_allreduce(self, rb.count, c.itemsize, algo)
-            self.last_algorithm = ALGORITHM_NAMES[algo]
+            if self.node is not None and algo == ALGO_AUTO:
+                self.last_algorithm = "shm"
+            else:
+                algo = pick_allreduce(self, rb.count, c.itemsize, algo)
+                self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 if sb is not None and sb.ptr != rb.ptr:
                     memmove(rb.ptr, sb.ptr, rb.nbytes)
-                run_allreduce(self, &c, rb.ptr, rb.count, algo)
+                if self.node is not None and algo == ALGO_AUTO:
+                    node_allreduce(self, &c, rb.ptr, rb.count)
+                else:
+                    run_allreduce(self, &c, rb.ptr, rb.count, algo)
+            if self.node is not None and algo == ALGO_AUTO:
+                self.sweep(&c)
         except BaseException as e:
             self.fail(e, &c)
             raise

@@ -161,6 +161,10 @@ cdef class Pair:
     # Best effort, before abandon(): tell the peer we stop because of `why`
     # (only when our stream to it is between frames).
     cdef int say_abort(self, bytes why) except -1
+    # For the node collectives (shared-memory pairs only; no-ops elsewhere):
+    # make the peer's poll(2) on its wait_fd() return; forget such wake-ups.
+    cdef void wake_peer(self) noexcept nogil
+    cdef void drain_wakeups(self) noexcept nogil
 
     # The unexpected-frame queue, shared by every transport: stash() a frame
     # no receive matches (its payload then goes to the returned copy);
@@ -240,7 +244,36 @@ cdef class Links:
     cdef void drop_sleeper(self, int efd) noexcept nogil
 
 
+# The node segment (see _node.pxi): mapped by every rank of a world whose
+# ranks are all on one host.
+ctypedef struct NodeHead:
+    uint64_t chunk                    # bytes of one rank's slot
+    uint32_t nranks
+    char _pad[52]
+
+ctypedef struct NodeCtl:              # one rank's
+    uint64_t phase                    # last phase it arrived at
+    uint32_t sleeping                 # it sleeps: poke it through its pair
+    char _pad0[52]
+    Header fp[2]                      # its call at steps of each parity
+    char _pad1[32]
+
+
+cdef class Node:
+    cdef char *base
+    cdef size_t nbytes
+    cdef int rank
+    cdef int size
+    cdef int64_t chunk
+    cdef uint64_t step                # steps so far; slots alternate by parity
+    cdef NodeHead *head
+    cdef NodeCtl *ctl
+    cdef char *data
+    cdef char *slot(self, int r) noexcept nogil
+
+
 cdef class Context:
+    cdef readonly Node node           # the node segment, or None
     cdef readonly Links links         # the connections, shared with Dups
     cdef int *_world                  # links rank of each of our ranks
     cdef int *_local                  # our rank of each links rank (-1: none)
@@ -287,6 +320,8 @@ cdef class Context:
                    uint64_t count, object timeout) except -1
     cdef void end(self) noexcept
     cdef int check_usable(self) except -1
+    cdef int check_stale(self, Coll *c, uint64_t seq) except -1
+    cdef int sweep(self, Coll *c) except -1
     cdef int stamp(self, Coll *c, int kind, int op, int dtype, int root,
                    uint64_t count, double t) except -1
     # Between two spins of a wait: let other threads at the links.

@@ -38,6 +38,12 @@ cdef class Pair:
     cdef int say_abort(self, bytes why) except -1:
         return 0
 
+    cdef void wake_peer(self) noexcept nogil:
+        pass
+
+    cdef void drain_wakeups(self) noexcept nogil:
+        pass
+
     cdef int shutdown(self, bint clean) except -1:
         self.closed = True
         return 0

@@ -281,7 +281,10 @@ def check(results, cases, size):
         assert len(ran) == 1, f"{what}: ranks ran {ran}"
         ran = ran.pop()
         if algo is None:
-            assert ran in _core.ALGORITHM_TABLES[coll] and ran != "auto", what
+            # "shm": the node segment's, picked (only automatically) when
+            # every rank is on one host.
+            assert ((ran in _core.ALGORITHM_TABLES[coll] and ran != "auto")
+                    or (ran == "shm" and coll in ("allreduce", "bcast"))), what
         else:
             assert ran == expected_algorithm(coll, algo, size, kind), f"{what}: ran {ran}"
         if coll in ("allreduce", "allgather", "bcast"):
@@ -392,7 +395,7 @@ def test_environment_chooses_and_keyword_wins(world):
 
 
 @pytest.mark.parametrize("size", [3, 4])
-def test_environment_is_read_at_every_call(world, size):
+def test_environment_is_read_at_every_call(world, transport, size):
     # The same world, the variable set and changed between calls.
     for coll, names in NAMES.items():
         kind = {"allreduce": "i64-sum", "reduce": "i64-sum", "bcast": "",
@@ -404,12 +407,13 @@ def test_environment_is_read_at_every_call(world, size):
             assert ran == {expected_algorithm(coll, name, size, kind)}, (coll, name, ran)
             check(results, [(coll, name, 37, 11, kind)], size)
     # Empty or "auto": the automatic choice.
+    auto = auto_choice(transport, "allreduce", "recursive_doubling")
     results = world(size).run(r_env_cases, {ENV["allreduce"]: ""},
                               [("allreduce", None, 37, 1, "i64-sum")])
-    assert results[0][0][1] == "recursive_doubling"
+    assert results[0][0][1] == auto
     results = world(size).run(r_env_cases, {ENV["allreduce"]: "auto"},
                               [("allreduce", None, 37, 1, "i64-sum")])
-    assert results[0][0][1] == "recursive_doubling"
+    assert results[0][0][1] == auto
 
 
 def test_unknown_names_raise_value_error(world):
@@ -444,6 +448,14 @@ def test_tables_and_names():
                 coll, name, 4, "equal")
 
 
+def auto_choice(transport, coll, table_choice):
+    """What "auto" runs: with every rank on one host (the shm worlds),
+    allreduce and bcast go through the node segment; else the table's."""
+    if transport == "shm" and coll in ("allreduce", "bcast"):
+        return "shm"
+    return table_choice
+
+
 def r_auto(comm, cases):
     """(collective, bytes) -> the algorithm "auto" picked."""
     out = []
@@ -466,7 +478,7 @@ def r_auto(comm, cases):
 
 
 @pytest.mark.parametrize("size", [2, 3, 4])
-def test_automatic_choice_follows_the_table(world, size):
+def test_automatic_choice_follows_the_table(world, transport, size):
     # The Context picks what auto_algorithm() (the documented table) says,
     # on both sides of every threshold.
     t = _core.ALGORITHM_THRESHOLDS
@@ -488,7 +500,8 @@ def test_automatic_choice_follows_the_table(world, size):
     # The bytes each call really moved (whole float32 blocks per rank).
     moved = [b // 4 // size * size * 4 if c in ("allgather", "reduce_scatter")
              else b // 4 * 4 for c, b in cases]
-    want = [_core.auto_algorithm(c, size, m) for (c, _), m in zip(cases, moved)]
+    want = [auto_choice(transport, c, _core.auto_algorithm(c, size, m))
+            for (c, _), m in zip(cases, moved)]
     assert got[0] == want, list(zip(cases, got[0], want))
 
 

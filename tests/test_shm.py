@@ -113,7 +113,7 @@ def _shared_segment():
     """(address, ring bytes) of the gloocy shared segment mapped here
     (by both ranks: two mappings of one memfd)."""
     with open("/proc/self/maps") as f:
-        found = [line for line in f if "memfd:gloocy-" in line]
+        found = [line for line in f if "memfd:gloocy-ring" in line]
     assert len({line.split()[4] for line in found}) == 1, found   # one inode
     lo, hi = (int(a, 16) for a in found[0].split()[0].split("-"))
     return lo, 1 << ((hi - lo - 2 * RING_CTL) // 2).bit_length() - 1
@@ -158,56 +158,40 @@ def test_a_peer_scribbling_on_the_rings_gets_an_error_not_a_copy(damage, error):
             c.Free()
 
 
-WAITER = """
-import os, sys, time, numpy as np, gloocy
-comm = gloocy.init()
-x = np.ones(int(sys.argv[1]))
-comm.Barrier()
-print("ready", comm.rank, os.getpid(), flush=True)
-if comm.rank == comm.size - 1:
-    time.sleep(60)                       # the victim: killed while the others wait
-try:
-    if int(sys.argv[1]) > 1:
-        comm.Send(x, dest=comm.size - 1) # blocks: the victim never receives
-    else:
-        comm.Allreduce(gloocy.IN_PLACE, x)
-except gloocy.PeerLostError as e:
-    print(f"lost {e.rank} {time.monotonic():.6f}", flush=True)
-"""
-
-
-@pytest.mark.parametrize("n", [1, 8 << 20], ids=["waiting-to-receive",
-                                                 "waiting-to-send"])
-def test_a_killed_local_peer_is_named_within_a_second(tmp_path, n):
-    prog = tmp_path / "waiter.py"
-    prog.write_text(WAITER)
-    size = 3
-    job = subprocess.Popen([sys.executable, "-m", "gloocy.run", "-n", str(size),
-                            "--timeout", "60", sys.executable, str(prog), str(n)],
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           env=dict(os.environ, GLOOCY_TRANSPORT="shm"),
-                           start_new_session=True)
+def wait_on_last_rank(comm, n):
+    """Block in an allreduce (n == 1) or in a large send to the last rank,
+    which never comes; (lost rank, when it was noticed)."""
+    x = np.ones(n)
     try:
-        pids = {}
-        while len(pids) < size:
-            line = job.stdout.readline().decode()
-            assert line, job.stderr.read().decode()[-3000:]
-            _, rank, pid = line.split("] ", 1)[-1].split()
-            pids[int(rank)] = int(pid)
-        time.sleep(0.3)                 # the others are waiting by now
-        victim = pids[size - 1]
-        killed_at = time.monotonic()
-        os.kill(victim, signal.SIGKILL)
-        out, err = job.communicate(timeout=30)
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    reports = [l.split("] ", 1)[-1].split() for l in out.decode().splitlines()
-               if "lost" in l]
-    assert len(reports) == size - 1, out.decode() + err.decode()[-3000:]
-    for _, rank, at in reports:
-        assert int(rank) == size - 1
-        assert float(at) - killed_at < 1.0
+        if n > 1:
+            comm.Send(x, dest=comm.size - 1)
+        else:
+            comm.Allreduce(gloocy.IN_PLACE, x)
+    except PeerLostError as e:
+        return e.rank, time.monotonic()
+    return None, time.monotonic()
+
+
+@pytest.mark.parametrize("n", [1, 8 << 20], ids=["in-an-allreduce",
+                                                 "in-a-large-send"])
+def test_a_killed_local_peer_is_named_within_a_second(n):
+    size = 3
+    with World(size, env={"GLOOCY_TRANSPORT": "shm"}) as w:
+        killed_at = []
+
+        def kill():
+            killed_at.append(time.monotonic())
+            w.kill(size - 1)
+        timer = threading.Timer(0.5, kill)
+        timer.start()
+        try:
+            got = w.run(wait_on_last_rank, n, ranks=list(range(size - 1)),
+                        timeout=30)
+        finally:
+            timer.cancel()
+    for lost, noticed in got:
+        assert lost == size - 1
+        assert 0 <= noticed - killed_at[0] < 1.0
 
 
 SLEEPER = """

@@ -8,23 +8,25 @@ or `shm` (every peer must be local).
 
 import os
 import time
+from typing import NamedTuple
 
 from gloocy.errors import RendezvousError
 from gloocy.rendezvous.address import listen_port_and_advertised
 from gloocy.transport._tcp import TcpPair, connect_sockets, tcp_pair
 
-__all__ = ["connect", "connect_by_allgather", "TcpPair", "TRANSPORTS"]
+__all__ = ["connect", "connect_by_allgather", "Mesh", "TcpPair", "TRANSPORTS"]
 
 TRANSPORTS = ("auto", "tcp", "shm")
 
 
 def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
             timeout=300.0, transport=None):
-    """Connect `rank` to every other rank of the job; a list of pairs indexed
-    by rank, None at `rank`."""
+    """Connect `rank` to every other rank of the job: a Mesh of pairs
+    indexed by rank (None at `rank`) and the node segment's fd, if any (the
+    caller closes it)."""
     mode = _mode(transport)
     if size == 1:
-        return [None]
+        return Mesh([None], None)
     deadline = time.monotonic() + timeout
     _check_membership(store, rank, size, job, timeout)
 
@@ -45,7 +47,7 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
     `allgather(obj) -> list` of another library (e.g. mpi4py's)."""
     mode = _mode(transport)
     if size == 1:
-        return [None]
+        return Mesh([None], None)
     deadline = time.monotonic() + timeout
     addresses = []
 
@@ -70,25 +72,42 @@ def _listen():
     return dict(port=port, advertise=advertise)
 
 
+class Mesh(NamedTuple):
+    pairs: list          # a Pair per rank, None at ours
+    node: int | None     # fd of the node segment (all ranks on one host), or None
+
+
 def _pairs(socks, rank, size, mode, deadline):
     """One pair per peer from the authenticated sockets: shared memory to
-    the local peers (unless `mode` is tcp), TCP to the others."""
+    the local peers (unless `mode` is tcp), TCP to the others. When every
+    rank is local, rank 0 also hands out a node segment for the direct
+    shared-memory collectives."""
+    from gloocy._core import new_node_segment
     from gloocy.transport import shm
 
-    pairs = [None] * size
+    pairs, node = [None] * size, None
     try:
         local = shm.local_peers(socks, rank, mode, deadline)
+        if rank == 0 and len(local) == size - 1:
+            node = new_node_segment(size, shm.chunk_bytes())
         for peer in sorted(socks):
             sock, address = socks.pop(peer)
-            pairs[peer] = (shm.shm_pair(sock, rank, peer, deadline) if peer in local
-                           else tcp_pair(sock, rank, peer, address))
-        return pairs
+            if peer in local:
+                pairs[peer], got = shm.shm_pair(sock, rank, peer, deadline,
+                                                node=node if rank == 0 else None)
+                if got is not None and rank != 0:
+                    node = got
+            else:
+                pairs[peer] = tcp_pair(sock, rank, peer, address)
+        return Mesh(pairs, node)
     except BaseException:
         for sock, _ in socks.values():
             sock.close()
         for pair in pairs:
             if pair is not None:
                 pair.close(False)
+        if node is not None:
+            os.close(node)
         raise
 
 

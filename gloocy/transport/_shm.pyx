@@ -23,7 +23,7 @@ from posix.unistd cimport close as c_close
 
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
 
-cdef extern from "_ring.h" nogil:
+cdef extern from "_atomics.h" nogil:
     uint64_t ring_load(const uint64_t *p)
     void ring_store(uint64_t *p, uint64_t v)
     void ring_fence()
@@ -185,6 +185,12 @@ cdef class ShmPair(StreamPair):
         # peer that is gone is noticed by our own reads.
         cdef char one = 1
         send(self.fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL)
+
+    cdef void wake_peer(self) noexcept nogil:
+        self.poke()
+
+    cdef void drain_wakeups(self) noexcept nogil:
+        self.drain()
 
     cdef void drain(self) noexcept nogil:
         """Read the wake-ups that came; note a closed socket."""

@@ -19,12 +19,14 @@ import time
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport._shm import ShmPair, segment_bytes
 
-__all__ = ["host_identity", "local_peers", "shm_pair", "ring_bytes"]
+__all__ = ["host_identity", "local_peers", "shm_pair", "ring_bytes",
+           "chunk_bytes"]
 
 _ID = struct.Struct("<8s?H")
 _ID_MAGIC = b"GLCYHOST"
 _RING = struct.Struct("<Q")
-DEFAULT_RING = 1 << 20
+DEFAULT_RING = 1 << 18        # small rings stay in cache (measured: bench/README.md)
+DEFAULT_CHUNK = 1 << 18       # 2 parities x N slots stay in cache
 
 
 def host_identity():
@@ -42,6 +44,15 @@ def host_identity():
     except OSError:
         pass
     return "/".join(parts)
+
+
+def chunk_bytes():
+    """GLOOCY_SHM_CHUNK_BYTES: one rank's slot in the node segment."""
+    text = os.environ.get("GLOOCY_SHM_CHUNK_BYTES", str(DEFAULT_CHUNK))
+    try:
+        return int(text)
+    except ValueError:
+        raise ValueError(f"GLOOCY_SHM_CHUNK_BYTES={text!r} is not an integer") from None
 
 
 def ring_bytes():
@@ -90,17 +101,18 @@ def local_peers(socks, rank, mode, deadline):
     return local
 
 
-def shm_pair(sock, rank, peer, deadline, ring=None):
+def shm_pair(sock, rank, peer, deadline, *, node=None):
     """Turn the TCP connection `sock` to a local peer into a ShmPair (the
-    TCP connection is closed)."""
+    TCP connection is closed); (pair, node segment fd or None). The lower
+    rank hands `node` (a node segment's fd, see _node.pxi) over too."""
     try:
         if rank < peer:
-            conn, memfd, ring = _offer(sock, peer, deadline, ring or ring_bytes())
+            conn, memfd, ring = _offer(sock, peer, deadline, ring_bytes(), node)
         else:
-            conn, memfd, ring = _take(sock, peer, deadline)
+            conn, memfd, ring, node = _take(sock, peer, deadline)
         try:
             conn.setblocking(False)
-            return ShmPair(conn.detach(), memfd, ring, rank, peer, rank < peer)
+            return ShmPair(conn.detach(), memfd, ring, rank, peer, rank < peer), node
         finally:
             conn.close()
             os.close(memfd)
@@ -115,7 +127,7 @@ def _name(token):
     return b"\0gloocy-" + token.hex().encode()
 
 
-def _offer(sock, peer, deadline, ring):
+def _offer(sock, peer, deadline, ring, node):
     token = secrets.token_bytes(16)
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(_name(token))
@@ -131,10 +143,11 @@ def _offer(sock, peer, deadline, ring):
             except (OSError, ProtocolError):
                 pass
             conn.close()
-    memfd = os.memfd_create(f"gloocy-{peer}", os.MFD_CLOEXEC)
+    memfd = os.memfd_create("gloocy-ring", os.MFD_CLOEXEC)
     try:
         os.ftruncate(memfd, segment_bytes(ring))
-        socket.send_fds(conn, [_RING.pack(ring)], [memfd])
+        socket.send_fds(conn, [_RING.pack(ring)],
+                        [memfd] if node is None else [memfd, node])
     except BaseException:
         os.close(memfd)
         conn.close()
@@ -149,16 +162,18 @@ def _take(sock, peer, deadline):
         conn.settimeout(max(0.001, deadline - time.monotonic()))
         conn.connect(_name(token))
         conn.sendall(token)
-        msg, fds, _, _ = socket.recv_fds(conn, _RING.size, 1)
-        if len(fds) != 1 or len(msg) != _RING.size:
+        msg, fds, _, _ = socket.recv_fds(conn, _RING.size, 2)
+        try:
+            if len(fds) not in (1, 2) or len(msg) != _RING.size:
+                raise ProtocolError("the peer sent no shared segment")
+            (ring,) = _RING.unpack(msg)
+            if os.fstat(fds[0]).st_size != segment_bytes(ring):
+                raise ProtocolError("the shared segment has the wrong size")
+        except BaseException:
             for fd in fds:
                 os.close(fd)
-            raise ProtocolError("the peer sent no shared segment")
-        (ring,) = _RING.unpack(msg)
-        if os.fstat(fds[0]).st_size != segment_bytes(ring):
-            os.close(fds[0])
-            raise ProtocolError("the shared segment has the wrong size")
+            raise
     except BaseException:
         conn.close()
         raise
-    return conn, fds[0], ring
+    return conn, fds[0], ring, (fds[1] if len(fds) == 2 else None)

@@ -1,0 +1,292 @@
+# Collectives through one segment that every rank maps, for a world whose
+# ranks are all on one host (transport/shm.py hands the segment out).
+#
+# Each rank has a slot per step parity and a control line with its phase.
+# A step: every rank writes its data into its slot and arrives at phase A;
+# once all have, each reads the others' slots straight from memory (an
+# allreduce reduces its own block of every slot, arrives at phase B, and
+# after all have, copies the others' reduced blocks out). Slots alternate by
+# step parity: a rank reaches phase A of step t only after it has read what
+# step t-1 left, so writing step t+1 (parity of t-1) after all reached A(t)
+# is safe. A rank is at most one step ahead, so the fingerprints of its
+# calls, kept per parity, can be checked like a frame's header.
+#
+# Waiting spins for spin_ns, then sleeps in poll(2) on the pairs' sockets
+# with its `sleeping` flag up; an arriving rank pokes the sleepers through
+# their pairs. A peer that dies hangs up its sockets, which wakes the
+# sleepers at once; every slice of sleep also looks at the deadline and
+# Ctrl-C.
+
+cdef extern from "_atomics.h" nogil:
+    uint64_t ring_load(const uint64_t *p)
+    void ring_store(uint64_t *p, uint64_t v)
+    void ring_fence()
+    uint32_t u32_load(const uint32_t *p)
+    void flag_set(uint32_t *p, uint32_t v)
+
+cdef extern from "<sys/mman.h>" nogil:
+    void *mmap(void *addr, size_t length, int prot, int flags, int fd, long off)
+    int munmap(void *addr, size_t length)
+    enum:
+        PROT_READ
+        PROT_WRITE
+        MAP_SHARED
+    void *MAP_FAILED
+
+cdef enum:
+    NODE_SMALL = 16384        # allreduce up to this: every rank reduces it all
+
+
+def node_segment_bytes(int size, int64_t chunk):
+    return sizeof(NodeHead) + size * sizeof(NodeCtl) + 2 * size * chunk
+
+
+def new_node_segment(int size, int64_t chunk):
+    """A memfd holding a fresh node segment for `size` ranks with slots of
+    `chunk` bytes (its header written); the caller passes it on."""
+    import os
+    cdef NodeHead head
+    if chunk < 4096 or chunk % 64:
+        raise ValueError(f"chunk: {chunk} is not a multiple of 64 >= 4096")
+    fd = os.memfd_create("gloocy-node", os.MFD_CLOEXEC)
+    try:
+        os.ftruncate(fd, node_segment_bytes(size, chunk))
+        memset(&head, 0, sizeof(head))
+        head.chunk = chunk
+        head.nranks = size
+        os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+cdef class Node:
+    """The node segment in memfd `fd`, mapped (the caller closes fd)."""
+
+    def __cinit__(self, int fd, int rank, int size):
+        import os
+        self.nbytes = os.fstat(fd).st_size
+        cdef void *p = NULL
+        if self.nbytes >= sizeof(NodeHead):
+            p = mmap(NULL, self.nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+        if p == NULL or p == MAP_FAILED:
+            raise OSError(errno, f"cannot map the node segment ({self.nbytes} bytes)")
+        self.base = <char *>p
+        self.head = <NodeHead *>p
+        self.rank = rank
+        self.size = size
+        self.chunk = <int64_t>self.head.chunk
+        if (self.head.nranks != size or self.chunk < 4096
+                or node_segment_bytes(size, self.chunk) != self.nbytes):
+            raise ValueError("the node segment does not fit this world")
+        self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
+        self.data = self.base + sizeof(NodeHead) + size * sizeof(NodeCtl)
+
+    def __dealloc__(self):
+        if self.base is not NULL:
+            munmap(self.base, self.nbytes)
+
+    cdef char *slot(self, int r) noexcept nogil:
+        return self.data + ((self.step & 1) * self.size + r) * self.chunk
+
+
+cdef inline uint64_t phase_a(Node nd) noexcept nogil:
+    return 2 * nd.step + 1
+
+
+cdef inline uint64_t phase_b(Node nd) noexcept nogil:
+    return 2 * nd.step + 2
+
+
+cdef int node_arrive(Context ctx, uint64_t phase, Coll *c) noexcept nogil:
+    cdef int j
+    ctx.node.ctl[ctx.node.rank].fp[ctx.node.step & 1] = c.proto
+    ring_store(&ctx.node.ctl[ctx.node.rank].phase, phase)
+    ring_fence()
+    for j in range(ctx.node.size):
+        if j != ctx.node.rank and u32_load(&ctx.node.ctl[j].sleeping):
+            (<Pair>ctx._pair_ptrs[j]).wake_peer()
+    return 0
+
+
+cdef int node_behind(Node nd, uint64_t phase) noexcept nogil:
+    """The first rank that has not reached `phase`, or -1."""
+    cdef int j
+    for j in range(nd.size):
+        if ring_load(&nd.ctl[j].phase) < phase:
+            return j
+    return -1
+
+
+cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
+    """Until every rank has reached `phase` (spin, then sleep). Frames keep
+    moving meanwhile: a peer may be sending to us before this call."""
+    cdef int64_t spin_until = now_ns() + ctx.spin_ns
+    cdef int64_t left
+    while node_behind(ctx.node, phase) >= 0:
+        node_progress(ctx)
+        if now_ns() < spin_until:
+            ctx.pause()
+            continue
+        left = c.deadline - now_ns()
+        if left <= 0:
+            return _raise_node_timeout(ctx, c, phase)
+        node_sleep(ctx, phase, min(POLL_SLICE_MS, left // 1000000 + 1))
+        node_check_peers(ctx, phase)
+        _check_signals()
+        if ctx.links.failed:
+            return _raise_links_failed(ctx)
+    return 0
+
+
+cdef int node_progress(Context ctx) except -1 nogil:
+    """Move what the pairs can (frames that came or wait to leave)."""
+    cdef int i
+    for i in range(ctx.size):
+        if i != ctx.rank:
+            (<Pair>ctx._pair_ptrs[i]).progress()
+    return 0
+
+
+cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
+    """poll(2) the pairs as block() does, with our `sleeping` flag up so
+    that arriving ranks poke us. The flag goes up after the pairs drained
+    their pokes, so a poke that comes before the poll still wakes it."""
+    cdef pollfd fds[64]
+    cdef int i, n = 0
+    cdef short ev
+    cdef uint32_t *sleeping = &ctx.node.ctl[ctx.rank].sleeping
+    for i in range(ctx.size):
+        if i != ctx.rank:
+            ev = (<Pair>ctx._pair_ptrs[i]).wait_events()
+            if n < 64:
+                fds[n].fd = (<Pair>ctx._pair_ptrs[i]).wait_fd()
+                fds[n].events = ev | POLLIN | POLLRDHUP
+                fds[n].revents = 0
+                n += 1
+    flag_set(sleeping, 1)
+    if node_behind(ctx.node, phase) >= 0:
+        ctx.links.leave()
+        poll(fds, n, ms if n == ctx.size - 1 else 1)
+        ctx.links.enter()
+    flag_set(sleeping, 0)
+    for i in range(ctx.size):
+        if i != ctx.rank:
+            (<Pair>ctx._pair_ptrs[i]).drain_wakeups()
+    return 0
+
+
+cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
+    """PeerLostError if a peer that has not reached `phase` hung up (its
+    process died; one that got there may have finished and left)."""
+    cdef pollfd fds[1]
+    cdef int i
+    for i in range(ctx.size):
+        if i == ctx.rank or ring_load(&ctx.node.ctl[i].phase) >= phase:
+            continue
+        fds[0].fd = (<Pair>ctx._pair_ptrs[i]).wait_fd()
+        fds[0].events = POLLRDHUP
+        fds[0].revents = 0
+        if fds[0].fd >= 0 and poll(fds, 1, 0) > 0 and fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR):
+            return _raise_node_peer_lost(ctx, i)
+    return 0
+
+
+cdef int node_check_fingerprints(Context ctx, Coll *c) except -1 nogil:
+    cdef Header *h
+    cdef int j
+    for j in range(ctx.node.size):
+        h = &ctx.node.ctl[j].fp[ctx.node.step & 1]
+        if (h.kind != c.proto.kind or h.op != c.proto.op or h.dtype != c.proto.dtype
+                or h.root != c.proto.root or h.count != c.proto.count
+                or h.seq != c.proto.seq):
+            return _raise_node_mismatch(ctx, c, j, h)
+    return 0
+
+
+cdef int node_step_in(Context ctx, Coll *c) except -1 nogil:
+    """Our slot of this step is written: arrive at A, wait for all, check."""
+    node_arrive(ctx, phase_a(ctx.node), c)
+    node_wait(ctx, c, phase_a(ctx.node))
+    return node_check_fingerprints(ctx, c)
+
+
+cdef int node_barrier(Context ctx, Coll *c) except -1 nogil:
+    node_step_in(ctx, c)
+    ctx.node.step += 1
+    return 0
+
+
+cdef int node_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
+                    int root) except -1 nogil:
+    cdef int64_t off = 0, n
+    while True:
+        n = min(nbytes - off, ctx.node.chunk)
+        if ctx.rank == root:
+            memcpy(ctx.node.slot(root), buf + off, n)
+        node_step_in(ctx, c)
+        if ctx.rank != root:
+            memcpy(buf + off, ctx.node.slot(root), n)
+        ctx.node.step += 1
+        off += n
+        if off >= nbytes:
+            return 0
+
+
+cdef int node_allreduce(Context ctx, Coll *c, char *buf, int64_t count) except -1 nogil:
+    cdef int64_t isz = c.itemsize, nbytes = count * c.itemsize
+    cdef int64_t per_step = max(ctx.node.chunk // isz, 1)
+    cdef int64_t done = 0, e, q, lo, hi
+    cdef int j
+    if nbytes <= NODE_SMALL and nbytes <= ctx.node.chunk:
+        # Every rank reduces the whole vector, in rank order: one step.
+        memcpy(ctx.node.slot(ctx.rank), buf, nbytes)
+        node_step_in(ctx, c)
+        memcpy(buf, ctx.node.slot(0), nbytes)
+        for j in range(1, ctx.node.size):
+            c.fn(buf, ctx.node.slot(j), count)
+        ctx.node.step += 1
+        return 0
+    while done < count:
+        # This step's elements, cut in one block per rank; rank r reduces
+        # block r of every slot (in rank order) and the others copy it.
+        e = min(count - done, per_step)
+        q = (e + ctx.node.size - 1) // ctx.node.size
+        memcpy(ctx.node.slot(ctx.rank), buf + done * isz, e * isz)
+        node_step_in(ctx, c)
+        lo, hi = min(ctx.rank * q, e), min((ctx.rank + 1) * q, e)
+        if hi > lo:
+            memcpy(buf + (done + lo) * isz, ctx.node.slot(0) + lo * isz, (hi - lo) * isz)
+            for j in range(1, ctx.node.size):
+                c.fn(buf + (done + lo) * isz, ctx.node.slot(j) + lo * isz, hi - lo)
+            memcpy(ctx.node.slot(ctx.rank) + lo * isz, buf + (done + lo) * isz, (hi - lo) * isz)
+        node_arrive(ctx, phase_b(ctx.node), c)
+        node_wait(ctx, c, phase_b(ctx.node))
+        for j in range(ctx.node.size):
+            lo, hi = min(j * q, e), min((j + 1) * q, e)
+            if j != ctx.rank and hi > lo:
+                memcpy(buf + (done + lo) * isz, ctx.node.slot(j) + lo * isz, (hi - lo) * isz)
+        ctx.node.step += 1
+        done += e
+    return 0
+
+
+cdef int _raise_node_timeout(Context ctx, Coll *c, uint64_t phase) except -1 with gil:
+    late = [j for j in range(ctx.size)
+            if ring_load(&ctx.node.ctl[j].phase) < phase]
+    raise CollectiveTimeout(
+        f"rank {ctx.rank}: {describe_call(&c.proto)} timed out waiting for "
+        f"rank(s) {', '.join(map(str, late))}")
+
+
+cdef int _raise_node_peer_lost(Context ctx, int peer) except -1 with gil:
+    raise PeerLostError(f"rank {ctx.rank}: lost peer rank {peer} (shared "
+                        "memory): its connection closed (did its process die?)",
+                        rank=peer)
+
+
+cdef int _raise_node_mismatch(Context ctx, Coll *c, int peer,
+                              const Header *h) except -1 with gil:
+    raise MismatchError(f"rank {ctx.rank} called {describe_call(&c.proto)} "
+                        f"but rank {peer} called {describe_call(h)}")
