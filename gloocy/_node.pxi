@@ -237,7 +237,7 @@ cdef int node_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
 cdef int node_allreduce(Context ctx, Coll *c, char *buf, int64_t count) except -1 nogil:
     cdef int64_t isz = c.itemsize, nbytes = count * c.itemsize
     cdef int64_t per_step = max(ctx.node.chunk // isz, 1)
-    cdef int64_t done = 0, e, q, lo, hi
+    cdef int64_t done = 0, e, q, lo, hi, mine_lo, mine_hi
     cdef int j
     if nbytes <= NODE_SMALL and nbytes <= ctx.node.chunk:
         # Every rank reduces the whole vector, in rank order: one step.
@@ -249,18 +249,25 @@ cdef int node_allreduce(Context ctx, Coll *c, char *buf, int64_t count) except -
         ctx.node.step += 1
         return 0
     while done < count:
-        # This step's elements, cut in one block per rank; rank r reduces
-        # block r of every slot (in rank order) and the others copy it.
+        # This step's elements, cut in one block per rank. Rank r reduces
+        # block r: its own data (left in its buffer, never copied to the
+        # slot) with the others' in rank order, publishes the result in its
+        # slot, and copies the others' results out. (Built-in ops commute;
+        # each block is reduced at one rank, so every rank gets its bits.)
         e = min(count - done, per_step)
         q = (e + ctx.node.size - 1) // ctx.node.size
-        memcpy(ctx.node.slot(ctx.rank), buf + done * isz, e * isz)
+        mine_lo, mine_hi = min(ctx.rank * q, e), min((ctx.rank + 1) * q, e)
+        memcpy(ctx.node.slot(ctx.rank), buf + done * isz, mine_lo * isz)
+        memcpy(ctx.node.slot(ctx.rank) + mine_hi * isz, buf + (done + mine_hi) * isz,
+               (e - mine_hi) * isz)
         node_step_in(ctx, c)
-        lo, hi = min(ctx.rank * q, e), min((ctx.rank + 1) * q, e)
-        if hi > lo:
-            memcpy(buf + (done + lo) * isz, ctx.node.slot(0) + lo * isz, (hi - lo) * isz)
-            for j in range(1, ctx.node.size):
-                c.fn(buf + (done + lo) * isz, ctx.node.slot(j) + lo * isz, hi - lo)
-            memcpy(ctx.node.slot(ctx.rank) + lo * isz, buf + (done + lo) * isz, (hi - lo) * isz)
+        if mine_hi > mine_lo:
+            for j in range(ctx.node.size):
+                if j != ctx.rank:
+                    c.fn(buf + (done + mine_lo) * isz, ctx.node.slot(j) + mine_lo * isz,
+                         mine_hi - mine_lo)
+            memcpy(ctx.node.slot(ctx.rank) + mine_lo * isz, buf + (done + mine_lo) * isz,
+                   (mine_hi - mine_lo) * isz)
         node_arrive(ctx, phase_b(ctx.node), c)
         node_wait(ctx, c, phase_b(ctx.node))
         for j in range(ctx.node.size):
