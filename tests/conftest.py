@@ -70,6 +70,16 @@ def world(worlds, transport):
     return get
 
 
+@pytest.fixture(autouse=True)
+def _nothing_left_in_dev_shm():
+    """gloocy's shared memory is never named: no test may leave a file in
+    /dev/shm (a killed rank included)."""
+    before = set(os.listdir("/dev/shm"))
+    yield
+    left = set(os.listdir("/dev/shm")) - before
+    assert not left, f"left behind in /dev/shm: {sorted(left)}"
+
+
 class HardTimeout(Exception):
     """The test ran past its hard timeout."""
 

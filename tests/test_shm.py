@@ -249,3 +249,46 @@ def test_forced_shm_names_the_peer_on_another_host():
     assert "RendezvousError" in str(info.value)
     assert "GLOOCY_TRANSPORT=shm, but rank 1" in str(info.value)
     assert "is on another host" in str(info.value)
+
+
+def r_node_mismatch(comm, t):
+    """Ranks disagree on the count of a node allreduce."""
+    x = np.ones(4 + comm.rank)
+    try:
+        comm.Allreduce(gloocy.IN_PLACE, x, timeout=t)
+    except gloocy.GloocyError as e:
+        return type(e).__name__, str(e), comm._ctx.last_algorithm
+    return "ok", "", comm._ctx.last_algorithm
+
+
+def r_node_late(comm, t):
+    """The last rank stays away from a node allreduce and a barrier."""
+    if comm.rank == comm.size - 1:
+        time.sleep(2 * t + 0.5)
+        return None
+    out = []
+    for call in (lambda: comm.Allreduce(gloocy.IN_PLACE, np.ones(1 << 20), timeout=t),
+                 lambda: comm.Barrier(timeout=t)):
+        t0 = time.monotonic()
+        try:
+            call()
+            out.append(("ok", "", 0.0))
+        except gloocy.GloocyError as e:
+            out.append((type(e).__name__, str(e), time.monotonic() - t0))
+    return out
+
+
+def test_node_collectives_name_a_mismatch_and_a_missing_rank():
+    with World(2, env={"GLOOCY_TRANSPORT": "shm"}) as w:
+        got = w.run(r_node_mismatch, 5.0, check=False)
+    for rank, (kind, msg, algorithm) in enumerate(got):
+        assert algorithm == "shm"
+        assert kind == "MismatchError", msg
+        assert f"rank {1 - rank} called allreduce" in msg, msg
+    with World(3, env={"GLOOCY_TRANSPORT": "shm"}) as w:
+        got = w.run(r_node_late, 1.0, timeout=30)
+    for rank in (0, 1):
+        (kind, msg, seconds), second = got[rank]
+        assert kind == "CollectiveTimeout" and "rank(s) 2" in msg, msg
+        assert 1.0 <= seconds < 5.0
+        assert second[0] == "ContextPoisoned"      # the timeout poisoned it
