@@ -658,6 +658,14 @@ cdef class Context:
         cdef int algo = _algorithm("allgather", algorithm)
         self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
+            if self.node is not None and algo == ALGO_AUTO:
+                self.last_algorithm = "shm"
+                c.proto.count = sizes_digest(sizes)   # every rank's view of them
+                with nogil:
+                    node_allgatherv(self, &c, sb.ptr if sb is not None else
+                                    rb.ptr + offs.v[self.rank], rb.ptr, offs.v, sizes.v)
+                self.sweep(&c)
+                return
             algo = pick_allgather(self, offs.v, sizes.v, algo)
             self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:

@@ -279,6 +279,39 @@ cdef int node_allreduce(Context ctx, Coll *c, char *buf, int64_t count) except -
     return 0
 
 
+cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
+                         const int64_t *offs, const int64_t *sizes) except -1 nogil:
+    """Rank j's sizes[j] bytes land at buf + offs[j] everywhere; ours come
+    from `mine`. Step s moves bytes [s*chunk, (s+1)*chunk) of every block."""
+    cdef int64_t chunk = ctx.node.chunk, off = 0, longest = 0, n
+    cdef int j
+    for j in range(ctx.node.size):
+        longest = max(longest, sizes[j])
+    if mine != buf + offs[ctx.rank]:
+        memmove(buf + offs[ctx.rank], mine, sizes[ctx.rank])
+    while True:
+        n = min(max(sizes[ctx.rank] - off, 0), chunk)
+        memcpy(ctx.node.slot(ctx.rank), buf + offs[ctx.rank] + off, n)
+        node_step_in(ctx, c)
+        for j in range(ctx.node.size):
+            n = min(max(sizes[j] - off, 0), chunk)
+            if j != ctx.rank and n > 0:
+                memcpy(buf + offs[j] + off, ctx.node.slot(j), n)
+        ctx.node.step += 1
+        off += chunk
+        if off >= longest:
+            return 0
+
+
+cdef uint64_t sizes_digest(I64 sizes):
+    """FNV-1a of the block sizes, for the fingerprint of a node allgather."""
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef int i
+    for i in range(sizes.n):
+        h = (h ^ <uint64_t>sizes.v[i]) * 1099511628211ULL
+    return h
+
+
 cdef int _raise_node_timeout(Context ctx, Coll *c, uint64_t phase) except -1 with gil:
     late = [j for j in range(ctx.size)
             if ring_load(&ctx.node.ctl[j].phase) < phase]

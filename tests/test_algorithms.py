@@ -284,7 +284,7 @@ def check(results, cases, size):
             # "shm": the node segment's, picked (only automatically) when
             # every rank is on one host.
             assert ((ran in _core.ALGORITHM_TABLES[coll] and ran != "auto")
-                    or (ran == "shm" and coll in ("allreduce", "bcast"))), what
+                    or (ran == "shm" and coll in ("allreduce", "bcast", "allgather"))), what
         else:
             assert ran == expected_algorithm(coll, algo, size, kind), f"{what}: ran {ran}"
         if coll in ("allreduce", "allgather", "bcast"):
@@ -450,8 +450,9 @@ def test_tables_and_names():
 
 def auto_choice(transport, coll, table_choice):
     """What "auto" runs: with every rank on one host (the shm worlds),
-    allreduce and bcast go through the node segment; else the table's."""
-    if transport == "shm" and coll in ("allreduce", "bcast"):
+    allreduce, bcast and allgather go through the node segment; else the
+    table's."""
+    if transport == "shm" and coll in ("allreduce", "bcast", "allgather"):
         return "shm"
     return table_choice
 
