@@ -17,7 +17,7 @@ import gloocy
 from gloocy import MAX, MIN, PROD, SUM
 
 OPS = (SUM, PROD, MIN, MAX)
-ALGORITHMS = ("recursive_doubling", "ring")
+ALGORITHMS = (None, "recursive_doubling", "ring")   # None: automatic
 COUNTS = (7, 300_001)              # fewer elements than ranks; many segments
 SIZES = (4, 4 << 10, 1 << 20, 16 << 20)
 BUDGET = 1.0                       # seconds of timing per size
@@ -59,17 +59,18 @@ def check_collectives(comm):
                   np.arange(count) + 1000 * root)
     passed(comm, "Bcast from every root")
     for algorithm in ALGORITHMS:
+        label = algorithm or "automatic"
         for dtype in (np.float64, np.int32):
             for op in OPS:
                 for count in COUNTS:
                     x, want = allreduce_input(op, r, n, count, dtype)
                     out = np.empty_like(x)
                     comm.Allreduce(x, out, op=op, algorithm=algorithm)
-                    name = f"Allreduce {algorithm} {np.dtype(dtype)} {op.name}"
+                    name = f"Allreduce {label} {np.dtype(dtype)} {op.name}"
                     check(comm, f"{name} count={count} out of place", out, want)
                     comm.Allreduce(gloocy.IN_PLACE, x, op=op, algorithm=algorithm)
                     check(comm, f"{name} count={count} in place", x, want)
-            passed(comm, f"Allreduce {np.dtype(dtype)!s:<7} {algorithm:<18} "
+            passed(comm, f"Allreduce {np.dtype(dtype)!s:<7} {label:<18} "
                          "SUM PROD MIN MAX")
     for root in range(n):
         obj = {"root": root, "data": list(range(root))} if r == root else None
@@ -169,11 +170,12 @@ def main():
     comm = gloocy.init()
     n = comm.size
     if comm.rank == 0:
-        transport = os.environ.get("GLOOCY_TRANSPORT", "auto")
-        if n == 1:
-            transport = "none (one rank)"
-        elif transport == "auto":
-            transport = "tcp"      # the only transport so far
+        kinds = {type(p).__name__ for p in comm._ctx.links.pairs if p is not None}
+        transport = ({"ShmPair": "shared memory", "TcpPair": "tcp"}.get(k, k)
+                     for k in sorted(kinds))
+        transport = " + ".join(transport) or "none (one rank)"
+        if comm._ctx.node is not None:
+            transport += " (node collectives)"
         print(f"gloocy {gloocy.__version__} demo: {n} rank(s), "
               f"transport {transport}\n(buffers of {' and '.join(map(str, COUNTS))} "
               "elements; Allreduce in place and out of place)")

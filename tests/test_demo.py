@@ -13,5 +13,6 @@ def test_demo_runs_and_checks_every_collective():
     checks = [line for line in lines if line.startswith("[0] check ")]
     # every group of checks the demo runs reports "ok" (a failure would
     # have raised on some rank and failed the job above)
-    assert len(checks) == 9 and all(line.endswith(" ok") for line in checks)
+    assert len(checks) == 11 and all(line.endswith(" ok") for line in checks)
     assert any("Barrier" in line and " us" in line for line in lines)
+    assert "transport shared memory (node collectives)" in lines[0]
