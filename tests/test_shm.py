@@ -44,12 +44,10 @@ def test_each_pair_uses_the_transport_its_hosts_allow(env, expect):
         assert kinds[r] == [None if p == r else expect(r, p) for p in range(5)]
 
 
-def connect_threads(size, **env):
+def connect_threads(size):
     """`size` communicators in threads of this process, over one HashStore
     (so every pair is local)."""
     store, comms, errors = HashStore(), [None] * size, []
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
 
     def one(rank):
         try:
@@ -57,18 +55,11 @@ def connect_threads(size, **env):
                                          job="threads", timeout=20)
         except BaseException as e:
             errors.append(e)
-    try:
-        threads = [threading.Thread(target=one, args=(r,)) for r in range(size)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    threads = [threading.Thread(target=one, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
     if errors:
         raise errors[0]
     return comms
