@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 
@@ -14,7 +13,7 @@ import numpy as np
 import pytest
 
 import gloocy
-from gloocy.errors import PeerLostError, ProtocolError, RendezvousError
+from gloocy.errors import PeerLostError, ProtocolError
 from gloocy.rendezvous import HashStore
 from harness import World
 
