@@ -77,7 +77,7 @@ def _default_spin_us(local_size):
 def _tuning(size, local_size=None):
     """Knobs for tests and benchmarks (environment variables)."""
     return dict(
-        segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 18),
+        segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 20),
         spin_us=_env_int("GLOOCY_SPIN_US", _default_spin_us(
             local_size or _env_int("GLOOCY_LOCAL_SIZE", size))),
         small_allreduce=_env_int("GLOOCY_SMALL_ALLREDUCE_BYTES", 1 << 16),

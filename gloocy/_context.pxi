@@ -58,7 +58,7 @@ cdef class Context:
 
     def __cinit__(self, int rank, int size, list pairs=None, *,
                   Links links=None, world=None, uint32_t comm_id=0,
-                  double timeout=300.0, int64_t segment=1 << 18,
+                  double timeout=300.0, int64_t segment=1 << 20,
                   int64_t spin_us=50, int64_t small_allreduce=1 << 16,
                   int node_fd=-1):
         """A context over `pairs` (one per rank, None at `rank`), or over
