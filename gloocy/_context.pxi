@@ -611,13 +611,15 @@ cdef class Context:
         rb.require_dtype()
         cdef reduce_fn fn = kernel_for(op, rb.dtype)
         cdef int algo = _algorithm("allreduce", algorithm)
+        cdef bint on_node
         if sendbuf is not None:
             sb = get_buffer(sendbuf, "sendbuf", False)
             _same_layout(sb, rb)
         self.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)
         try:
             c.fn = fn
-            if self.node is not None and algo == ALGO_AUTO:
+            on_node = self.node is not None and algo == ALGO_AUTO
+            if on_node:
                 self.last_algorithm = "shm"
             else:
                 algo = pick_allreduce(self, rb.count, c.itemsize, algo)
@@ -625,11 +627,11 @@ cdef class Context:
             with nogil:
                 if sb is not None and sb.ptr != rb.ptr:
                     memmove(rb.ptr, sb.ptr, rb.nbytes)
-                if self.node is not None and algo == ALGO_AUTO:
+                if on_node:
                     node_allreduce(self, &c, rb.ptr, rb.count)
                 else:
                     run_allreduce(self, &c, rb.ptr, rb.count, algo)
-            if self.node is not None and algo == ALGO_AUTO:
+            if on_node:
                 self.sweep(&c)
         except BaseException as e:
             self.fail(e, &c)

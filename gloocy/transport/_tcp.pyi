@@ -16,6 +16,10 @@ class TcpPair(StreamPair):
                 address: str = "") -> Self: ...
 
 
+def recv_exact(sock: socket.socket, n: int, what: str = "the handshake") -> bytes:
+    """Exactly n bytes from a blocking socket; ProtocolError if it closes."""
+
+
 def tcp_pair(sock: socket.socket, rank: int, peer: int,
              address: str) -> TcpPair:
     """Hand a connected socket over to a TcpPair (which owns it then)."""

@@ -110,12 +110,13 @@ def _mac(secret, label, *parts):
     return hmac.new(secret, label + b"".join(parts), hashlib.sha256).digest()
 
 
-def _recv_exact(sock, n):
+def recv_exact(sock, n, what="the handshake"):
+    """Exactly n bytes from a blocking socket; ProtocolError if it closes."""
     data = bytearray()
     while len(data) < n:
         chunk = sock.recv(n - len(data))
         if not chunk:
-            raise ProtocolError("connection closed during the handshake")
+            raise ProtocolError(f"connection closed while reading {what}")
         data += chunk
     return bytes(data)
 
@@ -126,7 +127,7 @@ def _job_tag(job):
 
 def _accept_one(sock, secret, rank, size, job):
     """Authenticate an incoming connection; returns the peer's rank."""
-    hello = _recv_exact(sock, _HELLO.size)
+    hello = recv_exact(sock, _HELLO.size)
     magic, version, peer, wanted, peer_size, tag, _nonce = _HELLO.unpack(hello)
     if magic != _HELLO_MAGIC or version != _HELLO_VERSION:
         raise ProtocolError("not a gloocy handshake")
@@ -136,7 +137,7 @@ def _accept_one(sock, secret, rank, size, job):
         raise ProtocolError(f"rank {peer} should not connect to rank {rank}")
     nonce = secrets.token_bytes(32)
     sock.sendall(nonce + _mac(secret, b"acceptor", hello, nonce))
-    proof = _recv_exact(sock, 32)
+    proof = recv_exact(sock, 32)
     if not hmac.compare_digest(proof, _mac(secret, b"connector", hello, nonce)):
         raise ProtocolError(f"rank {peer} failed authentication")
     sock.sendall(b"\x01")
@@ -160,13 +161,13 @@ def _connect_one(addr, secret, rank, peer, size, job, deadline):
         hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size,
                             _job_tag(job), secrets.token_bytes(32))
         sock.sendall(hello)
-        reply = _recv_exact(sock, 64)
+        reply = recv_exact(sock, 64)
         nonce, mac = reply[:32], reply[32:]
         if not hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce)):
             raise ProtocolError(f"rank {rank}: the process at {_fmt(addr)} "
                                 f"failed authentication as rank {peer}")
         sock.sendall(_mac(secret, b"connector", hello, nonce))
-        if _recv_exact(sock, 1) != b"\x01":
+        if recv_exact(sock, 1) != b"\x01":
             raise ProtocolError(f"rank {peer} refused the handshake")
         return sock
     except BaseException:

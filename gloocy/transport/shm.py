@@ -18,6 +18,7 @@ import time
 
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport._shm import ShmPair, segment_bytes
+from gloocy.transport._tcp import recv_exact
 
 __all__ = ["host_identity", "local_peers", "shm_pair", "ring_bytes",
            "chunk_bytes"]
@@ -65,16 +66,6 @@ def ring_bytes():
     return max(4096, 1 << (max(n, 1) - 1).bit_length())
 
 
-def _recv_exact(sock, n, what):
-    data = bytearray()
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ProtocolError(f"connection closed while reading {what}")
-        data += chunk
-    return bytes(data)
-
-
 def local_peers(socks, rank, mode, deadline):
     """The peers (of {peer: (socket, address)}) to reach through shared
     memory under GLOOCY_TRANSPORT `mode` (auto, tcp or shm)."""
@@ -86,11 +77,11 @@ def local_peers(socks, rank, mode, deadline):
     local = set()
     for peer, (sock, address) in sorted(socks.items()):
         sock.settimeout(max(0.001, deadline - time.monotonic()))
-        magic, theirs_willing, n = _ID.unpack(_recv_exact(sock, _ID.size, "a host id"))
+        magic, theirs_willing, n = _ID.unpack(recv_exact(sock, _ID.size, "a host id"))
         if magic != _ID_MAGIC:
             raise ProtocolError(f"rank {rank}: rank {peer} ({address}) sent "
                                 "no host identity")
-        theirs = _recv_exact(sock, n, "a host id")
+        theirs = recv_exact(sock, n, "a host id")
         if theirs == me and willing and theirs_willing:
             local.add(peer)
         elif mode == "shm":
@@ -138,7 +129,7 @@ def _offer(sock, peer, deadline, ring, node):
             conn, _ = listener.accept()
             try:
                 conn.settimeout(max(0.001, deadline - time.monotonic()))
-                if hmac.compare_digest(_recv_exact(conn, 16, "the token"), token):
+                if hmac.compare_digest(recv_exact(conn, 16, "the token"), token):
                     break
             except (OSError, ProtocolError):
                 pass
@@ -156,7 +147,7 @@ def _offer(sock, peer, deadline, ring, node):
 
 
 def _take(sock, peer, deadline):
-    token = _recv_exact(sock, 16, "the shared-memory token")
+    token = recv_exact(sock, 16, "the shared-memory token")
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(max(0.001, deadline - time.monotonic()))
