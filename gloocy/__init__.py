@@ -85,12 +85,13 @@ def _tuning(size, local_size=None):
 
 
 def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
-            host=None, host_store=False, local_size=None):
+            host=None, host_store=False, local_size=None, announce=None):
     """Build a communicator of `size` ranks that meet through `store`.
 
     `store` is a store URL (tcp://host:port) or a Store object. With
     `host_store`, this process serves the TCP store at that URL for the
-    others (as rank 0 does when ranks are not started by gloocy-run).
+    others (as rank 0 does when ranks are not started by gloocy-run);
+    port 0 picks a free one, and `announce(url)` is told the URL served.
     """
     from gloocy import rendezvous, transport
 
@@ -109,8 +110,15 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
         if isinstance(store, str):
             url = urllib.parse.urlsplit(store)
             if host_store and url.scheme == "tcp":  # others are served elsewhere
-                server = rendezvous.TCPStoreServer(
-                    url.hostname, url.port, secret=secret).start()
+                try:
+                    server = rendezvous.TCPStoreServer(
+                        url.hostname, url.port, secret=secret).start()
+                except OSError as e:
+                    raise RendezvousError(f"rank {rank} cannot serve the store at "
+                                          f"{store}: {e.strerror or e}") from None
+                store = server.url
+                if announce is not None:
+                    announce(store)
             client = rendezvous.connect(store, secret=secret, timeout=timeout)
         else:
             client = store
@@ -177,15 +185,19 @@ def init(*, rank=None, size=None, store=None, secret=None, timeout=None,
         raise RendezvousError("init() needs both rank and size (arguments or "
                               "the launcher's environment, e.g. GLOOCY_RANK "
                               "and GLOOCY_SIZE)")
+    _debug(launch.describe() if launch.source != "none"
+           else f"rank {rank} of {size}, store {store}")
+    announce = None
+    if store is None and launch.agent_store and size > 1:
+        from gloocy.rendezvous.torchrun import meeting_point
+        store, announce = meeting_point(launch.agent_store, rank, job, timeout, host)
     if size > 1 and store is None:
         raise RendezvousError("init() needs a store URL (store= or "
                               "GLOOCY_STORE) for more than one rank")
-    _debug(launch.describe() if launch.source != "none"
-           else f"rank {rank} of {size}, store {store}")
     _world = connect(rank, size, store, secret=secret, job=job,
                      timeout=timeout, host=host,
                      host_store=rank == 0 and host_store,
-                     local_size=launch.local_size)
+                     local_size=launch.local_size, announce=announce)
     return _world
 
 

@@ -83,11 +83,18 @@ def test_torchrun_variables():
     launch = detect(clean_env(RANK=2, WORLD_SIZE=4, LOCAL_RANK=0, LOCAL_WORLD_SIZE=2,
                               MASTER_ADDR="10.0.0.7", MASTER_PORT=29400,
                               TORCHELASTIC_RUN_ID="abc"))
-    # torchrun's agent holds MASTER_PORT with its own store: ours is next.
-    assert launch == type(launch)("torchrun", 2, 4, 0, 2, "tcp://10.0.0.7:29401",
-                                  True, "abc")
+    # torchrun's agent holds MASTER_PORT with its own store: rank 0 serves
+    # ours on a free port and leaves its URL there.
+    assert launch == type(launch)("torchrun", 2, 4, 0, 2, None, True, "abc.0",
+                                  "10.0.0.7:29400")
+    again = detect(clean_env(RANK=0, WORLD_SIZE=2, MASTER_ADDR="::1", MASTER_PORT=5000,
+                             TORCHELASTIC_RUN_ID="x", TORCHELASTIC_RESTART_COUNT=3))
+    assert (again.agent_store, again.job) == ("[::1]:5000", "x.3")
     plain = detect(clean_env(RANK=0, WORLD_SIZE=2, MASTER_ADDR="::1", MASTER_PORT=5000))
-    assert plain.store == "tcp://[::1]:5000"
+    assert (plain.store, plain.agent_store) == ("tcp://[::1]:5000", None)
+    given = detect(clean_env(RANK=0, WORLD_SIZE=2, MASTER_PORT=5000, TORCHELASTIC_RUN_ID="x",
+                             GLOOCY_STORE="redis://h:1"))
+    assert (given.store, given.host_store, given.agent_store) == ("redis://h:1", False, None)
 
 
 def test_slurm_variables():
@@ -138,12 +145,18 @@ def _torchrun():
 
 @pytest.mark.skipif(not os.access(_torchrun(), os.X_OK), reason="torchrun is not installed")
 def test_under_real_torchrun(tmp_path):
+    """Two worlds one after the other, with MASTER_PORT + 1 taken by
+    someone else (no port next to torchrun's is assumed free)."""
     prog = tmp_path / "prog.py"
-    prog.write_text(PROGRAM)
-    out = subprocess.run([_torchrun(), "--nproc_per_node", "2", "--master_port",
-                          str(free_port()), str(prog)], env=clean_env(),
-                         capture_output=True, timeout=120)
-    assert out.returncode == 0, out.stderr.decode()[-2000:]
+    prog.write_text("import gloocy\ngloocy.init().Free()\n" + PROGRAM)
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1] - 1
+        out = subprocess.run([_torchrun(), "--nproc_per_node", "2", "--master_port",
+                              str(port), str(prog)], env=clean_env(),
+                             capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr.decode()[-3000:]
     expect(out.stdout.decode().splitlines(keepends=True))
 
 
@@ -297,3 +310,21 @@ def test_listen_port_and_advertised_add_the_local_rank():
                         ("GLOOCY_ADVERTISE", "gw:x"), ("GLOOCY_ADVERTISE", ":5")]:
         with pytest.raises(RendezvousError, match=name):
             listen_port_and_advertised(dict(me, **{name: value}))
+
+
+def test_torchrun_agent_store_carries_rank_0s_url():
+    """Against a real torch TCPStore standing in for torchrun's agent."""
+    dist = pytest.importorskip("torch.distributed")
+    from gloocy.errors import RendezvousError
+    from gloocy.rendezvous.torchrun import meeting_point
+
+    agent = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+    address = f"127.0.0.1:{agent.port}"
+    with pytest.raises(RendezvousError, match="rank 0 did not publish"):
+        meeting_point(address, 1, "job-a", 0.3)
+    url, announce = meeting_point(address, 0, "job-b", 5)
+    assert url == "tcp://127.0.0.1:0"
+    announce("tcp://127.0.0.1:4242")
+    assert meeting_point(address, 1, "job-b", 5) == ("tcp://127.0.0.1:4242", None)
+    with pytest.raises(RendezvousError, match="unreachable"):
+        meeting_point(f"127.0.0.1:{free_port()}", 1, "job-c", 0.3)

@@ -10,6 +10,8 @@ import dataclasses
 import os
 import re
 
+from .tcp_store import _hostport
+
 __all__ = ["Launch", "detect", "first_host"]
 
 DEFAULT_PORT = 29500
@@ -25,9 +27,11 @@ class Launch:
     store: str | None = None        # store URL, None: not known from here
     host_store: bool = False        # rank 0 serves the TCP store at `store`
     job: str | None = None
+    agent_store: str | None = None  # torchrun's store "host:port", see torchrun.py
 
     def describe(self):
-        where = self.store or "no store"
+        where = self.store or (f"published in torchrun's agent store at {self.agent_store}"
+                               if self.agent_store else "no store")
         served = " (served by rank 0)" if self.host_store else ""
         return (f"rank {self.rank} of {self.size} from {self.source}, "
                 f"store {where}{served}")
@@ -63,11 +67,6 @@ def first_host(nodelist):
     return prefix + ranges.split(",")[0].split("-")[0]
 
 
-def _tcp(host, port):
-    host = f"[{host}]" if ":" in host else host
-    return f"tcp://{host}:{port}"
-
-
 def detect(env=None) -> Launch:
     env = os.environ if env is None else env
     store = env.get("GLOOCY_STORE") or None
@@ -80,15 +79,21 @@ def detect(env=None) -> Launch:
             env.get("GLOOCY_JOB_ID"))
     if _int(env, "RANK") is not None and _int(env, "WORLD_SIZE") is not None:
         # torchrun (or any torch.distributed env:// launch). Under torchrun
-        # its agent's own store holds MASTER_PORT: ours is the next port.
-        port = _int(env, "MASTER_PORT") or DEFAULT_PORT
-        if env.get("TORCHELASTIC_RUN_ID"):
-            port += 1
+        # its agent's own store holds MASTER_PORT: rank 0 serves ours on any
+        # port and publishes it there.
+        address = _hostport(env.get("MASTER_ADDR", "127.0.0.1"),
+                            _int(env, "MASTER_PORT") or DEFAULT_PORT)
+        run_id = env.get("TORCHELASTIC_RUN_ID")
+        served, agent = store is None, None
+        if served and run_id:
+            agent = address
+        elif served:
+            store = "tcp://" + address
+        job = run_id and f"{run_id}.{env.get('TORCHELASTIC_RESTART_COUNT', '0')}"
         return Launch(
             "torchrun", _int(env, "RANK"), _int(env, "WORLD_SIZE"),
             _int(env, "LOCAL_RANK"), _int(env, "LOCAL_WORLD_SIZE"),
-            store or _tcp(env.get("MASTER_ADDR", "127.0.0.1"), port),
-            store is None, env.get("TORCHELASTIC_RUN_ID"))
+            store, served, job, agent)
     if _int(env, "SLURM_PROCID") is not None and _int(env, "SLURM_NTASKS") is not None:
         job = f"slurm-{env.get('SLURM_JOB_ID', '0')}.{env.get('SLURM_STEP_ID', '0')}"
         nodes = env.get("SLURM_STEP_NODELIST") or env.get("SLURM_NODELIST")
@@ -97,7 +102,7 @@ def detect(env=None) -> Launch:
             port = _int(env, "GLOOCY_STORE_PORT") or (
                 20000 + ((_int(env, "SLURM_JOB_ID") or 0) * 7
                          + (_int(env, "SLURM_STEP_ID") or 0)) % 20000)
-            store = _tcp(first_host(nodes), port)
+            store = "tcp://" + _hostport(first_host(nodes), port)
             served = True
         else:
             served = False
