@@ -40,7 +40,7 @@ class AgentStore:
         _worlds[job, rank] += 1
         try:
             self._store = dist.TCPStore(
-                host, int(port), is_master=False, wait_for_workers=False,
+                host, port, is_master=False, wait_for_workers=False,
                 timeout=datetime.timedelta(seconds=timeout))
         except (RuntimeError, ValueError) as e:
             raise RendezvousError(
