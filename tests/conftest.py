@@ -25,7 +25,22 @@ import harness
 HARD_TIMEOUT = float(os.environ.get("GLOOCY_TEST_HARD_TIMEOUT", "120"))
 
 
+def long_runs():
+    """True under `pytest --long` (or GLOOCY_TEST_LONG=1): repeated loops
+    run their long version."""
+    return os.environ.get("GLOOCY_TEST_LONG", "") not in ("", "0")
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--long", action="store_true",
+        help="the long versions of the repeated loops (exit races, fuzzing); "
+        "same as GLOOCY_TEST_LONG=1")
+
+
 def pytest_configure(config):
+    if config.getoption("--long"):
+        os.environ["GLOOCY_TEST_LONG"] = "1"    # read by test modules: LONG
     config.addinivalue_line(
         "markers", "hard_timeout(seconds): kill every rank and fail the test "
         f"after this many seconds (default {HARD_TIMEOUT:g})")
