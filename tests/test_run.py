@@ -255,3 +255,37 @@ def test_mpi_abort_ends_the_job_with_its_code(tmp_path):
     assert b"rank 1" in out.stderr
     assert b"after the barrier" not in out.stdout
     assert time.monotonic() - t0 < 30
+
+
+def test_launcher_killed_by_sigkill_takes_its_ranks_along(tmp_path):
+    """SIGKILL leaves gloocy-run no chance to clean up: its ranks must go
+    all the same (the kernel's parent-death signal), ranks 1 and 2 in a
+    barrier that rank 0, asleep, never joins, and nothing may be left in
+    /dev/shm by the shared-memory mesh they used."""
+    shm_before = set(os.listdir("/dev/shm"))
+    proc, pids = _start_ready_job(tmp_path, """
+        import os, time
+        import numpy as np
+        from gloocy import MPI
+        comm = MPI.COMM_WORLD
+        x = np.ones(1 << 16)
+        comm.Allreduce(MPI.IN_PLACE, x)       # the mesh carried data
+        assert x[0] == comm.size
+        print("pid", os.getpid(), flush=True)
+        if comm.rank == 0:
+            time.sleep(60)
+        comm.Barrier()
+        """)
+    try:
+        assert all(alive(p) for p in pids)
+        proc.kill()
+        proc.wait(timeout=10)
+        assert proc.returncode == -signal.SIGKILL
+        assert_all_gone(pids, within=5.0)     # generous: a loaded machine
+    finally:
+        for p in pids:                        # never leave a rank behind
+            if alive(p):
+                os.kill(p, signal.SIGKILL)
+    left = {name for name in set(os.listdir("/dev/shm")) - shm_before
+            if not name.startswith(("mpich", "torch"))}   # the peers' own
+    assert not left, f"left behind in /dev/shm: {sorted(left)}"
