@@ -223,7 +223,7 @@ def Finalize():
     """Leave the job: the world's connections close."""
     if not _state["finalized"]:
         _state["finalized"] = True
-        COMM_WORLD._close()
+        COMM_WORLD._leave()
 
 
 def Get_version():

@@ -239,7 +239,7 @@ def _debug(message):
 @atexit.register
 def _close_world():
     if _world is not None:
-        _world._close()
+        _world._leave()
 
 
 def new_secret():

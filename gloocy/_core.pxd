@@ -231,6 +231,7 @@ cdef class Links:
     cdef uint64_t order               # p2p receives posted so far
     cdef readonly uint32_t next_id    # lowest communicator id never used here
     cdef int users                    # open contexts on these links
+    cdef readonly bint closed         # closed for good (every context over them)
     cdef readonly object error        # first fatal error; poisons them all
     cdef bint failed                  # error is set (readable without the GIL)
     cdef int sleepers[MAX_SLEEPERS]   # eventfds of threads blocked in poll(2)

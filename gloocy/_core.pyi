@@ -82,6 +82,9 @@ class Context:
     def close(self, *, linger: float = 1.0) -> None:
         """Close every pair; after a lost peer, first wait up to `linger`
         seconds for the other ranks to hang up."""
+    def close_all(self, *, linger: float = 1.0) -> None:
+        """Close the connections under this context and every one derived
+        from it, saying goodbye (what a process does when it leaves)."""
     def barrier(self, *, timeout: float | None = None) -> None: ...
     @property
     def last_algorithm(self) -> str | None: ...   # what the last call ran

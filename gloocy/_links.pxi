@@ -70,6 +70,10 @@ cdef class Links:
                 return
 
     def close(self, bint clean):
+        """Close every pair, with a goodbye first when `clean`. Once."""
+        if self.closed:
+            return
+        self.closed = True
         for p in self.pairs:
             if p is not None:
                 (<Pair>p).shutdown(clean)

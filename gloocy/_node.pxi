@@ -161,7 +161,10 @@ cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
         if i != ctx.rank:
             ev = (<Pair>ctx._pair_ptrs[i]).wait_events()
             if n < 64:
-                fds[n].fd = (<Pair>ctx._pair_ptrs[i]).wait_fd()
+                # A peer that left has nothing more to say (and its closed
+                # socket would make poll return at once, forever).
+                fds[n].fd = (-1 if (<Pair>ctx._pair_ptrs[i]).peer_gone
+                             else (<Pair>ctx._pair_ptrs[i]).wait_fd())
                 fds[n].events = ev | POLLIN | POLLRDHUP
                 fds[n].revents = 0
                 n += 1

@@ -991,6 +991,19 @@ class Communicator:
         self._ctx.close()
         self._ctx = _NULL_CONTEXT
 
+    def _leave(self):
+        """This process leaves the job (exit, Finalize): the nonblocking
+        collectives it started finish, then the connections under this
+        communicator close with a goodbye, whatever communicators derived
+        from it are still alive (they are closed with them)."""
+        _requests.stop_workers()
+        ctx = self._ctx
+        if ctx is _NULL_CONTEXT:
+            return                      # left already (Finalize, then exit)
+        self._close()
+        if isinstance(ctx, _core.Context):
+            ctx.close_all()
+
     @property
     def closed(self):
         return self._ctx.closed

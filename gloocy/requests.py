@@ -11,8 +11,9 @@ import pickle
 import queue
 import threading
 import time
+import weakref
 
-from gloocy.errors import ERR_REQUEST, GloocyError
+from gloocy.errors import ERR_REQUEST, ContextPoisoned, GloocyError
 
 __all__ = ["Request", "Prequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
            "Testsome", "REQUEST_NULL", "UNDEFINED"]
@@ -364,11 +365,16 @@ class Worker:
 
     def __init__(self, name):
         self._jobs = queue.SimpleQueue()
+        self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=name,
                                         daemon=True)
         self._thread.start()
+        _live_workers.add(self)
 
     def submit(self, call, request):
+        if self._stopped:
+            raise ContextPoisoned("communicator is closed: this process left "
+                                  "the job (Finalize or exit)")
         self._jobs.put((call, request))
         return request
 
@@ -381,8 +387,22 @@ class Worker:
             request._run(call)
 
     def stop(self):
-        self._jobs.put(None)
+        """Run what was started, then end the thread."""
+        if not self._stopped:
+            self._stopped = True
+            self._jobs.put(None)
         self._thread.join()
+        _live_workers.discard(self)
+
+
+_live_workers = weakref.WeakSet()
+
+
+def stop_workers():
+    """Let every communicator's started nonblocking collectives finish and
+    end their threads (a process that leaves completes what it started)."""
+    for worker in list(_live_workers):
+        worker.stop()
 
 
 def Waitall(requests, statuses=None):

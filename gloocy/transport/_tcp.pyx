@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 
-from libc.errno cimport errno, EINTR, EAGAIN
+from libc.errno cimport errno, EINTR, EAGAIN, ECONNRESET
 from libc.string cimport memset
 from posix.unistd cimport close as c_close
 
@@ -79,11 +79,20 @@ cdef class TcpPair(StreamPair):
             err = errno
             if err == EAGAIN:
                 return WOULD_BLOCK
+            if err == ECONNRESET and self.peer_said_bye:
+                return 0                  # it said goodbye: the reset is its exit
             if err != EINTR:
                 self.peer_gone = True
                 return self.lost("receive failed", err)
 
     cdef void stream_close(self) noexcept nogil:
+        # Closing a socket with unread bytes makes the kernel send a reset,
+        # which can destroy what the peer has not read yet: read them first.
+        cdef char sink[4096]
+        cdef int i
+        for i in range(64):
+            if recv(self.fd, sink, sizeof(sink), MSG_DONTWAIT) <= 0:
+                break
         c_close(self.fd)
 
 
