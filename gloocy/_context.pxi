@@ -34,9 +34,11 @@ cdef inline int64_t now_ns() noexcept nogil:
 cdef int _raise_timeout(Context ctx, Coll *c) except -1 with gil:
     waiting = [i for i, p in enumerate(ctx._pairs)
                if p is not None and (<Pair>p).busy()]
-    raise CollectiveTimeout(
+    e = CollectiveTimeout(
         f"rank {ctx.rank}: {describe_call(&c.proto)} timed out waiting for "
         f"rank(s) {', '.join(map(str, waiting)) or '?'}")
+    e.ranks = waiting
+    raise e
 
 
 cdef int _raise_poll_error(int err) except -1 with gil:
@@ -45,6 +47,20 @@ cdef int _raise_poll_error(int err) except -1 with gil:
 
 cdef int _check_signals() except -1 with gil:
     return PyErr_CheckSignals()
+
+
+cdef tuple abort_reason(BaseException exc):
+    """(AbortCode, rank at fault or -1) of an error we stop on."""
+    if isinstance(exc, MismatchError):
+        return ABORT_MISMATCH, -1
+    if isinstance(exc, CollectiveTimeout):
+        late = getattr(exc, "ranks", None)
+        return ABORT_TIMEOUT, late[0] if late else -1
+    if isinstance(exc, PeerLostError):
+        return ABORT_PEER_LOST, -1 if exc.rank is None else exc.rank
+    if isinstance(exc, ProtocolError):
+        return ABORT_PROTOCOL, -1
+    return ABORT_OTHER, -1
 
 
 cdef int _raise_links_failed(Context ctx) except -1 with gil:
@@ -148,6 +164,16 @@ cdef class Context:
                           world=world, comm_id=comm_id, timeout=self.timeout,
                           segment=self.segment, spin_us=self.spin_ns // 1000,
                           small_allreduce=self.small_allreduce)
+
+    @property
+    def object_call(self):
+        """The object collective (a lower-case method) this context's calls
+        belong to, "" for none: their fingerprints carry it."""
+        return OBJECT_CALLS[self.obj_call]
+
+    @object_call.setter
+    def object_call(self, str name):
+        self.obj_call = OBJECT_CALLS.index(name)
 
     def world_rank(self, int rank):
         """The rank of our rank `rank` in the first context of the links."""
@@ -294,7 +320,7 @@ cdef class Context:
         if kind != KIND_P2P:
             self.check_stale(c, self.seq)
         init_header(&c.proto)
-        c.proto.kind = kind
+        c.proto.kind = kind if kind == KIND_P2P else kind | (self.obj_call << OBJ_SHIFT)
         c.proto.op = op
         c.proto.dtype = dtype
         c.proto.root = root
@@ -386,13 +412,20 @@ cdef class Context:
             links.error = exc
         links.failed = True
         links.wild_head = links.wild_tail = NULL
-        # A mismatch is a bug in the program that every rank should hear of,
-        # not only the one whose frame showed it.
-        why = str(exc).encode() if isinstance(exc, MismatchError) else None
+        # Tell every peer we can still reach why we stop, unless a peer told
+        # us (it told the others): each rank then names the root cause, not
+        # a rank that only gave up because of it.
+        relayed = getattr(exc, "origin", None) is not None
+        if relayed and c is not NULL:
+            exc.args = (f"{exc}; rank {self.rank} was in "
+                        f"{describe_call(&c.proto)}",) + exc.args[1:]
+        code, culprit = abort_reason(exc)
+        why = (str(exc) if isinstance(exc, GloocyError)
+               else f"{type(exc).__name__}: {exc}").encode()
         for p in links.pairs:
             if p is not None:
-                if why is not None:
-                    (<Pair>p).say_abort(why)
+                if not relayed:
+                    (<Pair>p).say_abort(why, code, culprit)
                 (<Pair>p).abandon()
         links.wake()
         return 0

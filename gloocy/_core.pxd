@@ -27,9 +27,25 @@ cdef enum Kind:
     KIND_SCAN = 10
     KIND_EXSCAN = 11
     KIND_P2P = 12                 # point-to-point: tag is the user's tag
-    KIND_ABORT = 13               # the peer found a mismatch; payload: its message
+    KIND_ABORT = 13               # the peer stops on an error; payload: its message,
+                                  # op: an AbortCode, root: the rank at fault or -1
     KIND_LAST = 14
     ABORT_MAX = 1024              # longest abort message
+    # A header's kind byte: the kind in the low bits; in the high bits, the
+    # object collective (lower-case method) that made a collective call, so
+    # that mismatches name the user's call (index in OBJECT_CALLS, 0: none).
+    KIND_MASK = 0x0F
+    OBJ_SHIFT = 4
+    OBJ_LAST = 10
+
+# Why a peer stopped (the op field of a KIND_ABORT frame): the error class
+# its peers raise in turn, so that every rank names the root cause.
+cdef enum AbortCode:
+    ABORT_MISMATCH = 0            # MismatchError
+    ABORT_TIMEOUT = 1             # CollectiveTimeout
+    ABORT_PEER_LOST = 2           # PeerLostError (root: the lost rank)
+    ABORT_PROTOCOL = 3            # ProtocolError
+    ABORT_OTHER = 4               # anything else (a user op raised, Ctrl-C...)
 
 # Reduction ops (codes on the wire and in gloocy.ops).
 cdef enum OpCode:
@@ -158,9 +174,10 @@ cdef class Pair:
     cdef int shutdown(self, bint clean) except -1
     # Withdraw a posted receive nothing has arrived for; True if withdrawn.
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil
-    # Best effort, before abandon(): tell the peer we stop because of `why`
-    # (only when our stream to it is between frames).
-    cdef int say_abort(self, bytes why) except -1
+    # Best effort, before abandon(): tell the peer we stop because of `why`,
+    # an AbortCode, and which rank is at fault (`culprit`, -1: none known);
+    # only when our stream to it is between frames.
+    cdef int say_abort(self, bytes why, int code, int culprit) except -1
     # For the node collectives (shared-memory pairs only; no-ops elsewhere):
     # make the peer's poll(2) on its wait_fd() return; forget such wake-ups.
     cdef void wake_peer(self) noexcept nogil
@@ -292,6 +309,7 @@ cdef class Context:
     cdef public int64_t segment       # pipeline segment size in bytes
     cdef public int64_t spin_ns       # how long to spin before blocking
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
+    cdef int obj_call                 # object collective running (OBJECT_CALLS index)
     cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
     cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
     cdef list _to_self                # (tag, bytes) messages sent to our own rank

@@ -9,6 +9,10 @@ KIND_NAMES = {KIND_BYE: "bye", KIND_BARRIER: "barrier", KIND_BCAST: "bcast",
               KIND_REDUCE_SCATTER: "reduce_scatter", KIND_SCAN: "scan",
               KIND_EXSCAN: "exscan", KIND_P2P: "send/recv",
               KIND_ABORT: "abort"}
+# The object collectives, by the code they put in a call's kind (OBJ_SHIFT).
+OBJECT_CALLS = ("", "bcast", "gather", "scatter", "allgather",
+                "alltoall", "reduce", "allreduce", "scan", "exscan")
+assert len(OBJECT_CALLS) == OBJ_LAST
 
 
 cdef void init_header(Header *h) noexcept nogil:
@@ -32,16 +36,23 @@ cdef bint frame_matches(const Header *got, const Xfer *want) noexcept nogil:
 
 
 cdef str describe_call(const Header *h):
-    """e.g. 'allreduce #3 (count=4, dtype=float64, op=SUM)'."""
-    parts = [f"count={h.count}"]
+    """e.g. 'allreduce #3 (count=4, dtype=float64, op=SUM)', or for an
+    object collective 'bcast of objects #2 (root=0)'."""
+    cdef int kind = h.kind & KIND_MASK, obj = h.kind >> OBJ_SHIFT
+    parts = []
+    # Object calls move pickles (their byte counts mean nothing to users);
+    # an allgather's count is a digest of its block sizes, or nothing.
+    if obj == 0 and kind != KIND_ALLGATHERV:
+        parts.append(f"count={h.count}")
     if h.dtype:
         parts.append(f"dtype={DTYPE_NAMES.get(h.dtype, h.dtype)}")
     if h.op:
         parts.append(f"op={OP_NAMES.get(h.op, h.op)}")
     if h.root >= 0:
         parts.append(f"root={h.root}")
-    return (f"{KIND_NAMES.get(h.kind, 'kind ' + str(h.kind))} #{h.seq} "
-            f"({', '.join(parts)})")
+    name = (f"{OBJECT_CALLS[obj]} of objects" if 0 < obj < len(OBJECT_CALLS)
+            else KIND_NAMES.get(kind, f"kind {h.kind}"))
+    return f"{name} #{h.seq}" + (f" ({', '.join(parts)})" if parts else "")
 
 
 cdef int _raise_bad_header(const Header *got, int rank, int peer) except -1 with gil:
@@ -51,8 +62,10 @@ cdef int _raise_bad_header(const Header *got, int rank, int peer) except -1 with
 
 
 cdef int check_header(const Header *got, int rank, int peer) except -1 nogil:
+    cdef int kind = got.kind & KIND_MASK, obj = got.kind >> OBJ_SHIFT
     if (got.magic != FRAME_MAGIC or got.version != FRAME_VERSION
-            or got.kind >= KIND_LAST
+            or kind >= KIND_LAST or obj >= OBJ_LAST
+            or (obj and (kind == KIND_BYE or kind == KIND_P2P or kind == KIND_ABORT))
             or (got.kind == KIND_BYE and got.length != 0)
             or (got.kind == KIND_ABORT and got.length > ABORT_MAX)):
         return _raise_bad_header(got, rank, peer)
@@ -118,6 +131,21 @@ cdef int check_unmatched(const Header *got, const Xfer *posted, int rank,
 
 
 cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil:
-    """The peer sent KIND_ABORT: it stopped on a mismatch it found."""
+    """The peer sent KIND_ABORT: it stopped on an error of its own. Raise
+    that error's class, naming the peer and its reason (the root cause, not
+    the echo of the peer giving up); `origin` is the peer."""
     why = u.buf[:u.nbytes].decode("utf-8", "replace")
-    raise MismatchError(f"rank {rank}: rank {peer} stopped the call: {why}")
+    message = f"rank {rank}: rank {peer} stopped the call: {why}"
+    code = u.hdr.op
+    if code == ABORT_TIMEOUT:
+        e = CollectiveTimeout(message)
+    elif code == ABORT_PEER_LOST:
+        e = PeerLostError(message, rank=u.hdr.root if u.hdr.root >= 0 else None)
+    elif code == ABORT_PROTOCOL:
+        e = ProtocolError(message)
+    elif code == ABORT_OTHER:
+        e = GloocyError(message)
+    else:
+        e = MismatchError(message)
+    e.origin = peer
+    raise e

@@ -318,9 +318,11 @@ cdef uint64_t sizes_digest(I64 sizes):
 cdef int _raise_node_timeout(Context ctx, Coll *c, uint64_t phase) except -1 with gil:
     late = [j for j in range(ctx.size)
             if ring_load(&ctx.node.ctl[j].phase) < phase]
-    raise CollectiveTimeout(
+    e = CollectiveTimeout(
         f"rank {ctx.rank}: {describe_call(&c.proto)} timed out waiting for "
         f"rank(s) {', '.join(map(str, late))}")
+    e.ranks = late
+    raise e
 
 
 cdef int _raise_node_peer_lost(Context ctx, int peer) except -1 with gil:
@@ -331,5 +333,14 @@ cdef int _raise_node_peer_lost(Context ctx, int peer) except -1 with gil:
 
 cdef int _raise_node_mismatch(Context ctx, Coll *c, int peer,
                               const Header *h) except -1 with gil:
+    # Where the description shows no count (object calls, allgather: the
+    # count is a digest of the block sizes), say what differs.
+    cdef bint shows_count = ((c.proto.kind >> OBJ_SHIFT) == 0
+                             and (c.proto.kind & KIND_MASK) != KIND_ALLGATHERV)
+    if (not shows_count and h.kind == c.proto.kind and h.op == c.proto.op
+            and h.dtype == c.proto.dtype and h.root == c.proto.root
+            and h.seq == c.proto.seq):
+        raise MismatchError(f"rank {ctx.rank}: in {describe_call(&c.proto)} rank "
+                            f"{peer} disagrees on the counts")
     raise MismatchError(f"rank {ctx.rank} called {describe_call(&c.proto)} "
                         f"but rank {peer} called {describe_call(h)}")

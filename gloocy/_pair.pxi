@@ -35,7 +35,7 @@ cdef class Pair:
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil:
         return False
 
-    cdef int say_abort(self, bytes why) except -1:
+    cdef int say_abort(self, bytes why, int code, int culprit) except -1:
         return 0
 
     cdef void wake_peer(self) noexcept nogil:

@@ -208,6 +208,24 @@ def _blocks(m, size, name):
     return [block] * size, [block * i for i in range(size)]
 
 
+def _object_call(method):
+    """An object collective: the byte collectives it makes carry its name
+    in their fingerprints, so that a mismatch names the user's call."""
+    name = method.__name__
+
+    @functools.wraps(method)
+    def call(self, *args, **kwargs):
+        ctx = self._ctx
+        if ctx.object_call:             # inside another (allreduce: allgather)
+            return method(self, *args, **kwargs)
+        ctx.object_call = name
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            ctx.object_call = ""
+    return call
+
+
 class Communicator:
     """A group of ranks that run collectives together.
 
@@ -600,6 +618,7 @@ class Communicator:
     def barrier(self, *, timeout=None):
         self.Barrier(timeout=timeout)
 
+    @_object_call
     def bcast(self, obj=None, root=0, *, timeout=None):
         """Return root's `obj` on every rank."""
         if self.rank == root:
@@ -614,6 +633,7 @@ class Communicator:
         self._ctx.bcast(data, root, timeout=timeout)
         return pickle.loads(data)
 
+    @_object_call
     def allgather(self, obj, *, timeout=None):
         """List of every rank's `obj`, in rank order."""
         data = _dumps(obj)
@@ -625,6 +645,7 @@ class Communicator:
         self._ctx.allgatherv(data, out, counts, timeout=timeout)
         return _loads_all(out, counts)
 
+    @_object_call
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
         """op applied to every rank's `obj` in rank order (AVG: the sum
         divided by the number of ranks)."""
@@ -632,6 +653,7 @@ class Communicator:
                                  self.allgather(obj, timeout=timeout))
         return total / self.size if op is _ops.AVG else total
 
+    @_object_call
     def gather(self, obj, root=0, *, timeout=None):
         """List of every rank's `obj` at root, None elsewhere."""
         data = _dumps(obj)
@@ -643,6 +665,7 @@ class Communicator:
         self._ctx.gatherv(data, out, counts, None, root, timeout=timeout)
         return _loads_all(out, counts) if self.rank == root else None
 
+    @_object_call
     def scatter(self, objs, root=0, *, timeout=None):
         """objs[i] of root's list (len == size) to rank i."""
         sizes = data = counts = None
@@ -662,6 +685,7 @@ class Communicator:
         self._ctx.scatterv(data, out, counts, None, root, timeout=timeout)
         return pickle.loads(out)
 
+    @_object_call
     def alltoall(self, objs, *, timeout=None):
         """objs[i] to rank i; returns the list of what each rank sent us."""
         objs = list(objs)
@@ -679,6 +703,7 @@ class Communicator:
                             timeout=timeout)
         return _loads_all(out, counts)
 
+    @_object_call
     def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
         """op applied to every rank's `obj` in rank order, at root (None
         elsewhere)."""
@@ -689,12 +714,14 @@ class Communicator:
         total = functools.reduce(op, objs)
         return total / self.size if op is _ops.AVG else total
 
+    @_object_call
     def scan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank, in rank order."""
         _check_scan_op(op)
         objs = self.allgather(obj, timeout=timeout)
         return functools.reduce(op, objs[:self.rank + 1])
 
+    @_object_call
     def exscan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank-1; None on rank 0."""
         _check_scan_op(op)

@@ -114,6 +114,9 @@ class GloocyError(RuntimeError):
     """
 
     error_class = ERR_OTHER
+    # Set when a peer stopped first and told us why: its rank (the message
+    # then quotes its reason and says what this rank was doing).
+    origin = None
 
     def __init__(self, message=None, error_class=None):
         if error_class is None and type(message) is int:
@@ -179,7 +182,11 @@ class PeerLostError(GloocyError, ConnectionError):
 
 
 class CollectiveTimeout(GloocyError, TimeoutError):
-    """A collective or point-to-point call did not finish before its deadline."""
+    """A collective or point-to-point call did not finish before its deadline.
+
+    ``ranks``: the ranks of the communicator it was still waiting for."""
+
+    ranks = ()
 
 
 class MismatchError(GloocyError):

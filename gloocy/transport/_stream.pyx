@@ -257,7 +257,7 @@ cdef class StreamPair(Pair):
             ev |= POLLIN | POLLRDHUP    # data, or a hang-up to notice
         return ev
 
-    cdef int say_abort(self, bytes why) except -1:
+    cdef int say_abort(self, bytes why, int code, int culprit) except -1:
         cdef Header h
         cdef bytes text = why[:ABORT_MAX]
         cdef iovec iov[2]
@@ -266,6 +266,8 @@ cdef class StreamPair(Pair):
             return 0                      # mid-frame: the peer can't parse it
         init_header(&h)
         h.kind = KIND_ABORT
+        h.op = code
+        h.root = culprit
         h.length = len(text)
         iov[0].iov_base = &h
         iov[0].iov_len = HEADER_SIZE
