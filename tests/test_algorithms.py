@@ -536,3 +536,122 @@ AUTO_TABLE = [   # (collective, world size, bytes, choice): bench/README.md's ta
 @pytest.mark.parametrize("coll, size, nbytes, choice", AUTO_TABLE)
 def test_automatic_choice_table(coll, size, nbytes, choice):
     assert _core.auto_algorithm(coll, size, nbytes) == choice
+
+
+# -- NaN in MIN/MAX and MAXLOC/MINLOC, every allreduce algorithm, value-checked ------
+#
+# MIN/MAX propagate NaN as np.minimum/np.maximum do (README: the kernels'
+# semantics are NumPy's), whatever the algorithm: the result is NaN where
+# any rank has NaN and the exact minimum/maximum elsewhere. NaNs carry a
+# different payload on each rank, so which NaN wins depends on the order of
+# reduction, but every rank must end with the same bits. The newer types
+# (float16, long double, (value, index) pairs) run through halving-doubling
+# and bcube here too (bfloat16: at the end of test_dtypes_ops.py, whose
+# ranks have ml_dtypes imported already).
+
+NAN_ALGORITHMS = [None, *NAMES["allreduce"]]
+NAN_DTYPES = ["float16", "float32", "float64", "longdouble"]
+
+
+def nan_dtype(name):
+    if name == "pair":
+        return np.dtype([("v", "f8"), ("i", "i4")], align=True)
+    return np.dtype(name)
+
+
+def nan_input(seed, rank, n, name):
+    """Quarters in [-12, 12] (exact in every type; no -0.0), ~15% NaN with a
+    payload naming the rank, ~5% infinities."""
+    rng = rng_for(seed, rank, n, "nan-" + name)
+    x = rng.integers(-48, 49, n) / 4
+    x[rng.random(n) < 0.05] = rng.choice([np.inf, -np.inf])
+    nan = rng.random(n) < 0.15
+    if name == "pair":
+        out = np.zeros(n, nan_dtype(name))
+        out["v"], out["i"] = x, rng.integers(0, 4, n)   # many ties
+        out["v"][nan] = np.nan
+        return out
+    x = x.astype(nan_dtype(name))
+    if name in ("float32", "float64"):                # payload: rank + 1
+        bits = x.view(f"u{x.itemsize}")
+        quiet = np.array([0x7FC00000 if name == "float32" else 0x7FF8000000000000],
+                         bits.dtype)
+        bits[nan] = quiet[0] + rank + 1
+    else:
+        x[nan] = np.nan
+    return x
+
+
+def r_nan_reductions(comm, cases):
+    out = []
+    for name, op, algo, n, seed in cases:
+        x = nan_input(seed, comm.rank, n, name)
+        comm.Allreduce(IN_PLACE, x, op=getattr(gloocy, op), algorithm=algo)
+        out.append((x.tobytes(), comm._ctx.last_algorithm))
+    return out
+
+
+def nan_oracle(name, op, parts):
+    """(values ignoring NaN, where the result must be NaN)."""
+    nan = functools.reduce(np.logical_or, [np.isnan(p) for p in parts])
+    return functools.reduce(np.fmin if op == "MIN" else np.fmax, parts), nan
+
+
+@pytest.mark.parametrize("size", [3, 4, 6])
+def test_min_max_with_nan_every_algorithm(world, size):
+    cases = [(name, op, algo, n, 1000 * size + n + i)
+             for i, name in enumerate(NAN_DTYPES) for op in ("MIN", "MAX")
+             for algo in NAN_ALGORITHMS for n in (1, size + 1, 1001)]
+    results = world(size).run(r_nan_reductions, cases)
+    for c, (name, op, algo, n, seed) in enumerate(cases):
+        what = f"{op} {name} algorithm={algo} n={n} size={size}"
+        got = [results[r][c][0] for r in range(size)]
+        assert all(g == got[0] for g in got) or name == "longdouble", \
+            f"{what}: ranks got different bits"
+        ran = results[0][c][1]
+        assert algo is None or ran == algo, f"{what}: ran {ran}"
+        parts = [nan_input(seed, r, n, name) for r in range(size)]
+        want, nan = nan_oracle(name, op, parts)
+        for r in range(size):
+            mine = np.frombuffer(got[r], nan_dtype(name))
+            np.testing.assert_array_equal(np.isnan(mine), nan, err_msg=f"{what}: rank {r}")
+            assert np.array_equal(mine[~nan], want[~nan]), f"{what}: rank {r} values"
+        if name == "longdouble":           # values, not padding bytes
+            first = np.frombuffer(got[0], np.longdouble)
+            for r in range(1, size):
+                other = np.frombuffer(got[r], np.longdouble)
+                assert np.array_equal(first, other, equal_nan=True), \
+                    f"{what}: rank {r} differs from rank 0"
+
+
+@pytest.mark.parametrize("size", [3, 4, 6])
+def test_maxloc_minloc_with_nan_every_algorithm(world, size):
+    # MPI leaves NaN to the implementation; gloocy's kernels compare as C
+    # (and MPICH) do, so a NaN pair is kept or passed over depending on the
+    # order of reduction. Required: every rank the same bits; where no rank
+    # has NaN, the exact MAXLOC/MINLOC (the extreme value, then the smallest
+    # index); elsewhere one of the ranks' own pairs.
+    cases = [("pair", op, algo, n, 77 * size + n)
+             for op in ("MAXLOC", "MINLOC") for algo in NAN_ALGORITHMS
+             for n in (1, size + 1, 1001)]
+    results = world(size).run(r_nan_reductions, cases)
+    for c, (name, op, algo, n, seed) in enumerate(cases):
+        what = f"{op} algorithm={algo} n={n} size={size}"
+        got = [results[r][c][0] for r in range(size)]
+        fields = [np.frombuffer(g, np.uint8).reshape(n, -1)[:, :12] for g in got]
+        assert all(np.array_equal(f, fields[0]) for f in fields), \
+            f"{what}: ranks got different bits"          # (padding aside)
+        mine = np.frombuffer(got[0], nan_dtype(name))
+        parts = [nan_input(seed, r, n, name) for r in range(size)]
+        vals = np.array([p["v"] for p in parts])            # ranks x n
+        idxs = np.array([p["i"] for p in parts])
+        nan = np.isnan(vals).any(axis=0)
+        best = vals.max(axis=0) if op == "MAXLOC" else vals.min(axis=0)
+        tied = np.where(vals == best, idxs, np.iinfo(np.int32).max).min(axis=0)
+        clean = ~nan
+        assert np.array_equal(mine["v"][clean], best[clean]), f"{what}: values"
+        assert np.array_equal(mine["i"][clean], tied[clean]), f"{what}: indices"
+        same_v = (vals == mine["v"]) | (np.isnan(vals) & np.isnan(mine["v"]))
+        from_a_rank = (same_v & (idxs == mine["i"])).any(axis=0)
+        assert from_a_rank[nan].all(), \
+            f"{what}: elements {np.flatnonzero(nan & ~from_a_rank)[:5]} come from no rank"
