@@ -3,7 +3,8 @@
 `connect()` authenticates one TCP connection per peer, then turns those to
 peers on the same host into shared-memory pairs (`shm`). GLOOCY_TRANSPORT
 chooses: `auto` (shared memory where the host is shared, else TCP), `tcp`,
-or `shm` (every peer must be local).
+or `shm` (every peer must be local). GLOOCY_TCP_DEAD_S bounds how long
+an idle TCP connection to a vanished host goes unnoticed (see _dead_after).
 """
 
 import os
@@ -24,7 +25,7 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
     """Connect `rank` to every other rank of the job: a Mesh of pairs
     indexed by rank (None at `rank`) and the node segment's fd, if any (the
     caller closes it)."""
-    mode = _mode(transport)
+    mode, dead_s = _mode(transport), _dead_after()
     if size == 1:
         return Mesh([None], None)
     deadline = time.monotonic() + timeout
@@ -38,14 +39,14 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
 
     socks = connect_sockets(rank, size, secret, publish, lookup, host=host,
                             job=job, timeout=timeout, **_listen())
-    return _pairs(socks, rank, size, mode, deadline)
+    return _pairs(socks, rank, size, mode, dead_s, deadline)
 
 
 def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
                          job="", timeout=300.0, transport=None):
     """Like connect(), with the addresses exchanged by one collective
     `allgather(obj) -> list` of another library (e.g. mpi4py's)."""
-    mode = _mode(transport)
+    mode, dead_s = _mode(transport), _dead_after()
     if size == 1:
         return Mesh([None], None)
     deadline = time.monotonic() + timeout
@@ -57,7 +58,7 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
     socks = connect_sockets(rank, size, secret, publish,
                             lambda peer, timeout: addresses[peer], host=host,
                             job=job, timeout=timeout, **_listen())
-    return _pairs(socks, rank, size, mode, deadline)
+    return _pairs(socks, rank, size, mode, dead_s, deadline)
 
 
 def _mode(transport):
@@ -65,6 +66,24 @@ def _mode(transport):
     if name not in TRANSPORTS:
         raise ValueError(f"transport {name!r} is not one of {', '.join(TRANSPORTS)}")
     return name
+
+
+def _dead_after():
+    """GLOOCY_TCP_DEAD_S (default 30, 0 = off): a peer host from which
+    nothing (data, acknowledgement or keepalive reply) has come for that
+    many seconds while we had nothing in flight to it is lost; the next
+    call raises PeerLostError naming it. Catches hosts that vanish without
+    closing their connections (a cut link, a power loss) between calls;
+    within a call the call's deadline does it."""
+    text = os.environ.get("GLOOCY_TCP_DEAD_S", "")
+    try:
+        seconds = int(text) if text else 30
+    except ValueError:
+        seconds = -1
+    if seconds != 0 and not 2 <= seconds <= 86400:
+        raise ValueError(f"GLOOCY_TCP_DEAD_S={text!r}: must be a whole number "
+                         "of seconds from 2 to 86400, or 0 (off)")
+    return seconds
 
 
 def _listen():
@@ -77,9 +96,10 @@ class Mesh(NamedTuple):
     node: int | None     # fd of the node segment (all ranks on one host), or None
 
 
-def _pairs(socks, rank, size, mode, deadline):
+def _pairs(socks, rank, size, mode, dead_s, deadline):
     """One pair per peer from the authenticated sockets: shared memory to
-    the local peers (unless `mode` is tcp), TCP to the others. When every
+    the local peers (unless `mode` is tcp), TCP (with keepalive after
+    `dead_s`) to the others. When every
     rank is local, rank 0 also hands out a node segment for the direct
     shared-memory collectives."""
     from gloocy._core import new_node_segment
@@ -98,7 +118,7 @@ def _pairs(socks, rank, size, mode, deadline):
                 if got is not None and rank != 0:
                     node = got
             else:
-                pairs[peer] = tcp_pair(sock, rank, peer, address)
+                pairs[peer] = tcp_pair(sock, rank, peer, address, dead_s=dead_s)
         return Mesh(pairs, node)
     except BaseException:
         for sock, _ in socks.values():

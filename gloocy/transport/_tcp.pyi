@@ -21,8 +21,9 @@ def recv_exact(sock: socket.socket, n: int, what: str = "the handshake") -> byte
 
 
 def tcp_pair(sock: socket.socket, rank: int, peer: int,
-             address: str) -> TcpPair:
-    """Hand a connected socket over to a TcpPair (which owns it then)."""
+             address: str, *, dead_s: int = 0) -> TcpPair:
+    """Hand a connected socket over to a TcpPair (which owns it then); with
+    dead_s > 0, TCP keepalive finds a silent idle peer dead after dead_s s."""
 
 
 def connect_sockets(rank: int, size: int, secret: bytes,

@@ -194,11 +194,35 @@ def _parse_addr(text):
     return host.strip("[]"), int(port)
 
 
-def tcp_pair(sock, int rank, int peer, str address):
-    """Hand a connected socket over to a TcpPair (which owns it then)."""
+def tcp_pair(sock, int rank, int peer, str address, *, int dead_s=0):
+    """Hand a connected socket over to a TcpPair (which owns it then).
+
+    With `dead_s` > 0, TCP keepalive finds a peer dead that answers nothing
+    for `dead_s` seconds while we have no data in flight to it: the next
+    call then fails at once with PeerLostError (see _keepalive)."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if dead_s > 0:
+        _keepalive(sock, dead_s)
     sock.setblocking(False)
     return TcpPair(sock.detach(), rank, peer, address)
+
+
+def _keepalive(sock, int dead_s):
+    """Probe a connection once nothing has arrived on it for half of
+    `dead_s`, then up to 5 times over the other half; the kernel fails the
+    socket (ETIMEDOUT) when none is answered, at most `dead_s` seconds
+    after the last packet from the peer. A live peer's kernel answers even
+    while its process is busy or stopped. (TCP_USER_TIMEOUT is not set:
+    it would also fail a connection whose peer is alive but does not read
+    for that long -- a zero window -- which a rank late for a collective
+    causes routinely.)"""
+    cdef int idle = max(1, dead_s // 2)
+    cdef int count = max(1, min(5, dead_s - idle))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL,
+                    max(1, (dead_s - idle) // count))
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
 
 
 def connect_sockets(int rank, int size, bytes secret, publish, lookup, *,
