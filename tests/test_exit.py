@@ -42,7 +42,7 @@ def run_job(variant, over, timeout=150):
                           text=True, timeout=timeout)
 
 
-@pytest.mark.hard_timeout(600 if long_runs() else 120)
+@pytest.mark.hard_timeout(3600 if long_runs() else 120)
 @pytest.mark.parametrize("over", TRANSPORTS)
 @pytest.mark.parametrize("variant", EXPECTED)
 def test_clean_exit_never_fails_a_peer(variant, over):
