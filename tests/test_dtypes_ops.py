@@ -575,3 +575,90 @@ def test_new_dtypes_hypothesis(world, data):
         min_size=1, max_size=3), "cases")
     cases = [(name, op, n, seed, algo) for (name, op), n, seed, algo in cases]
     check_reductions(world(size).run(r_reductions, cases), size, cases)
+
+
+# -- bfloat16 values that round, NaN and infinities, over every allreduce algorithm --
+
+BF16_ALGORITHMS = [None, "ring", "recursive_doubling", "halving_doubling", "bcube"]
+
+
+def bf16_input(op, seed, rank, n):
+    """bfloat16 values that do not add (multiply) exactly: 8 significant
+    bits over several binades; SUM also gets NaN and infinities."""
+    rng = np.random.default_rng([seed, rank, n, 16])
+    if op == "PROD":       # near 1: a product of 4 neither overflows nor underflows
+        x = 1 + rng.standard_normal(n) / 8
+    else:
+        x = rng.standard_normal(n) * 2.0 ** rng.integers(-6, 7, n)
+        x[rng.random(n) < 0.03] = np.nan
+        x[rng.random(n) < 0.03] = rng.choice([np.inf, -np.inf])
+    if op in ("MIN", "MAX"):
+        x[rng.random(n) < 0.1] = np.nan
+    return x.astype(np.float32).astype(BF16)
+
+
+def bf16_every_order(op, parts):
+    """Every value op over `parts` can take with each step rounded to
+    bfloat16 (ml_dtypes' ufuncs): one array per unordered binary tree over
+    the parts (3 for three ranks, 15 for four)."""
+    ufunc = {"SUM": np.add, "PROD": np.multiply}[op]
+    if len(parts) == 1:
+        return [parts[0]]
+    first, rest = parts[0], parts[1:]
+    out = []
+    for mask in range(1 << len(rest)):          # the side `first` is on
+        left = [first] + [p for k, p in enumerate(rest) if mask >> k & 1]
+        right = [p for k, p in enumerate(rest) if not mask >> k & 1]
+        if not right:
+            continue
+        with np.errstate(all="ignore"):
+            out += [ufunc(a, b) for a in bf16_every_order(op, left)
+                    for b in bf16_every_order(op, right)]
+    return out
+
+
+def r_bf16_allreduce(comm, cases):
+    out = []
+    for op, algo, n, seed in cases:
+        x = bf16_input(op, seed, comm.rank, n)
+        comm.Allreduce(IN_PLACE, x, op=OPS[op], algorithm=algo)
+        out.append(x.view(np.uint16).copy())
+    return out
+
+
+@pytest.mark.parametrize("size", [2, 3, 4])
+def test_bfloat16_rounding_and_nan_every_algorithm(world, size):
+    # SUM/PROD: each element must be what one order of reduction gives, every
+    # step rounded to nearest even (for two ranks: the one rounded sum), on
+    # every rank bit for bit. MIN/MAX: NaN wherever a rank has NaN, else the
+    # exact extreme.
+    cases = [(op, algo, n, 31 * size + n) for op in ("SUM", "PROD", "MIN", "MAX")
+             for algo in BF16_ALGORITHMS for n in (1, 7, 1001)]
+    results = world(size).run(r_bf16_allreduce, cases)
+    for c, (op, algo, n, seed) in enumerate(cases):
+        what = f"{op} bfloat16 algorithm={algo} n={n} size={size}"
+        got = results[0][c]
+        assert all(np.array_equal(res[c], got) for res in results), \
+            f"{what}: ranks got different bits"
+        parts = [bf16_input(op, seed, r, n) for r in range(size)]
+        got_f = got.view(BF16).astype(np.float32)
+        if op in ("MIN", "MAX"):
+            wide = [p.astype(np.float32) for p in parts]
+            nan = np.isnan(wide).any(axis=0)
+            want = (np.fmin if op == "MIN" else np.fmax).reduce(wide)
+            np.testing.assert_array_equal(np.isnan(got_f), nan, err_msg=what)
+            assert np.array_equal(got_f[~nan], want[~nan]), what
+            continue
+        orders = bf16_every_order(op, parts)
+        cand = np.array([o.view(np.uint16) for o in orders])
+        cand_nan = np.isnan(np.array([o.astype(np.float32) for o in orders]))
+        ok = ((cand == got) | (cand_nan & np.isnan(got_f))).any(axis=0)
+        k = np.flatnonzero(~ok)
+        assert k.size == 0, (f"{what}: element {k[0]} is {got_f[k[0]]!r}, no order "
+                             f"of {[float(p[k[0]]) for p in parts]} gives it")
+        # the data are worth it: the order matters, or (two ranks) the one
+        # rounding does
+        exact = sum(p.astype(np.float64) for p in parts)
+        rounded = np.any(cand != cand[:1]) if size > 2 else np.any(
+            orders[0].astype(np.float64) != exact)
+        assert rounded or n == 1, f"{what}: the data never rounded"
