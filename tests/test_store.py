@@ -116,16 +116,17 @@ def test_get_blocks_until_another_client_sets(server):
 
 
 def test_timeout_names_key_and_address_and_client_recovers(server):
-    with client(server) as store:
+    with client(server, timeout=60) as store:
         for call in (lambda: store.get("nope", timeout=0.3),
                      lambda: store.wait(["a1", "nope"], timeout=0.3)):
             start = time.monotonic()
             with pytest.raises(RendezvousTimeout) as info:
                 call()
-            assert 0.3 <= time.monotonic() - start < 1.5
+            # the call's 0.3 s, not the client's 60 s
+            assert 0.3 <= time.monotonic() - start < 10
             assert "nope" in str(info.value) and f"127.0.0.1:{server.port}" in str(info.value)
         # the server forgot the abandoned requests ...
-        deadline = time.monotonic() + 2
+        deadline = time.monotonic() + 10
         while server._waiters and time.monotonic() < deadline:
             time.sleep(0.01)
         assert not server._waiters
@@ -166,8 +167,8 @@ def test_many_concurrent_clients(server):
 def test_wrong_secret_is_refused_quickly(server):
     start = time.monotonic()
     with pytest.raises(RendezvousError, match="refused"):
-        client(server, secret=b"wrong", connect_timeout=3.0)
-    assert time.monotonic() - start < 1.5
+        client(server, secret=b"wrong", connect_timeout=60.0)
+    assert time.monotonic() - start < 10   # refused, not retried for 60 s
 
 
 def test_bad_peers_do_not_disturb_good_clients():
@@ -222,7 +223,7 @@ def test_unreachable_server_names_address():
     start = time.monotonic()
     with pytest.raises(RendezvousError, match=f"127.0.0.1:{port}"):
         TCPStore("127.0.0.1", port, secret=SECRET, connect_timeout=0.5)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 10   # its 0.5 s, not a default (300 s)
 
 
 def test_client_waits_for_a_late_server():
