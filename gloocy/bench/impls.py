@@ -98,10 +98,12 @@ class GloocyImpl(Impl):
         import gloocy
         return gloocy.__version__
 
-    def init(self) -> None:
+    def init(self, comm=None) -> None:
+        """Join the job (gloocy.init()), or use `comm`, a communicator the
+        caller already has."""
         import gloocy
         self._gloocy = gloocy
-        self.comm = gloocy.init()
+        self.comm = gloocy.init() if comm is None else comm
         self.rank, self.size = self.comm.rank, self.comm.size
 
     def close(self) -> None:

@@ -21,10 +21,10 @@ import time
 
 import numpy as np
 
-from gloocy.bench.collectives import busbw_factor, make_case
+from gloocy.bench.collectives import Case, busbw_factor, make_case
 from gloocy.bench.impls import Impl, parse_spec
 
-__all__ = ["measure", "main"]
+__all__ = ["measure", "verified_call", "main"]
 
 WARMUP = 3          # calls after the checked one, untimed
 PROBE = 3           # calls rank 0 times to pick the count
@@ -39,9 +39,7 @@ def measure(impl: Impl, collective: str, size: int, *, budget: float,
     args = [impl.wrap(a) for a in case.arrays]
     call = getattr(impl, collective)
 
-    call(*args)                                  # checked once, all ranks agree
-    bad = np.array([0.0 if case.check() else 1.0])
-    impl.allreduce(impl.wrap(bad))
+    verified = verified_call(impl, case, call, args)
     case.reset()
 
     for _ in range(WARMUP):
@@ -75,7 +73,17 @@ def measure(impl: Impl, collective: str, size: int, *, budget: float,
         median_s=median, min_s=low, max_s=high, slowest_rank=slow,
         rank_median_s=[float(x) for x in stats[:, 0]],
         algbw_GBps=algbw, busbw_GBps=algbw * factor if algbw is not None else None,
-        verified=bool(bad[0] == 0))
+        verified=verified)
+
+
+def verified_call(impl: Impl, case: Case, call, args) -> bool:
+    """Run the collective once and check the result against the case's
+    closed form on every rank: True on every rank only if every rank's
+    check passed (a wrong result anywhere makes every rank say False)."""
+    call(*args)
+    bad = np.array([0.0 if case.check() else 1.0])
+    impl.allreduce(impl.wrap(bad))
+    return bool(bad[0] == 0)
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
