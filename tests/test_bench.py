@@ -13,6 +13,7 @@ import pytest
 from gloocy.bench import __main__ as cli
 from gloocy.bench import report
 from gloocy.bench.impls import TorchGlooImpl, parse_spec
+from peers import MATPLOTLIB, MPI, TORCH
 
 COLLECTIVES = ["allreduce", "bcast", "barrier", "allgather"]
 SIZES = [4, 4096]
@@ -50,7 +51,7 @@ def check_outputs(out, label):
         if c not in have:
             assert "n/a" in text
     if importlib.util.find_spec("matplotlib") is None:
-        pytest.skip("matplotlib is not installed: no PNG to check")
+        pytest.skip(f"no PNG to check without {MATPLOTLIB}")
     for c in COLLECTIVES:
         assert (out / f"{c}.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -73,9 +74,8 @@ def test_gloocy_and_a_missing_peer(tmp_path, monkeypatch, capsys):
 @pytest.mark.hard_timeout(60)
 @pytest.mark.parametrize("label", ["torch-gloo", "mpi4py"])
 def test_peer(tmp_path, label):
-    why = parse_spec(label).missing()
-    if why:
-        pytest.skip(f"{label}: {why}")
+    if parse_spec(label).missing():
+        pytest.skip(f"{label}: needs {TORCH if label == 'torch-gloo' else MPI}")
     rc, out = sweep(tmp_path, label)
     assert rc == 0
     check_outputs(out, label)

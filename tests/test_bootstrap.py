@@ -2,7 +2,6 @@
 gloocy-run, torchrun, Slurm and MPI launchers, and an mpi4py bootstrap."""
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -11,6 +10,7 @@ import textwrap
 import pytest
 
 from gloocy.rendezvous.env import detect, first_host
+from peers import TORCHRUN, mpiexec, needs_mpi, needs_torch
 
 PROGRAM = textwrap.dedent("""
     import sys
@@ -139,11 +139,7 @@ def test_slurm_environment(tmp_path):
                                 for r in range(3)]))
 
 
-def _torchrun():
-    return shutil.which("torchrun") or os.path.join(os.path.dirname(sys.executable), "torchrun")
-
-
-@pytest.mark.skipif(not os.access(_torchrun(), os.X_OK), reason="torchrun is not installed")
+@needs_torch
 def test_under_real_torchrun(tmp_path):
     """Two worlds one after the other, with MASTER_PORT + 1 taken by
     someone else (no port next to torchrun's is assumed free)."""
@@ -153,30 +149,24 @@ def test_under_real_torchrun(tmp_path):
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1] - 1
-        out = subprocess.run([_torchrun(), "--nproc_per_node", "2", "--master_port",
+        out = subprocess.run([*TORCHRUN, "--nproc_per_node", "2", "--master_port",
                               str(port), str(prog)], env=clean_env(),
                              capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()[-3000:]
     expect(out.stdout.decode().splitlines(keepends=True))
 
 
-def _mpiexec():
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return shutil.which("mpiexec") or (beside if os.access(beside, os.X_OK) else None)
-
-
-@pytest.mark.skipif(_mpiexec() is None, reason="mpiexec (the mpich package) is not installed")
+@needs_mpi
 @pytest.mark.parametrize("how", ["pmi environment", "store from the environment"])
 def test_under_mpiexec(tmp_path, how):
     """mpiexec -n 3: without a store, the addresses go through mpi4py;
     with GLOOCY_STORE, rank 0 serves it and MPI is not touched."""
-    pytest.importorskip("mpi4py")
     prog = tmp_path / "prog.py"
     prog.write_text(PROGRAM)
     env = clean_env(GLOOCY_DEBUG=1)
     if how != "pmi environment":
         env["GLOOCY_STORE"] = f"tcp://127.0.0.1:{free_port()}"
-    out = subprocess.run([_mpiexec(), "-n", "3", sys.executable, str(prog)], env=env,
+    out = subprocess.run([mpiexec(), "-n", "3", sys.executable, str(prog)], env=env,
                          capture_output=True, timeout=120)
     assert out.returncode == 0, out.stderr.decode()[-2000:]
     expect(out.stdout.decode().splitlines(keepends=True))
@@ -312,9 +302,10 @@ def test_listen_port_and_advertised_add_the_local_rank():
             listen_port_and_advertised(dict(me, **{name: value}))
 
 
+@needs_torch
 def test_torchrun_agent_store_carries_rank_0s_url():
     """Against a real torch TCPStore standing in for torchrun's agent."""
-    dist = pytest.importorskip("torch.distributed")
+    import torch.distributed as dist
     from gloocy.errors import RendezvousError
     from gloocy.rendezvous.torchrun import meeting_point
 

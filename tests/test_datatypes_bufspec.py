@@ -17,14 +17,15 @@ import pytest
 from gloocy import bufspec, datatypes
 from gloocy.bufspec import BOTTOM, message, vector_message
 from gloocy.communicator import IN_PLACE
+from peers import MPI as INSTALL_MPI
 
 try:
     from mpi4py import MPI
 except ImportError:
     MPI = None
 
-needs_mpi4py = pytest.mark.skipif(MPI is None, reason="mpi4py is not "
-                                  "importable: no oracle to compare with")
+needs_mpi4py = pytest.mark.skipif(MPI is None, reason="no oracle to compare with: "
+                                  f"needs {INSTALL_MPI}")
 
 NAMES = [n for n in datatypes.__all__
          if isinstance(getattr(datatypes, n), datatypes.Datatype)]

@@ -21,13 +21,14 @@ import difflib
 import functools
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from peers import MPI, installed, mpiexec
 
 PROGRAM_DIR = Path(__file__).parent / "mpi_programs"
 PROGRAMS = sorted(p.stem for p in PROGRAM_DIR.glob("*.py"))
@@ -100,19 +101,9 @@ def _run(label, cmd, env):
     return Run(label, cmd, p.returncode, out, err, timed_out)
 
 
-def _mpiexec():
-    """MPICH's launcher: on PATH, or installed by pip next to this Python."""
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return shutil.which("mpiexec") or (beside if os.access(beside, os.X_OK) else None)
-
-
 def _reference_missing():
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return "mpi4py is not installed"
-    if _mpiexec() is None:
-        return "mpiexec is not on PATH nor next to this Python"
+    if not installed("mpi4py") or mpiexec() is None:
+        return f"needs {MPI}"
     return None
 
 
@@ -126,7 +117,7 @@ def _reference(program, n):
     if n is None:  # singleton: MPI initializes a world of one without a launcher
         cmd = [sys.executable, f"{program}.py"]
     else:
-        cmd = [_mpiexec(), "-n", str(n), sys.executable, f"{program}.py"]
+        cmd = [mpiexec(), "-n", str(n), sys.executable, f"{program}.py"]
     return _run("mpiexec (mpi4py)" if n else "python (mpi4py)", cmd, env)
 
 

@@ -11,6 +11,8 @@ import textwrap
 
 import pytest
 
+from peers import mpiexec, needs_mpi
+
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
     reason="needs root and iproute2's `ip` and `tc` to make network namespaces")
@@ -256,12 +258,7 @@ MPI_PROGRAM = textwrap.dedent("""
 """)
 
 
-def _mpiexec():
-    beside = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return shutil.which("mpiexec") or (beside if os.access(beside, os.X_OK) else None)
-
-
-@pytest.mark.skipif(_mpiexec() is None, reason="mpiexec (the mpich package) is not installed")
+@needs_mpi
 def test_mpiexec_starts_ranks_in_namespaces(hosts, tmp_path):
     """`mpiexec -n 1 ip netns exec NS0 ... : -n 1 ip netns exec NS1 ...`:
     hydra runs in the root namespace and reaches its ranks over inherited
@@ -270,14 +267,13 @@ def test_mpiexec_starts_ranks_in_namespaces(hosts, tmp_path):
     of addresses) goes through shared memory, which network namespaces do
     not separate. gloocy's mesh then runs over the bridge between the
     namespaces, each rank listening on its namespace's address."""
-    pytest.importorskip("mpi4py")
     tag, names, addrs = hosts
     prog = tmp_path / "prog.py"
     prog.write_text(MPI_PROGRAM)
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GLOOCY_", "PMI_", "PMIX_", "HYDRA_", "OMPI_"))}
     env["GLOOCY_DEBUG"] = "1"             # init() says how it bootstrapped
-    cmd = [_mpiexec()]
+    cmd = [mpiexec()]
     for k, (ns, addr) in enumerate(zip(names, addrs)):
         cmd += [":"] * (k > 0) + ["-n", "1", "ip", "netns", "exec", ns, "env",
                                   f"GLOOCY_HOST={addr}", sys.executable, str(prog)]
