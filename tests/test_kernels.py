@@ -10,7 +10,6 @@ with NaN against MPICH, run by mpi4py in a process of its own). Nothing
 else needs a process.
 """
 
-import importlib.util
 import pickle
 import subprocess
 import sys
@@ -20,6 +19,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.extra import numpy as hnp
 
+import peers
 from gloocy import _core
 from oracle import ARITH, BITS, FLOATS, INTS, UFUNCS
 
@@ -535,9 +535,9 @@ def mpich_reduce_local(cases):
     """MPICH's MAXLOC/MINLOC (inoutbuf = inbuf op inoutbuf, as gloocy's acc
     = src op acc) on each (op, code, acc, src), run by mpi4py in a process
     of its own."""
-    if importlib.util.find_spec("mpi4py") is None:
-        pytest.skip("mpi4py is not installed (pip install mpi4py mpich): "
-                    "MPICH is the oracle for NaN in MAXLOC/MINLOC")
+    if not peers.installed("mpi4py") or peers.mpiexec() is None:
+        pytest.skip(f"needs {peers.MPI}: MPICH is the oracle for NaN in "
+                    "MAXLOC/MINLOC")
     r = subprocess.run([sys.executable, "-c", MPICH_PAIRS], input=pickle.dumps(cases),
                        capture_output=True, timeout=60)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
