@@ -464,8 +464,8 @@ class TCPStore(Store):
         return self._request(GET, [key.encode()], timeout, f"key {key!r}")[0]
 
     def _add(self, key: str, amount: int) -> int:
-        return int(self._request(ADD, [key.encode(), str(amount).encode()],
-                                 self.timeout, f"add({key!r})")[0])
+        return self._count(self._request(ADD, [key.encode(), str(amount).encode()],
+                                         self.timeout, f"add({key!r})")[0])
 
     def _wait(self, keys: list[str], timeout: float) -> None:
         self._request(WAIT, [k.encode() for k in keys], timeout, f"keys {keys!r}")
@@ -486,8 +486,16 @@ class TCPStore(Store):
         return reply[1] if reply[0] == b"1" else None
 
     def _clear(self, prefix: str) -> int:
-        return int(self._request(CLEAR, [prefix.encode()], self.timeout,
-                                 f"clear({prefix!r})")[0])
+        return self._count(self._request(CLEAR, [prefix.encode()], self.timeout,
+                                         f"clear({prefix!r})")[0])
+
+    def _count(self, field: bytes) -> int:
+        """The number in a reply; a server that sends anything else is broken."""
+        try:
+            return int(field)
+        except ValueError:
+            raise RendezvousError(f"malformed reply from the store at {self.address}: "
+                                  f"{field[:40]!r} is not a number") from None
 
     # -- plumbing ------------------------------------------------------------
 

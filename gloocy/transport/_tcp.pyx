@@ -165,23 +165,36 @@ def _connect_one(addr, secret, rank, peer, size, job, deadline):
             break
         except (ConnectionRefusedError, socket.timeout, OSError):
             time.sleep(min(0.05, max(left, 0)))
+    who = f"rank {rank}: the process at {_fmt(addr)}"
+    hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size,
+                        _job_tag(job), secrets.token_bytes(32))
+    authentic = accepted = False
     try:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
-        hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size,
-                            _job_tag(job), secrets.token_bytes(32))
         sock.sendall(hello)
         reply = recv_exact(sock, 64)
         nonce, mac = reply[:32], reply[32:]
-        if not hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce)):
-            raise ProtocolError(f"rank {rank}: the process at {_fmt(addr)} "
-                                f"failed authentication as rank {peer}")
-        sock.sendall(_mac(secret, b"connector", hello, nonce))
-        if recv_exact(sock, 1) != b"\x01":
-            raise ProtocolError(f"rank {peer} refused the handshake")
-        return sock
+        authentic = hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce))
+        if authentic:
+            sock.sendall(_mac(secret, b"connector", hello, nonce))
+            accepted = recv_exact(sock, 1) == b"\x01"
+    except socket.timeout:            # a listener that stays silent
+        sock.close()
+        raise RendezvousError(f"{who} did not finish the handshake as rank "
+                              f"{peer} before the deadline") from None
+    except (OSError, ProtocolError) as e:   # it hung up or reset
+        sock.close()
+        raise ProtocolError(f"{who} broke off the handshake as rank {peer} "
+                            f"({e})") from None
     except BaseException:
         sock.close()
         raise
+    if not accepted:
+        sock.close()
+        raise ProtocolError(f"{who} failed authentication as rank {peer}"
+                            if not authentic else
+                            f"{who} refused the handshake as rank {peer}")
+    return sock
 
 
 def _fmt(addr):
