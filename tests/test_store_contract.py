@@ -316,14 +316,17 @@ def test_many_waiters_all_wake(backend):
     assert [out[0] for _, out, _ in threads[:n]] == [b"now"] * n
 
 
-def test_deadlines(store):
+def test_deadlines(backend):
+    # Bounds are generous for a loaded machine, and far below the client's
+    # own 60 s, which a call that ignored its deadline would wait for.
+    store = backend.client(timeout=60)
     store.set("there", b"1")
     for call in (lambda: store.get("nope", timeout=0.3),
                  lambda: store.wait(["there", "nope"], timeout=0.3)):
         start = time.monotonic()
         with pytest.raises(RendezvousTimeout) as info:
             call()
-        assert 0.3 <= time.monotonic() - start < 1.5
+        assert 0.3 <= time.monotonic() - start < 10
         assert "nope" in str(info.value)
         assert isinstance(info.value, TimeoutError)
     # timeout=0 looks once
@@ -332,7 +335,7 @@ def test_deadlines(store):
     store.wait(["there"], timeout=0)
     with pytest.raises(RendezvousTimeout):
         store.get("nope", timeout=0)
-    assert time.monotonic() - start < 0.5
+    assert time.monotonic() - start < 10
     # the client still works after a timeout
     store.set("nope", b"here")
     assert store.get("nope") == b"here"
@@ -344,7 +347,7 @@ def test_default_timeout(backend):
     start = time.monotonic()
     with pytest.raises(RendezvousTimeout):
         store.get("never")
-    assert 0.2 <= time.monotonic() - start < 1.3
+    assert 0.2 <= time.monotonic() - start < 10   # not the 300 s default
 
 
 def test_delete_then_wait_blocks_again(store):
@@ -421,13 +424,13 @@ def test_clear_and_prefixes_keep_apart(backend):
 
 
 def test_close_wakes_a_blocked_waiter_and_is_final(backend):
-    store = backend.client(timeout=10)
+    store = backend.client(timeout=60)
     t, _, errors = in_thread(store.get, "never")
     time.sleep(0.2)
     start = time.monotonic()
     store.close()
-    t.join(5)
-    assert not t.is_alive() and time.monotonic() - start < 2
+    t.join(10)
+    assert not t.is_alive() and time.monotonic() - start < 10  # not its 60 s
     assert errors and isinstance(errors[0], RendezvousError)
     store.close()  # idempotent
     for call in (lambda: store.set("k", b""), lambda: store.get("k"),
@@ -598,11 +601,11 @@ def test_redis_unreachable_names_host_and_port():
     start = time.monotonic()
     with pytest.raises(RendezvousError, match=f"127.0.0.1:{port}"):
         RedisStore(port=port, connect_timeout=0.5)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 10     # its 0.5 s, not a default
     start = time.monotonic()
     with pytest.raises(RendezvousError, match=f"127.0.0.1:{port}"):
         connect(f"redis://127.0.0.1:{port}/0", secret=SECRET, timeout=0.5)
-    assert time.monotonic() - start < 1.5
+    assert time.monotonic() - start < 10
 
 
 @needs_redis
@@ -617,8 +620,8 @@ def test_redis_credentials_and_database(tmp_path):
                           ({"username": "nobody", "password": "x"}, "refused user 'nobody'")]:
             start = time.monotonic()
             with pytest.raises(RendezvousError, match=match) as info:
-                RedisStore(port=port, connect_timeout=5, **kw)
-            assert time.monotonic() - start < 1.0  # refused: not retried
+                RedisStore(port=port, connect_timeout=60, **kw)
+            assert time.monotonic() - start < 10  # refused: not retried for 60 s
             assert f"127.0.0.1:{port}" in str(info.value)
         with connect(f"redis://:s3cret@127.0.0.1:{port}", secret=SECRET, timeout=5) as s:
             s.set("k", b"db0")
@@ -644,11 +647,11 @@ def test_redis_server_lost_mid_wait(tmp_path):
 
     srv = RedisServer(tmp_path)
     try:
-        store = RedisStore(port=srv.port, timeout=10)
+        store = RedisStore(port=srv.port, timeout=60)
         t, _, errors = in_thread(store.get, "never")
         time.sleep(0.2)
         srv.stop()
-        t.join(5)
+        t.join(10)
         assert not t.is_alive()
         assert errors and isinstance(errors[0], RendezvousError)
         assert f"127.0.0.1:{srv.port}" in str(errors[0])
@@ -657,7 +660,7 @@ def test_redis_server_lost_mid_wait(tmp_path):
         start = time.monotonic()
         with pytest.raises(RendezvousError, match=f"127.0.0.1:{srv.port}"):
             store.set("k", b"")
-        assert time.monotonic() - start < 1.5
+        assert time.monotonic() - start < 10   # its 0.5 s, not the 60 s before
         store.close()
     finally:
         srv.stop()
