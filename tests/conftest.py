@@ -10,8 +10,11 @@ health-check warnings). A world is handed out again only while it is
 fresh one. Every test has a hard timeout (default 120 s; per test
 ``@pytest.mark.hard_timeout(seconds)``; globally GLOOCY_TEST_HARD_TIMEOUT)
 after which every rank of every world is SIGKILLed and the test fails.
-After every test, open worlds that are no longer alive (a rank killed or
-timed out) are closed, so no zombie outlives the test that made it.
+After every test, open worlds that are no longer ``reusable`` (a rank
+killed, timed out or failed) are closed, so no zombie outlives the test
+that made it. Every test is checked for leaks: in this process by
+`_nothing_leaks`, in the ranks of every world by the harness (see
+harness.py, "Leak checks").
 """
 
 import os
@@ -45,6 +48,9 @@ def pytest_configure(config):
         "markers", "hard_timeout(seconds): kill every rank and fail the test "
         f"after this many seconds (default {HARD_TIMEOUT:g})")
     config.addinivalue_line(
+        "markers", "transports(*names): run this test over these transports "
+        "only (names of conftest.TRANSPORT_ENV), not the module's TRANSPORTS")
+    config.addinivalue_line(
         "markers", "slow: oversubscribed runs (N = 4 on 2 cores); "
         "-m 'not slow' leaves them out")
 
@@ -55,10 +61,13 @@ def worlds():
     cache = harness.Worlds()
     yield cache
     cache.close()
+    closed, harness.close_leaks[:] = list(harness.close_leaks), []
+    assert not closed, "\n".join(closed)
 
 
 # The transports a test module's worlds run over: a module sets
-# TRANSPORTS = ("shm", "tcp", "mix") to run each of its tests over each.
+# TRANSPORTS = ("shm", "tcp", "mix") to run each of its tests over each; a
+# test marked @pytest.mark.transports("shm", "tcp") runs over those only.
 TRANSPORT_ENV = {
     "auto": {},                               # shared memory: one host
     "shm": {"GLOOCY_TRANSPORT": "shm"},
@@ -71,8 +80,10 @@ TRANSPORT_ENV = {
 
 def pytest_generate_tests(metafunc):
     if "transport" in metafunc.fixturenames:
-        metafunc.parametrize("transport", getattr(metafunc.module, "TRANSPORTS",
-                                                  ("auto",)), scope="session")
+        marker = metafunc.definition.get_closest_marker("transports")
+        metafunc.parametrize("transport", marker.args if marker else
+                             getattr(metafunc.module, "TRANSPORTS", ("auto",)),
+                             scope="session")
 
 
 @pytest.fixture(scope="session")
@@ -85,15 +96,29 @@ def world(worlds, transport):
     return get
 
 
-@pytest.fixture(autouse=True)
-def _nothing_left_in_dev_shm():
-    """gloocy's shared memory is never named: no test may leave a file in
-    /dev/shm (a killed rank included)."""
-    before = set(os.listdir("/dev/shm"))
-    yield
-    left = {name for name in set(os.listdir("/dev/shm")) - before
+def _dev_shm():
+    return {name for name in os.listdir("/dev/shm")
             if not name.startswith(("mpich", "torch"))}   # the peers' own
-    assert not left, f"left behind in /dev/shm: {sorted(left)}"
+
+
+@pytest.fixture(autouse=True)
+def _nothing_leaks():
+    """Every test leaves this process as it found it: no new file
+    descriptor, Python thread or child process (beyond what the open
+    worlds of rank processes hold: harness.open_worlds_resources), and
+    nothing in /dev/shm (gloocy's shared memory is never named: a killed
+    rank included). The ranks of the worlds check themselves (harness:
+    RankLeak after a call, close_leaks after Free)."""
+    before, shm = harness.resources(), _dev_shm()
+    yield
+    harness.close_spoiled()  # spoiled worlds go now: their leaks are this test's
+    grown = harness.grown(before, lambda new: new - harness.open_worlds_resources())
+    left = sorted(_dev_shm() - shm)
+    closed = list(harness.close_leaks)
+    harness.close_leaks.clear()
+    assert not grown, f"this test left behind in the test process: {grown}"
+    assert not left, f"left behind in /dev/shm: {left}"
+    assert not closed, "\n".join(closed)
 
 
 class HardTimeout(Exception):
@@ -101,7 +126,7 @@ class HardTimeout(Exception):
 
 
 @pytest.fixture(autouse=True)
-def _hard_timeout(request):
+def _hard_timeout(request, _nothing_leaks):   # the leak check comes after
     marker = request.node.get_closest_marker("hard_timeout")
     seconds = float(marker.args[0]) if marker else HARD_TIMEOUT
     if threading.current_thread() is not threading.main_thread() or seconds <= 0:

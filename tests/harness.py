@@ -69,18 +69,37 @@ during the call); ``e.is_a("TimeoutError")``.
 ``RankFailure`` attributes: ``errors`` ({rank: RankError}), ``results`` (the
 list ``run`` would have returned), ``hung`` (ranks that did not finish).
 
+Leak checks
+-----------
+Each rank notes its file descriptors, threads and child processes right
+after the world formed. After every call that returned on a rank, that rank
+must hold nothing more, except what the world's communicator legitimately
+keeps for the rest of its life: the eventfd it makes once its connections
+are shared (a Dup), and the worker thread and shadow communicator (another
+eventfd) of its nonblocking collectives. Growth fails the call with
+``RankLeak`` (a RankFailure, whatever ``check`` says) and the world is not
+handed out again. At ``close`` every rank frees its
+communicator and must then hold no more than before ``gloocy.connect``;
+what is left is recorded in ``close_leaks`` (checked after every test by
+tests/conftest.py). ``resources()`` and ``grown()`` are the snapshot and the
+comparison, for the test process too; ``open_worlds_resources()`` is what
+the open worlds hold in the test process (their rank processes, store
+server and pipes).
+
 ``Worlds()`` is a cache of live worlds keyed by (size, env, comm_timeout):
 ``worlds.get(size, env=None, comm_timeout=60.0)`` hands out a cached world while
 it is ``reusable`` and replaces it otherwise; ``worlds.close()`` closes all.
 ``abort_all()`` SIGKILLs every rank of every open world (signal-safe: for hard
 test timeouts); the worlds are then dead and ``reap_dead()`` (or ``close()``)
-reaps them.
+reaps them. ``close_spoiled()`` closes every open world that is not
+``reusable``.
 """
 
 from __future__ import annotations
 
 import atexit
 import faulthandler
+import gc
 import importlib
 import os
 import pickle
@@ -91,13 +110,16 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from multiprocessing.connection import Connection, wait as _wait_conns
 from pathlib import Path
+from typing import NamedTuple
 
 __all__ = ["World", "Worlds", "RankError", "RankFailure", "RankTimeout",
-           "abort_all", "reap_dead"]
+           "RankLeak", "abort_all", "reap_dead", "close_spoiled", "resources",
+           "grown", "open_worlds_resources", "close_leaks"]
 
 DEFAULT_TIMEOUT = 30.0       # start-up and each run, seconds
 # In a World's env, TEST_HOSTS=k spreads the ranks over k pretend hosts: rank
@@ -108,7 +130,101 @@ DEFAULT_COMM_TIMEOUT = 60.0  # the communicator's default deadline
 _OUTPUT_TAIL = 4000          # characters of a rank's output shown on failure
 _STACK_DUMP_WAIT = 0.3       # seconds given to hung ranks to dump their stacks
 
+_LEAK_WAIT = 2.0             # seconds a growth may take to go away (a thread ending)
+
 _open_worlds: list["World"] = []   # for abort_all() and the atexit safety net
+close_leaks: list[str] = []        # what ranks kept after Free at close()
+
+
+# -- what a process holds ------------------------------------------------------
+
+class Resources(NamedTuple):
+    """What a process holds: fds as (number, what /proc says it is),
+    Python threads, child pids."""
+    fds: frozenset = frozenset()
+    threads: frozenset = frozenset()
+    children: frozenset = frozenset()
+
+    def __or__(self, other):
+        return Resources(*(a | b for a, b in zip(self, other)))
+
+    def __sub__(self, other):
+        return Resources(*(a - b for a, b in zip(self, other)))
+
+
+def _fds():
+    fds = set()
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fds.add((int(name), os.readlink(f"/proc/self/fd/{name}")))
+        except OSError:
+            pass                  # the directory listdir itself had open
+    return frozenset(fds)
+
+
+def _children():
+    pids = set()
+    for task in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{task}/children") as f:
+                pids.update(int(p) for p in f.read().split())
+        except OSError:
+            pass                  # a thread that just ended
+    return frozenset(pids)
+
+
+def resources():
+    """What this process holds now (see Resources)."""
+    return Resources(_fds(), frozenset(threading.enumerate()), _children())
+
+
+def _describe_child(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        cmd = "?"
+    return f"{pid} ({cmd[:200] or 'a zombie'})"
+
+
+def _growth_text(new):
+    parts = []
+    if new.fds:
+        parts.append("fds " + ", ".join(f"{fd} -> {what}"
+                                        for fd, what in sorted(new.fds)))
+    if new.threads:
+        parts.append("threads " + ", ".join(sorted(repr(t.name)
+                                                   for t in new.threads)))
+    if new.children:
+        parts.append("child processes " + ", ".join(
+            _describe_child(p) for p in sorted(new.children)))
+    return "; ".join(parts)
+
+
+def grown(before, allowed=lambda new: new, wait=_LEAK_WAIT):
+    """What this process holds now and did not in `before` (a Resources),
+    as text ("" if nothing). `allowed(new)` returns the part of the growth
+    `new` that is not legitimate. A growth gets `wait` seconds (and a
+    garbage collection) to go away: a thread that is ending, an fd held
+    by a cycle of garbage are not leaks."""
+    deadline = time.monotonic() + wait
+    while True:
+        new = allowed(resources() - before)
+        if not any(new) or time.monotonic() >= deadline:
+            return _growth_text(new)
+        gc.collect()
+        time.sleep(0.05)
+
+
+def open_worlds_resources():
+    """What the open worlds hold in this process: what each made while it
+    started (its store server's thread and sockets, its pipes to the
+    ranks) and its rank processes."""
+    held = Resources()
+    for w in _open_worlds:
+        held = held | w._parent_resources | Resources(
+            children=frozenset(w.pids))
+    return held
 
 
 # -- results and failures ------------------------------------------------------
@@ -159,6 +275,11 @@ class RankTimeout(RankFailure):
     """Some ranks did not finish in time; the whole world was killed."""
 
 
+class RankLeak(RankFailure):
+    """Some ranks hold more fds, threads or child processes after a call
+    than when the world formed."""
+
+
 def _fn_name(fn):
     return f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
 
@@ -192,6 +313,9 @@ class World:
         self._timed_out = False
         self._failed = False             # some call failed or a rank was killed
         self._closed = False
+        self._leaks = {}                 # rank -> what it grew in the last call
+        self._parent_resources = Resources()
+        before = resources()
         self._logdir = Path(tempfile.mkdtemp(prefix="gloocy-world-"))
         self._server = TCPStoreServer(secret=self._secret).start()
         self.store_url = self._server.url
@@ -201,6 +325,8 @@ class World:
         except BaseException:
             self.close(timeout=2.0)
             raise
+        made = resources() - before
+        self._parent_resources = made._replace(children=frozenset())
 
     # -- start-up ----------------------------------------------------------
 
@@ -334,8 +460,17 @@ class World:
         for r in ranks:
             self._send(r, ("run", ref, blobs[r]))
         timeout = self.timeout if timeout is None else float(timeout)
+        self._leaks = {}
         results = self._collect(ranks, timeout, grace,
                                 what=f"{_fn_name(fn)}")
+        if self._leaks:
+            self._failed = True       # not handed out again
+            raise RankLeak(
+                f"after {_fn_name(fn)}, ranks hold more than when the world "
+                f"formed (what the world's communicator keeps aside):\n"
+                + "".join(f"--- rank {r}: {text}\n"
+                          for r, text in sorted(self._leaks.items())),
+                results=results)
         errors = {r: e for r, e in zip(ranks, results) if isinstance(e, RankError)}
         if errors:
             self._failed = True
@@ -403,11 +538,13 @@ class World:
                              exitcode=code,
                              output=self._log_since(rank, log_offset))
         try:
-            kind, payload = pickle.loads(data)
+            kind, payload, leaks = pickle.loads(data)
         except Exception as e:
             return RankError(rank, type(e).__name__,
                              f"cannot unpickle rank {rank}'s reply: {e}",
                              output=self._log_since(rank, log_offset))
+        if leaks:
+            self._leaks[rank] = leaks
         if kind == "ok":
             return payload
         try:
@@ -468,7 +605,7 @@ class World:
         if self._closed:
             return [p.returncode if p else None for p in self._procs]
         self._closed = True
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + timeout + _LEAK_WAIT
         live = [r for r in range(self.size)
                 if self._procs[r] is not None and self._procs[r].poll() is None
                 and not self._dead[r]]
@@ -478,11 +615,15 @@ class World:
         while pending and time.monotonic() < deadline:
             for conn in _wait_conns(list(pending),
                                     timeout=max(0.0, deadline - time.monotonic())):
-                del pending[conn]
+                r = pending.pop(conn)
                 try:
-                    conn.recv_bytes()
+                    _, _, leaks = pickle.loads(conn.recv_bytes())
                 except (EOFError, OSError):
-                    pass
+                    continue
+                if leaks:
+                    close_leaks.append(
+                        f"{self!r}, rank {r}, after comm.Free() at close: "
+                        f"holds more than before gloocy.connect: {leaks}")
         codes = []
         for r, p in enumerate(self._procs):
             if p is None:
@@ -534,6 +675,15 @@ def reap_dead():
             w.close(timeout=2.0)
 
 
+def close_spoiled():
+    """Close every open world that will not be handed out again (not
+    ``reusable``: dead, or something failed in it), so that what its ranks
+    keep after Free is charged to the test that spoiled it."""
+    for w in list(_open_worlds):
+        if not w.reusable:
+            w.close(timeout=2.0)
+
+
 class Worlds:
     """Live worlds keyed by (size, env, comm_timeout), replaced when they are
     no longer ``reusable``."""
@@ -582,26 +732,43 @@ def _error_payload(exc):
                 pickled=pickled)
 
 
+def _kept_by(comm):
+    """allowed() for grown(): the part of a rank's growth since the world
+    formed that the world's communicator does not keep for its lifetime:
+    its context's eventfd, made once a Dup shares its connections, and,
+    once a nonblocking collective ran, the worker thread and the shadow
+    communicator (with an eventfd of its own) that run them."""
+    def allowed(new):
+        worker = getattr(comm, "_worker", None)
+        threads = new.threads - {getattr(worker, "_thread", None)}
+        kept = 1 + (getattr(comm, "_shadow", None) is not None)
+        efds = sorted(f for f in new.fds if f[1] == "anon_inode:[eventfd]")
+        return new._replace(threads=threads, fds=new.fds - set(efds[:kept]))
+    return allowed
+
+
 def _worker(fd):
     faulthandler.enable()                                   # crashes -> log
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # hangs -> log
     conn = Connection(fd)
 
-    def reply(kind, payload):
+    def reply(kind, payload, leaks=""):
         try:
-            conn.send_bytes(pickle.dumps((kind, payload)))
+            conn.send_bytes(pickle.dumps((kind, payload, leaks)))
         except Exception as e:          # an unpicklable result or exception
             conn.send_bytes(pickle.dumps(("err", _error_payload(TypeError(
                 f"cannot send the {'result' if kind == 'ok' else 'error'} "
-                f"back to the test: {e!r}")))))
+                f"back to the test: {e!r}")), leaks)))
 
     kind, cfg = pickle.loads(conn.recv_bytes())
     assert kind == "init", kind
     try:
         import gloocy
+        unconnected = resources()
         comm = gloocy.connect(cfg["rank"], cfg["size"], cfg["store"],
                               secret=cfg["secret"], job=cfg["job"],
                               timeout=cfg["comm_timeout"], host_store=False)
+        formed = resources()
     except BaseException as e:
         reply("err", _error_payload(e))
         return 1
@@ -619,7 +786,7 @@ def _worker(fd):
             except BaseException as e:
                 reply("err", _error_payload(e))
                 return 1
-            reply("ok", None)
+            reply("ok", None, grown(unconnected))
             return 0
         (modname, root), blob = body
         try:
@@ -632,7 +799,7 @@ def _worker(fd):
         except BaseException as e:
             reply("err", _error_payload(e))
         else:
-            reply("ok", result)
+            reply("ok", result, grown(formed, _kept_by(comm)))
 
 
 if __name__ == "__main__":

@@ -95,6 +95,15 @@ def redis_server(tmp_path_factory):
     srv.stop()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _redis_before_the_leak_checks(request):
+    """The module's redis-server starts before any test, so that the
+    per-test leak check (conftest) does not count it as a child process
+    left behind by the first test that uses it."""
+    if REDIS_SERVER is not None:
+        request.getfixturevalue("redis_server")
+
+
 # -- the stores under test ------------------------------------------------------
 
 class Backend:
