@@ -62,7 +62,11 @@ def _parser() -> argparse.ArgumentParser:
         prog="gloocy-bench", allow_abbrev=False,
         description="gloocy's collectives side by side with torch.distributed "
                     "(gloo) and mpi4py on MPICH.",
-        epilog="Peers are optional: pip install \"gloocy[bench]\". "
+        epilog="Peers are optional. pip install -e \".[bench]\" in a clone brings "
+               "them all (torch 2.13.0, mpi4py, mpich, tqdm, matplotlib), but "
+               "plain torch from PyPI is the CUDA build, several GB: first "
+               "install the CPU build, pip install torch==2.13.0 --index-url "
+               "https://download.pytorch.org/whl/cpu. "
                "Bare 'gloocy' means every transport gloocy has.")
     p.add_argument("-n", type=int, nargs="+", default=[2], metavar="N",
                    help="world sizes (default: 2)")
