@@ -1,6 +1,7 @@
 """Communicators derived from one another share the connections: messages
 of different communicators never mix, new ones cost no sockets, and the
-cases that could deadlock on a shared stream complete."""
+cases that could deadlock on a shared stream complete. Over shared memory,
+TCP and a mix of both (TRANSPORTS)."""
 
 import os
 import threading
@@ -9,6 +10,8 @@ import numpy as np
 import pytest
 
 import gloocy
+
+TRANSPORTS = ("shm", "tcp", "mix")
 
 
 def _open_fds():
