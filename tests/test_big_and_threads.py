@@ -7,6 +7,7 @@ import pytest
 
 import gloocy
 
+TRANSPORTS = ("shm", "tcp", "mix")
 BIG = (1 << 31) + 7          # elements: past every 32-bit count
 
 
@@ -28,6 +29,9 @@ def r_big(comm):
     return ok
 
 
+# 2 GiB a rank: over shared memory and TCP only (a mix of two ranks on two
+# pretend hosts is TCP again).
+@pytest.mark.transports("shm", "tcp")
 @pytest.mark.hard_timeout(300)
 def test_counts_above_2_to_the_31(world):
     assert world(2).run(r_big, timeout=280) == [True, True]
