@@ -1,4 +1,5 @@
-"""The newer dtypes and ops across real processes (world sizes 1-4).
+"""The newer dtypes and ops across real processes (world sizes 1-4), over
+shared memory, TCP and a mix of both (TRANSPORTS).
 
 complex64/128 (SUM, PROD), long double (SUM, MIN, MAX), bfloat16 (SUM, MAX),
 MAXLOC/MINLOC on aligned (value, index) structured pairs, AVG, and user ops
@@ -23,7 +24,9 @@ import gloocy
 from gloocy import IN_PLACE
 
 import harness
+from conftest import TRANSPORT_ENV
 
+TRANSPORTS = ("shm", "tcp", "mix")      # every test runs over each
 SIZES = [1, 2, 3, 4]
 ALGORITHMS = [None, "ring", "recursive_doubling"]
 OPS = {"SUM": gloocy.SUM, "PROD": gloocy.PROD, "MIN": gloocy.MIN,
@@ -517,8 +520,8 @@ def test_meaningless_op_dtype_pairs_raise_type_error(world, size):
         assert after == [size * (size + 1) / 2] * 3
 
 
-def test_reduce_avg_int_raises_everywhere_before_sending():
-    with harness.World(3, timeout=20) as w:
+def test_reduce_avg_int_raises_everywhere_before_sending(transport):
+    with harness.World(3, env=TRANSPORT_ENV[transport], timeout=20) as w:
         for out, y in w.run(r_reduce_avg_int):
             assert out == ["TypeError", "ok"] and y == [6.0] * 3
 
