@@ -28,7 +28,8 @@ cdef enum Kind:
     KIND_EXSCAN = 11
     KIND_P2P = 12                 # point-to-point: tag is the user's tag
     KIND_ABORT = 13               # the peer stops on an error; payload: its message,
-                                  # op: an AbortCode, root: the rank at fault or -1
+                                  # op: an AbortCode, root: the rank at fault or -1,
+                                  # tag: 1 + the rank it stopped first (0: the peer)
     KIND_LAST = 14
     ABORT_MAX = 1024              # longest abort message
     # A header's kind byte: the kind in the low bits; in the high bits, the
@@ -104,7 +105,8 @@ cdef enum XferFlags:
     XF_HEAP = 2                   # a stashed unexpected frame; the pair owns buf
 
 cdef enum:
-    EAGER_MAX = 65536             # unexpected frames up to this are stashed, not parked
+    EAGER_MAX = 65536             # unexpected frames up to this are stashed, not parked;
+                                  # a stash's first allocation at most
 
 # acc[i] = acc[i] <op> src[i] for i < n elements.
 ctypedef void (*reduce_fn)(void *acc, const void *src, int64_t n) noexcept nogil
@@ -139,6 +141,8 @@ ctypedef struct Xfer:
     int flags               # XferFlags
     int peer                # receives: the rank the frame came from
     uint64_t order          # p2p receives: posting order, for matching
+    int64_t cap             # XF_HEAP copies: bytes of buf so far (it grows as
+                            # the payload comes, never ahead of it)
     Xfer *next              # link in the pair's queue
 
 
@@ -165,6 +169,8 @@ cdef class Pair:
     cdef int progress(self) except -1 nogil
     # True while posted sends or receives are unfinished.
     cdef bint busy(self) noexcept nogil
+    # True while a posted receive is unfinished (we wait for the peer).
+    cdef bint expecting(self) noexcept nogil
     # What to poll(2) for when blocking: fd and events (0: nothing to wait for).
     cdef int wait_fd(self) noexcept nogil
     cdef short wait_events(self) noexcept nogil
@@ -175,9 +181,10 @@ cdef class Pair:
     # Withdraw a posted receive nothing has arrived for; True if withdrawn.
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil
     # Best effort, before abandon(): tell the peer we stop because of `why`,
-    # an AbortCode, and which rank is at fault (`culprit`, -1: none known);
-    # only when our stream to it is between frames.
-    cdef int say_abort(self, bytes why, int code, int culprit) except -1
+    # an AbortCode, which rank is at fault (`culprit`, -1: none known) and
+    # which rank stopped first (`origin`, -1: we did); only when our stream
+    # to it is between frames.
+    cdef int say_abort(self, bytes why, int code, int culprit, int origin) except -1
     # For the node collectives (shared-memory pairs only; no-ops elsewhere):
     # make the peer's poll(2) on its wait_fd() return; forget such wake-ups.
     cdef void wake_peer(self) noexcept nogil
@@ -188,6 +195,9 @@ cdef class Pair:
     # find_unexpected() the oldest one a receive matches (complete ones
     # only, unless `partial`); drop_unexpected() forgets and frees one.
     cdef Xfer *stash(self, const Header *h) except NULL nogil
+    # Room for more of a stashed frame's payload (its buf doubles, up to
+    # its length): memory follows the bytes that came, not the header's word.
+    cdef int grow_stash(self, Xfer *u) except -1 nogil
     cdef Xfer *find_unexpected(self, const Xfer *want, bint partial) noexcept nogil
     cdef void drop_unexpected(self, Xfer *u) noexcept nogil
     # Deliver a complete stashed frame into receive x (checked), drop it.
@@ -346,6 +356,9 @@ cdef class Context:
     # Between two spins of a wait: let other threads at the links.
     cdef int pause(self) except -1 nogil
     cdef int fail(self, BaseException exc, Coll *c) except -1
+    cdef tuple abort_reason(self, BaseException exc)
+    cdef int trace_timeout(self, object exc, Coll *c, object told) except -1
+    cdef str rank_name(self, int world)
     cdef int begin_p2p(self, Coll *c, object timeout) except -1
     # Post a p2p receive x from `source` (-1: any rank) in posting order.
     cdef int post_p2p_recv(self, Xfer *x, int source) except -1 nogil

@@ -6,8 +6,10 @@ return an int status (``except -1 nogil``) and take the GIL only on the
 failure path, to raise.
 """
 
+import time
+
 from libc.string cimport memcpy, memmove, memset
-from libc.stdlib cimport malloc, free
+from libc.stdlib cimport malloc, realloc, free
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBuffer_IsContiguous, PyBUF_FORMAT,
                              PyBUF_STRIDES, PyBUF_WRITABLE)

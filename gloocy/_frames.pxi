@@ -131,14 +131,22 @@ cdef int check_unmatched(const Header *got, const Xfer *posted, int rank,
 
 
 cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil:
-    """The peer sent KIND_ABORT: it stopped on an error of its own. Raise
-    that error's class, naming the peer and its reason (the root cause, not
-    the echo of the peer giving up); `origin` is the peer."""
-    why = u.buf[:u.nbytes].decode("utf-8", "replace")
-    message = f"rank {rank}: rank {peer} stopped the call: {why}"
+    """The peer sent KIND_ABORT: it, or a rank before it, stopped on an
+    error. Raise that error's class, naming the rank that stopped first and
+    its reason (the root cause, not the echo of a peer giving up). The
+    error's `origin` is that rank, `_abort` what fail() passes on."""
+    # A timeout's payload also lists, after a NUL, the world ranks the peer
+    # was waiting for (see Context.trace_timeout).
+    raw, _, waits = u.buf[:u.nbytes].partition(b"\0")
+    why = raw.decode("utf-8", "replace")
+    cdef int origin = peer if u.hdr.tag == 0 or u.hdr.tag > 1 << 30 else <int>u.hdr.tag - 1
+    message = (f"rank {rank}: rank {origin} stopped the call" +
+               ("" if origin == peer else f" (rank {peer} passed it on)") +
+               f": {why}")
     code = u.hdr.op
     if code == ABORT_TIMEOUT:
         e = CollectiveTimeout(message)
+        e.culprit = u.hdr.root if u.hdr.root >= 0 else None
     elif code == ABORT_PEER_LOST:
         e = PeerLostError(message, rank=u.hdr.root if u.hdr.root >= 0 else None)
     elif code == ABORT_PROTOCOL:
@@ -147,5 +155,7 @@ cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil:
         e = GloocyError(message)
     else:
         e = MismatchError(message)
-    e.origin = peer
+    e.origin = origin
+    e._abort = (raw, code, u.hdr.root, origin,
+                [int(w) for w in waits.split(b",") if w.isdigit()])
     raise e

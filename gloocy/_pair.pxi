@@ -23,6 +23,9 @@ cdef class Pair:
     cdef bint busy(self) noexcept nogil:
         return False
 
+    cdef bint expecting(self) noexcept nogil:
+        return False
+
     cdef int wait_fd(self) noexcept nogil:
         return -1
 
@@ -35,7 +38,7 @@ cdef class Pair:
     cdef bint cancel_recv(self, Xfer *x) noexcept nogil:
         return False
 
-    cdef int say_abort(self, bytes why, int code, int culprit) except -1:
+    cdef int say_abort(self, bytes why, int code, int culprit, int origin) except -1:
         return 0
 
     cdef void wake_peer(self) noexcept nogil:
@@ -55,7 +58,8 @@ cdef class Pair:
     cdef Xfer *stash(self, const Header *h) except NULL nogil:
         cdef Xfer *u = <Xfer *>_alloc(sizeof(Xfer))
         memset(u, 0, sizeof(Xfer))
-        u.buf = <char *>malloc(h.length if h.length else 1)
+        u.cap = <int64_t>min(h.length, <uint64_t>EAGER_MAX)
+        u.buf = <char *>malloc(u.cap if u.cap else 1)
         if u.buf is NULL:
             free(u)
             _raise_nomem()
@@ -66,6 +70,15 @@ cdef class Pair:
         u.state = XFER_POSTED
         xfer_append(&self.unexp_head, &self.unexp_tail, u)
         return u
+
+    cdef int grow_stash(self, Xfer *u) except -1 nogil:
+        cdef int64_t cap = min(u.nbytes, 2 * u.cap)
+        cdef char *more = <char *>realloc(u.buf, cap)
+        if more is NULL:
+            return _raise_stash_nomem(self, u)
+        u.buf = more
+        u.cap = cap
+        return 0
 
     cdef Xfer *find_unexpected(self, const Xfer *want, bint partial) noexcept nogil:
         cdef Xfer *u = self.unexp_head
@@ -125,6 +138,11 @@ cdef class Pair:
     def __repr__(self):
         return (f"<{type(self).__name__} rank {self.rank} -> peer "
                 f"{self.peer}{' closed' if self.closed else ''}>")
+
+
+cdef int _raise_stash_nomem(Pair pair, const Xfer *u) except -1 with gil:
+    raise MemoryError(f"rank {pair.rank}: no memory to keep a {u.nbytes}-byte "
+                      f"message from rank {pair.peer} that came before its receive")
 
 
 cdef Xfer *_first_match(Xfer *x, const Header *h) noexcept nogil:

@@ -184,9 +184,12 @@ class PeerLostError(GloocyError, ConnectionError):
 class CollectiveTimeout(GloocyError, TimeoutError):
     """A collective or point-to-point call did not finish before its deadline.
 
-    ``ranks``: the ranks of the communicator it was still waiting for."""
+    ``ranks``: the ranks of the communicator it was still waiting for;
+    ``culprit``: the world rank at the end of the chain of waits (the one
+    that never came), when the other ranks' reasons told it, else None."""
 
     ranks = ()
+    culprit = None
 
 
 class MismatchError(GloocyError):

@@ -60,13 +60,15 @@ import os, sys, time
 import numpy as np
 from gloocy import MPI
 comm = MPI.COMM_WORLD
-sub = comm.Split(color=comm.rank % 2, key=comm.rank)
-sub.allreduce(1)
-if comm.rank == 3:
-    sys.exit(0)                      # leaves cleanly, but before the bcast
-x = np.zeros(1 << 16)
 t0 = time.monotonic()
 try:
+    # Rank 3 leaves while the others may still be finishing the Split (which
+    # all its data for has come): one of them may hear of it there.
+    sub = comm.Split(color=comm.rank % 2, key=comm.rank)
+    sub.allreduce(1)
+    if comm.rank == 3:
+        sys.exit(0)                      # leaves cleanly, but before the bcast
+    x = np.zeros(1 << 16)
     comm.Bcast(x, root=3)
 except MPI.Exception as e:
     print(f"{type(e).__name__} rank={getattr(e, 'rank', None)} "

@@ -388,7 +388,7 @@ def test_store_client_facing_a_lying_server(reply, op):
             c.settimeout(0.2)                      # then silence, then hang up
             try:
                 c.recv(1)
-            except socket.timeout:
+            except OSError:                        # a timeout, or the client gave up
                 pass
 
     server = threading.Thread(target=serve, daemon=True)
@@ -771,13 +771,6 @@ def test_frames_for_communicators_nobody_has_leave_the_call_alone(strays):
         np.testing.assert_array_equal(call.outcome(CALL_TIMEOUT + 5), np.arange(4.0) + 1)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Pair.stash (_pair.pxi), called by StreamPair.start_payload (_stream.pyx) "
-    "for a frame no posted receive matches (point-to-point, or a "
-    "communicator with no receive posted), mallocs the header's length "
-    "before a byte of payload has come: a claimed 16 GiB grows the address "
-    "space by 16 GiB, and a length beyond memory raises a bare MemoryError "
-    "naming no peer"))
 @fuzz(3, 40, phases=[Phase.explicit, Phase.generate])    # no shrinking: all fail
 @given(p2p=st.booleans(), length=st.integers(2**33, 2**64 - 1))
 @example(p2p=True, length=16 << 30)
@@ -795,12 +788,6 @@ def test_an_unmatched_huge_frame_is_not_allocated(p2p, length):
         assert names_rank_1(error), str(error)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "StreamPair.recv_some (_stream.pyx) goes on reading after the frame "
-    "that completes the call's last receive, and read_into raises "
-    "PeerLostError on the end of stream at once, although nothing is "
-    "pending: a peer whose process ends right after sending its last frame "
-    "(no goodbye) spoils a call whose data all arrived"))
 def test_a_peer_that_ends_after_its_last_frame_does_not_spoil_the_call():
     with lying_peer() as (comm, sock):
         first = Call(lambda: allreduce(comm))

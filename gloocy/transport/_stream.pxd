@@ -30,9 +30,12 @@ cdef class StreamPair(Pair):
     cdef int64_t st_hi
     cdef int64_t read_ahead     # bytes asked for when reading into stage
     cdef int64_t direct_min     # payloads left at least this: read into place
+    cdef int send_err           # errno of a failed send, raised once what the
+                                # peer sent before it went (its reason) is read
 
     # The transport's part. stream_send: write some of the n pieces, return
-    # how many bytes (WOULD_BLOCK: none fit now). stream_recv: read up to n
+    # how many bytes (WOULD_BLOCK: none fit now; after setting send_err:
+    # the stream is broken, raise after reading). stream_recv: read up to n
     # bytes into dst, return how many (0: the peer closed its end and
     # nothing is left; WOULD_BLOCK: nothing yet). Both raise PeerLostError
     # (via lost()) on a broken stream. stream_close: release the stream.
@@ -44,4 +47,6 @@ cdef class StreamPair(Pair):
     cdef int recv_some(self) except -1 nogil
     cdef int64_t read_into(self, char *dst, int64_t need, bint direct) except -2 nogil
     cdef int start_payload(self) except -1 nogil
+    cdef bint any_source_waits(self) noexcept nogil
+    cdef int gone(self) except -1 nogil
     cdef int lost(self, const char *what, int err) except -1 with gil

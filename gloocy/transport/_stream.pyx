@@ -8,7 +8,7 @@ buffer so that one read brings header and payload.
 
 import os
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint64_t
 from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
@@ -63,11 +63,19 @@ cdef class StreamPair(Pair):
         raise PeerLostError(f"rank {self.rank}: lost peer rank {self.peer}"
                             f"{where}: {detail}", rank=self.peer)
 
+    cdef int gone(self) except -1 nogil:
+        """PeerLostError for a call that needs a peer that has gone."""
+        if self.peer_said_bye:
+            return self.lost("the peer has left (closed its communicator)", 0)
+        return self.lost("connection closed by the peer (did its process die?)", 0)
+
     # -- sending -------------------------------------------------------------
 
     cdef int post_send(self, Xfer *x) except -1 nogil:
         if self.fd < 0:
             return self.lost("the connection is closed", 0)
+        if self.peer_gone:
+            return self.gone()
         xfer_append(&self.send_head, &self.send_tail, x)
         if self.send_head is x:
             self.send_some()           # most small frames leave right here
@@ -129,7 +137,7 @@ cdef class StreamPair(Pair):
         self.check_stash(x)
         if (self.peer_gone and not self.parked and self.in_hdr_got == 0
                 and self.st_lo == self.st_hi):
-            return self.lost("the peer has left (closed its communicator)", 0)
+            return self.gone()
         xfer_append(&self.recv_head, &self.recv_tail, x)
         if self.parked:
             self.start_payload()
@@ -176,9 +184,11 @@ cdef class StreamPair(Pair):
             return WOULD_BLOCK
         if n == 0:
             self.peer_gone = True
-            if (self.peer_said_bye and self.in_x is NULL
-                    and self.in_hdr_got == 0 and self.recv_head is NULL):
-                return WOULD_BLOCK     # a clean goodbye, nothing pending
+            if (self.in_x is NULL and self.in_hdr_got == 0 and self.send_head is NULL
+                    and self.recv_head is NULL and not self.any_source_waits()):
+                # Nothing of ours needed more from it: a call that does
+                # raises then (post_recv); one that does not, completes.
+                return WOULD_BLOCK
             if self.peer_said_bye:
                 return self.lost("the peer has left (closed its "
                                  "communicator) before sending what "
@@ -220,7 +230,11 @@ cdef class StreamPair(Pair):
                 continue
             x = self.in_x
             while x.done < x.nbytes:
-                got = self.read_into(x.buf + x.done, x.nbytes - x.done, True)
+                if x.flags & XF_HEAP and x.done == x.cap:
+                    self.grow_stash(x)
+                got = self.read_into(x.buf + x.done,
+                                     (x.cap if x.flags & XF_HEAP else x.nbytes) - x.done,
+                                     True)
                 if got == WOULD_BLOCK:
                     return moved
                 x.done += got
@@ -231,18 +245,34 @@ cdef class StreamPair(Pair):
             self.in_x = NULL
             self.in_hdr_got = 0
             moved = 1
+            if not (x.flags & XF_HEAP):
+                # A receive of ours is complete: its call may be too. What
+                # follows (a peer's reason for stopping, its hang-up) is for
+                # the calls that still wait, or the next one.
+                return moved
 
     cdef int progress(self) except -1 nogil:
         cdef int moved = 0
         if self.fd < 0:
             return self.lost("the connection is closed", 0)
-        if self.send_head is not NULL:
+        if self.send_head is not NULL and not self.send_err:
             moved = self.send_some()
-        return self.recv_some() | moved
+        moved |= self.recv_some()
+        if self.send_err:
+            # What the peer sent before it went (its reason for stopping, or
+            # its end of the stream) was read and raised nothing: say so.
+            return self.lost("send failed", self.send_err)
+        return moved
 
     cdef bint busy(self) noexcept nogil:
         return (self.send_head is not NULL or self.recv_head is not NULL
                 or self.in_x is not NULL)
+
+    cdef bint any_source_waits(self) noexcept nogil:
+        return self.wild_head is not NULL and self.wild_head[0] is not NULL
+
+    cdef bint expecting(self) noexcept nogil:
+        return self.recv_head is not NULL or self.in_x is not NULL
 
     cdef int wait_fd(self) noexcept nogil:
         return self.fd
@@ -251,13 +281,13 @@ cdef class StreamPair(Pair):
         cdef short ev = 0
         if self.fd < 0 or self.peer_gone:
             return 0
-        if self.send_head is not NULL:
+        if self.send_head is not NULL and not self.send_err:
             ev |= POLLOUT
         if not self.parked:
             ev |= POLLIN | POLLRDHUP    # data, or a hang-up to notice
         return ev
 
-    cdef int say_abort(self, bytes why, int code, int culprit) except -1:
+    cdef int say_abort(self, bytes why, int code, int culprit, int origin) except -1:
         cdef Header h
         cdef bytes text = why[:ABORT_MAX]
         cdef iovec iov[2]
@@ -268,6 +298,7 @@ cdef class StreamPair(Pair):
         h.kind = KIND_ABORT
         h.op = code
         h.root = culprit
+        h.tag = <uint64_t>(origin + 1)
         h.length = len(text)
         iov[0].iov_base = &h
         iov[0].iov_len = HEADER_SIZE

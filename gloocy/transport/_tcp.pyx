@@ -15,7 +15,7 @@ import struct
 import threading
 import time
 
-from libc.errno cimport errno, EINTR, EAGAIN, ECONNRESET
+from libc.errno cimport errno, EINTR, EAGAIN, ECONNRESET, EPIPE
 from libc.string cimport memset
 from posix.unistd cimport close as c_close
 
@@ -65,6 +65,9 @@ cdef class TcpPair(StreamPair):
                 return sent
             err = errno
             if err == EAGAIN:
+                return WOULD_BLOCK
+            if err == EPIPE or err == ECONNRESET:
+                self.send_err = err       # raised by progress() after reading
                 return WOULD_BLOCK
             if err != EINTR:
                 return self.lost("send failed", err)
