@@ -429,6 +429,21 @@ def test_shm_ring_and_chunk_bytes(world):
                 (chunk, maps)
 
 
+@pytest.mark.parametrize("value", ["1000", "4000", "4100", "many"])
+def test_a_bad_shm_chunk_is_named(tmp_path, value):
+    """A slot must be a multiple of 64 and at least 4096: a rank says which
+    variable is wrong, before any connection is made (the first to fail
+    makes gloocy-run stop the other, which may not get to say it too)."""
+    r = subprocess.run([sys.executable, "-m", "gloocy.run", "-n", "2", sys.executable,
+                        "-c", "import gloocy; gloocy.init().Barrier()"],
+                       env={**os.environ, "GLOOCY_SHM_CHUNK_BYTES": value},
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert (f"ValueError: GLOOCY_SHM_CHUNK_BYTES={value!r}: must be a multiple of 64 "
+            "and at least 4096") in r.stdout + r.stderr, r.stdout + r.stderr
+    assert "RendezvousError" not in r.stdout + r.stderr     # not left to the peers
+
+
 # -- the store is not used after start-up ------------------------------------------
 
 AFTER_PROG = """

@@ -25,7 +25,7 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
     """Connect `rank` to every other rank of the job: a Mesh of pairs
     indexed by rank (None at `rank`) and the node segment's fd, if any (the
     caller closes it)."""
-    mode, dead_s = _mode(transport), _dead_after()
+    mode, dead_s = _settings(transport)
     if size == 1:
         return Mesh([None], None)
     deadline = time.monotonic() + timeout
@@ -46,7 +46,7 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
                          job="", timeout=300.0, transport=None):
     """Like connect(), with the addresses exchanged by one collective
     `allgather(obj) -> list` of another library (e.g. mpi4py's)."""
-    mode, dead_s = _mode(transport), _dead_after()
+    mode, dead_s = _settings(transport)
     if size == 1:
         return Mesh([None], None)
     deadline = time.monotonic() + timeout
@@ -59,6 +59,18 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
                             lambda peer, timeout: addresses[peer], host=host,
                             job=job, timeout=timeout, **_listen())
     return _pairs(socks, rank, size, mode, dead_s, deadline)
+
+
+def _settings(transport):
+    """The transport and its knobs, checked on every rank before any
+    connection: a bad value is the same clear error on every rank."""
+    from gloocy.transport import shm
+
+    mode = _mode(transport)
+    if mode != "tcp":
+        shm.chunk_bytes()
+        shm.ring_bytes()
+    return mode, _dead_after()
 
 
 def _mode(transport):

@@ -48,12 +48,17 @@ def host_identity():
 
 
 def chunk_bytes():
-    """GLOOCY_SHM_CHUNK_BYTES: one rank's slot in the node segment."""
+    """GLOOCY_SHM_CHUNK_BYTES: one rank's slot in the node segment (a
+    multiple of 64, at least 4096)."""
     text = os.environ.get("GLOOCY_SHM_CHUNK_BYTES", str(DEFAULT_CHUNK))
     try:
-        return int(text)
+        n = int(text)
     except ValueError:
-        raise ValueError(f"GLOOCY_SHM_CHUNK_BYTES={text!r} is not an integer") from None
+        n = 0
+    if n < 4096 or n % 64:
+        raise ValueError(f"GLOOCY_SHM_CHUNK_BYTES={text!r}: must be a multiple "
+                         "of 64 and at least 4096")
+    return n
 
 
 def ring_bytes():
