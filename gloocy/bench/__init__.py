@@ -16,7 +16,7 @@ Modules, one job each:
 - ``__main__``: the command line.
 
 The peers (torch, mpi4py, mpich, tqdm, matplotlib) are optional:
-``pip install ".[bench]"``.
+``pip install ".[bench]"`` after torch's CPU build (README: gloocy-bench).
 """
 
 from gloocy.bench.collectives import COLLECTIVES

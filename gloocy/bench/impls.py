@@ -61,10 +61,15 @@ class Impl:
         return array
 
 
-def _no_module(name: str, package: str | None = None) -> str | None:
+# How to get each peer (torch: its CPU build; PyPI's plain torch is CUDA's).
+INSTALL = {"torch": "pip install torch==2.13.0 --index-url "
+                    "https://download.pytorch.org/whl/cpu",
+           "mpi4py": "pip install mpi4py mpich"}
+
+
+def _no_module(name: str) -> str | None:
     if importlib.util.find_spec(name) is None:
-        return (f"{package or name} is not installed "
-                "(pip install \"gloocy[bench]\")")
+        return f"{name} is not installed ({INSTALL[name]})"
     return None
 
 
