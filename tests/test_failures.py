@@ -27,6 +27,7 @@ from gloocy.transport._tcp import _HANDSHAKE_TIMEOUT
 
 from conftest import TRANSPORT_ENV
 from harness import TEST_HOSTS, World
+from test_shm import kill_the_last_rank
 
 TRANSPORTS = ("shm", "tcp", "mix")
 # README: "a killed rank is named by every other rank within a second". The
@@ -141,41 +142,13 @@ def test_killed_rank_is_named_by_every_other_rank(tmp_path, transport):
         assert 0 <= r["at"] - killed["killed_at"] < NAMED_WITHIN, r
 
 
-def wait_on_last_rank(comm, n):
-    """Block in an allreduce (n == 1) or in a large send to the last rank,
-    which never comes; (lost rank, when it was noticed)."""
-    x = np.ones(n)
-    try:
-        if n > 1:
-            comm.Send(x, dest=comm.size - 1)
-        else:
-            comm.Allreduce(gloocy.IN_PLACE, x)
-    except gloocy.PeerLostError as e:
-        return e.rank, time.monotonic()
-    return None, time.monotonic()
-
-
 @pytest.mark.parametrize("n", [1, 8 << 20], ids=["in-an-allreduce",
                                                  "in-a-large-send"])
 def test_a_killed_peer_is_named_by_each_survivor_in_time(transport, n):
     # The survivors wait on the last rank, which the test kills.
-    size = 3
-    with World(size, env=TRANSPORT_ENV[transport]) as w:
-        killed_at = []
-
-        def kill():
-            killed_at.append(time.monotonic())
-            w.kill(size - 1)
-        timer = threading.Timer(0.5, kill)
-        timer.start()
-        try:
-            got = w.run(wait_on_last_rank, n, ranks=list(range(size - 1)),
-                        timeout=30)
-        finally:
-            timer.cancel()
-    for rank, (lost, noticed) in enumerate(got):
-        assert lost == size - 1, rank
-        assert 0 <= noticed - killed_at[0] < NAMED_WITHIN, (rank, noticed - killed_at[0])
+    for rank, (lost, after) in enumerate(kill_the_last_rank(TRANSPORT_ENV[transport], n)):
+        assert lost == 2, rank
+        assert 0 <= after < NAMED_WITHIN, (rank, after)
 
 
 def test_gloocy_run_names_the_killed_rank_and_fails(tmp_path, transport):
