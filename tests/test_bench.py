@@ -11,7 +11,7 @@ import json
 import pytest
 
 from gloocy.bench import __main__ as cli
-from gloocy.bench import report
+from gloocy.bench import overhead, report
 from gloocy.bench.impls import TorchGlooImpl, parse_spec
 from peers import MATPLOTLIB, MPI, TORCH
 
@@ -107,3 +107,43 @@ def test_report_marks_wrong_results_and_ratios(tmp_path):
     assert "**WRONG RESULT: mpi4py, N = 2, 1 MiB**" in allreduce
     assert "| 1 MiB | n/a | n/a |" in allgather
     assert "gloocy:tcp has no allgather yet" in allgather
+
+
+@pytest.mark.hard_timeout(120)
+def test_overhead(tmp_path, capsys):
+    """--overhead names every call; each ratio is gloocy's median over
+    mpi4py's from the JSON; no call raised or gave a wrong result."""
+    out = tmp_path / "out"
+    rc = cli.main(["--overhead", "--calls", "50", "--rounds", "1",
+                   "--out", str(out), "--quiet"])
+    printed = capsys.readouterr()
+    meta = json.loads((out / "overhead.json").read_text())
+    table = (out / "overhead.md").read_text()
+    assert table in printed.out
+    rows = {}
+    for line in table.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `"):
+            rows[cells[0]] = cells
+    assert list(rows) == [c.name for c in overhead.CALLS]
+    assert [r["call"] for r in meta["results"]] == list(rows)
+    mpi_missing = meta["implementations"]["mpi4py"]["missing"]
+    for r in meta["results"]:
+        mine = r["gloocy"]
+        assert not mine["errors"] and not mine["wrong"], (r["call"], mine)
+        assert len(mine["us"]) == 1 and mine["median_us"] > 0
+        if mpi_missing:
+            assert rows[r["call"]][2:] == ["missing", "n/a"]
+            continue
+        peer = r["mpi4py"]
+        assert not peer["errors"] and not peer["wrong"], (r["call"], peer)
+        assert peer["digests"] == mine["digests"]       # same result both sides
+        ratio = mine["median_us"] / peer["median_us"]
+        shown = float(rows[r["call"]][3].removesuffix("×"))
+        assert shown == pytest.approx(ratio, rel=0.01, abs=0.006), r["call"]
+    assert rc == 0, printed.err
+    assert meta["implementations"]["gloocy"]["commit"]
+    if mpi_missing:
+        assert "**missing: mpi4py**" in table
+        pytest.skip(f"ratios need {MPI}")
+    assert meta["implementations"]["mpi4py"]["version"]

@@ -9,6 +9,12 @@ Writes DIR/results.jsonl (one line per job and point), DIR/run.json (what
 ran, what was missing or failed), DIR/COLLECTIVE.md and DIR/COLLECTIVE.png,
 and prints the tables. ``--replot`` rebuilds tables and plots from an
 existing DIR.
+
+    gloocy-bench --overhead [--calls 20000] [--rounds 5] [--out DIR] [--quiet]
+
+times the Python face instead: the same calls through gloocy.MPI and
+mpi4py in a world of one, µs per call and the ratio, written to
+DIR/overhead.json and DIR/overhead.md (gloocy/bench/overhead.py).
 """
 
 from __future__ import annotations
@@ -92,6 +98,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.add_argument("--replot", action="store_true",
                    help="only rebuild tables and plots from DIR's files")
+    p.add_argument("--overhead", action="store_true",
+                   help="instead: the per-call cost of gloocy.MPI against mpi4py "
+                        "in a world of one; takes only --calls (default 20000), "
+                        "--rounds (default 5), --out, --quiet and --replot "
+                        "(gloocy-bench --overhead --help)")
     return p
 
 
@@ -184,8 +195,12 @@ def _sweep(args: argparse.Namespace, out: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--overhead" in argv:
+        from gloocy.bench import overhead
+        return overhead.main([a for a in argv if a != "--overhead"])
     args = _parser().parse_args(argv)
-    args.argv = sys.argv[1:] if argv is None else list(argv)
+    args.argv = argv
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
