@@ -406,7 +406,7 @@ def _measure(args: argparse.Namespace, argv: list[str]) -> dict:
 
 
 def _micro(us: float) -> str:
-    return f"{us:.3g}" if us < 100 else f"{us:.0f}"
+    return f"{us:#.3g}".rstrip(".") if us < 100 else f"{us:.0f}"
 
 
 def _cell(s: dict | None, missing: str | None) -> str:
@@ -417,6 +417,8 @@ def _cell(s: dict | None, missing: str | None) -> str:
     if s["median_us"] is None:
         return "**error**" if s["errors"] else "—"
     text = _micro(s["median_us"])
+    if len(s["us"]) > 1:
+        text += f" [{_micro(min(s['us']))}–{_micro(max(s['us']))}]"
     if s["errors"]:
         text += " (**error** in some rounds)"
     return f"**WRONG RESULT** {text}" if s["wrong"] else text
@@ -472,8 +474,8 @@ def markdown(meta: dict) -> str:
     loop = {x: statistics.median(v) for x, v in meta.get("loop_us", {}).items() if v}
     lines += [
         "",
-        f"µs per call: the median over {meta['rounds']} round(s) of {meta['calls']:,} "
-        f"calls in a loop (after {meta['warmup_calls']:,} warm-up calls), each "
+        f"µs per call: the median over {meta['rounds']} round(s) [min–max over "
+        f"rounds] of {meta['calls']:,} calls in a loop (after {meta['warmup_calls']:,} warm-up calls), each "
         "implementation in its own plain `python` process (a world of one, no "
         "launcher), the two interleaved in alternating order. Both run the same "
         "statements (`gloocy/bench/overhead.py`, `CALLS`), checked once per round "
