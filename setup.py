@@ -17,6 +17,10 @@ JOBS = os.cpu_count() or 1
 extensions = [
     Extension("gloocy._core", ["gloocy/_core.pyx"], include_dirs=["gloocy"],
               extra_compile_args=CFLAGS),
+    Extension("gloocy._msg", ["gloocy/_msg.pyx"], include_dirs=["gloocy"],
+              extra_compile_args=CFLAGS),
+    Extension("gloocy.communicator", ["gloocy/communicator.pyx"],
+              include_dirs=["gloocy"], extra_compile_args=CFLAGS),
     Extension("gloocy.transport._stream", ["gloocy/transport/_stream.pyx"],
               extra_compile_args=CFLAGS),
     Extension("gloocy.transport._tcp", ["gloocy/transport/_tcp.pyx"],

@@ -14,10 +14,10 @@ import time
 
 import gloocy as _gloocy
 from gloocy import _core, errors as _errors, ops as _ops
-from gloocy.bufspec import BOTTOM
-from gloocy.communicator import (ANY_SOURCE, ANY_TAG, COMM_NULL,
-                                 COMM_TYPE_SHARED, IN_PLACE, KEYVAL_INVALID,
-                                 PROC_NULL, TAG_UB, Communicator, Status)
+from gloocy.communicator import COMM_NULL, Communicator
+from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM, COMM_TYPE_SHARED,
+                              IN_PLACE, KEYVAL_INVALID, PROC_NULL, TAG_UB)
+from gloocy.status import Status
 from gloocy.datatypes import *  # noqa: F401,F403  (every predefined Datatype)
 from gloocy.datatypes import Datatype, _typedict, _typedict_c, _typedict_f  # noqa: F401
 from gloocy.datatypes import typecode as _typecode  # noqa: F401
@@ -180,8 +180,8 @@ INFO_ENV = Info()
 
 # -- the world ---------------------------------------------------------------
 
-COMM_WORLD = _gloocy.init()
-COMM_WORLD.__class__ = Intracomm
+COMM_WORLD = Intracomm(_gloocy.init())     # a second handle, as an Intracomm
+_gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
 COMM_WORLD._predefined = True
 COMM_WORLD.Set_name("MPI_COMM_WORLD")
 COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise

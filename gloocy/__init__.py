@@ -14,8 +14,9 @@ import sys
 import urllib.parse
 
 from gloocy._core import Context
-from gloocy.communicator import (ANY_SOURCE, ANY_TAG, IN_PLACE, PROC_NULL,
-                                  Communicator, Status)
+from gloocy.communicator import Communicator
+from gloocy.constants import ANY_SOURCE, ANY_TAG, IN_PLACE, PROC_NULL
+from gloocy.status import Status
 from gloocy.errors import (CollectiveTimeout, ContextPoisoned, GloocyError,
                            MismatchError, PeerLostError, ProtocolError,
                            RendezvousError, RendezvousTimeout)

@@ -35,7 +35,7 @@ _PAIR_FORMAT = re.compile(
 _PAIR_CODES = {b"f": DT_FLOAT_INT, b"d": DT_DOUBLE_INT, b"l": DT_LONG_INT,
                b"q": DT_LONG_INT, b"i": DT_2INT, b"h": DT_SHORT_INT}
 
-cdef int _int_code(bint signed, Py_ssize_t size) noexcept:
+cdef int _int_code(bint signed, Py_ssize_t size) noexcept nogil:
     if size == 1:
         return DT_INT8 if signed else DT_UINT8
     if size == 2:
@@ -76,32 +76,41 @@ cdef int dtype_of_format(bytes fmt, Py_ssize_t itemsize) noexcept:
         return DT_CLONGDOUBLE
     if len(code) != 1:
         return -1
-    if code in b"bhilqn":
+    return _dtype_of_char(code[0], itemsize)
+
+
+cdef int _dtype_of_char(char c, Py_ssize_t itemsize) noexcept nogil:
+    """The DtypeCode of a one-letter format (long double aside), -1 else."""
+    if c in b"bhilqn":
         return _int_code(True, itemsize)
-    if code in b"BHILQN":
+    if c in b"BHILQN":
         return _int_code(False, itemsize)
-    if code == b"e" and itemsize == 2:
+    if c == b"e" and itemsize == 2:
         return DT_FLOAT16
-    if code == b"f" and itemsize == 4:
+    if c == b"f" and itemsize == 4:
         return DT_FLOAT32
-    if code == b"d" and itemsize == 8:
+    if c == b"d" and itemsize == 8:
         return DT_FLOAT64
-    if code == b"?" and itemsize == 1:
+    if c == b"?" and itemsize == 1:
         return DT_BOOL
     return -1
 
 
+cdef int _dtype_of_view(const char *fmt, Py_ssize_t itemsize):
+    """dtype_of_format of a buffer's format: one letter is read in C (the
+    usual arrays), the rest parsed once and cached."""
+    if fmt is NULL:
+        return _int_code(False, itemsize)     # "B" is the default
+    if (fmt[0] == b"@" or fmt[0] == b"=" or fmt[0] == b"<") and fmt[1] != 0:
+        fmt += 1
+    if fmt[0] != 0 and fmt[1] == 0 and fmt[0] != b"g":
+        return _dtype_of_char(fmt[0], itemsize)
+    return _dtype_cached(<bytes>fmt, itemsize)
+
+
+@cython.freelist(16)
 cdef class Buf:
-    """A buffer held for the length of one call."""
-    cdef Py_buffer view
-    cdef bint held
-    cdef char *ptr          # first byte
-    cdef int64_t nbytes     # size in bytes
-    cdef int64_t itemsize   # bytes per element
-    cdef int64_t count      # number of elements
-    cdef int dtype          # DtypeCode, -1 when the format is not one of ours
-    cdef str name           # argument name, for messages
-    cdef str format         # format string, for messages
+    """A buffer held for the length of one call (fields: _core.pxd)."""
 
     def __dealloc__(self):
         if self.held:
@@ -115,10 +124,25 @@ cdef class Buf:
                 f"(value, index) pairs need an aligned structured dtype)")
         return 0
 
+    @property
+    def format(self):
+        """The buffer's element format (for messages)."""
+        if not self.held or self.view.format is NULL:
+            return "B"
+        return (<bytes>self.view.format).decode("ascii", "replace")
+
 
 cdef Buf get_buffer(object obj, str name, bint writable):
-    """Acquire `obj`'s buffer; errors name the argument."""
-    cdef Buf b = Buf.__new__(Buf)
+    """Acquire `obj`'s buffer; errors name the argument. A Buf (the message
+    layer acquired it already) is used as it is."""
+    cdef Buf b
+    if type(obj) is Buf:
+        b = <Buf>obj
+        if writable and b.view.readonly:
+            raise BufferError(f"{name}: buffer is read-only but must "
+                              "receive data")
+        return b
+    b = Buf.__new__(Buf)
     b.name = name
     if obj is None:
         raise TypeError(f"{name}: expected a buffer, got None")
@@ -143,9 +167,7 @@ cdef Buf get_buffer(object obj, str name, bint writable):
     b.ptr = <char *>b.view.buf
     b.nbytes = b.view.len
     b.itemsize = b.view.itemsize if b.view.itemsize > 0 else 1
-    cdef bytes fmt = b.view.format if b.view.format is not NULL else b"B"
-    b.format = fmt.decode("ascii", "replace")
-    b.dtype = DT_BFLOAT16 if bf16 else _dtype_cached(fmt, b.itemsize)
+    b.dtype = DT_BFLOAT16 if bf16 else _dtype_of_view(b.view.format, b.itemsize)
     b.count = b.nbytes // b.itemsize
     return b
 

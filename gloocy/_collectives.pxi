@@ -103,23 +103,26 @@ ALGORITHM_NAMES = {ALGO_AUTO: "auto", ALGO_RING: "ring",
                    ALGO_HALVING: "halving"}
 
 
-from libc.stdlib cimport getenv
+import os
 
 
-cdef int _algorithm(str collective, object name) except -1:
-    """The code of `collective`'s algorithm `name`; None: the environment
-    variable's, else automatic."""
-    cdef dict table = ALGORITHM_TABLES[collective]
+cdef dict env_algorithms():
+    """{collective: name} of the GLOOCY_ALGORITHM_* variables set now (read
+    when a context is made, not on every call)."""
+    return {c: os.environ[v] for c, v in ALGORITHM_ENV.items()
+            if os.environ.get(v)}
+
+
+cdef int _algorithm(str collective, object name, dict env) except -1:
+    """The code of `collective`'s algorithm `name`; None: the one `env`
+    names (see env_algorithms), else automatic."""
     what = "algorithm"
-    cdef const char *env
     if name is None:
-        what = ALGORITHM_ENV[collective]
-        # C getenv: os.environ.get costs a microsecond; os.environ's writes
-        # reach the C environment (putenv), so both agree.
-        env = getenv(what.encode())
-        if env is NULL or env[0] == 0:
+        if not env or collective not in env:
             return ALGO_AUTO
-        name = env.decode("ascii", "replace")
+        what = ALGORITHM_ENV[collective]
+        name = env[collective]
+    cdef dict table = ALGORITHM_TABLES[collective]
     try:
         return table[name]
     except (KeyError, TypeError):

@@ -94,6 +94,7 @@ cdef class Context:
         world[i] (see derive()). `node_fd`: the node segment every rank
         maps when all are on one host (see _node.pxi)."""
         self._efd = -1
+        self.env_algorithms = env_algorithms()
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not in a world of size {size}")
         if segment < 1:
@@ -276,8 +277,9 @@ cdef class Context:
         cdef double t = self.timeout if timeout is None else timeout
         if not t > 0:
             raise ValueError(f"timeout must be positive, got {timeout!r}")
-        with nogil:
-            self.links.enter()
+        if not self.links.try_enter():      # free almost always: keep the GIL
+            with nogil:
+                self.links.enter()
         try:
             self.stamp(c, kind, op, dtype, root, count, t)
         except BaseException:
@@ -303,21 +305,24 @@ cdef class Context:
     cdef int check_stale(self, Coll *c, uint64_t seq) except -1:
         """A stashed frame of a call of ours before `seq`, never taken: the
         ranks called different collectives there (ones that only send)."""
-        cdef Xfer *stale
+        cdef Xfer *stale = NULL
         cdef Header *past
-        for peer, p in enumerate(self._pairs):
-            stale = NULL if p is None else (<Pair>p).find_stale(self.comm_id, seq)
-            if stale is not NULL:
-                past = &self._recent[stale.hdr.seq % 16]
-                mine = (f"called {describe_call(past)}"
-                        if past.seq == stale.hdr.seq and past.kind
-                        else f"made call #{stale.hdr.seq} without taking it")
-                e = MismatchError(
-                    f"rank {self.rank} {mine} but rank {peer} "
-                    f"called {describe_call(&stale.hdr)}")
-                self.fail(e, c)
-                raise e
-        return 0
+        cdef int peer
+        for peer in range(self.size):
+            if peer != self.rank:
+                stale = (<Pair>self._pair_ptrs[peer]).find_stale(self.comm_id, seq)
+                if stale is not NULL:
+                    break
+        if stale is NULL:
+            return 0
+        past = &self._recent[stale.hdr.seq % 16]
+        mine = (f"called {describe_call(past)}"
+                if past.seq == stale.hdr.seq and past.kind
+                else f"made call #{stale.hdr.seq} without taking it")
+        e = MismatchError(f"rank {self.rank} {mine} but rank {peer} "
+                          f"called {describe_call(&stale.hdr)}")
+        self.fail(e, c)
+        raise e
 
     cdef int sweep(self, Coll *c) except -1:
         """After a node collective, which moves no frames: read what came
@@ -689,7 +694,7 @@ cdef class Context:
                                 f"communicator (size {self.size})", ERR_ROOT)
         return 0
 
-    def barrier(self, *, timeout=None):
+    cpdef barrier(self, timeout=None):
         """Block until every rank has entered the barrier."""
         cdef Coll c
         self.begin(&c, KIND_BARRIER, OP_NONE, DT_BYTES, -1, 0, timeout)
@@ -707,13 +712,13 @@ cdef class Context:
         finally:
             self.end()
 
-    def bcast(self, buf, int root, *, timeout=None, algorithm=None):
+    cpdef bcast(self, buf, int root, timeout=None, algorithm=None):
         """Copy root's `buf` into every other rank's `buf` (same byte size).
         `algorithm`: a name in BCAST_ALGORITHMS (None: automatic)."""
         cdef Coll c
         self._check_root(root)
         cdef Buf b = get_buffer(buf, "buf", self.rank != root)
-        cdef int algo = _algorithm("bcast", algorithm)
+        cdef int algo = _algorithm("bcast", algorithm, self.env_algorithms)
         self.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
         try:
             if self.node is not None and algo == ALGO_AUTO:
@@ -732,7 +737,7 @@ cdef class Context:
         finally:
             self.end()
 
-    def allreduce(self, sendbuf, recvbuf, int op, *, timeout=None,
+    cpdef allreduce(self, sendbuf, recvbuf, int op, timeout=None,
                   algorithm=None):
         """recvbuf = op over every rank's sendbuf (recvbuf's own contents
         when sendbuf is None: in place)."""
@@ -741,7 +746,7 @@ cdef class Context:
         cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
         rb.require_dtype()
         cdef reduce_fn fn = kernel_for(op, rb.dtype)
-        cdef int algo = _algorithm("allreduce", algorithm)
+        cdef int algo = _algorithm("allreduce", algorithm, self.env_algorithms)
         cdef bint on_node
         if sendbuf is not None:
             sb = get_buffer(sendbuf, "sendbuf", False)
@@ -770,8 +775,7 @@ cdef class Context:
         finally:
             self.end()
 
-    def allgatherv(self, sendbuf, recvbuf, counts, displs=None, *,
-                   timeout=None, algorithm=None):
+    cpdef allgatherv(self, sendbuf, recvbuf, counts, displs=None, timeout=None, algorithm=None):
         """Every rank's sendbuf lands in every recvbuf: rank i's block is
         counts[i] bytes at byte displs[i] (default: end to end). sendbuf
         None: our block is already in place in recvbuf. `algorithm`: a name
@@ -788,7 +792,7 @@ cdef class Context:
             if sb.nbytes != sizes.v[self.rank]:
                 raise ValueError(f"sendbuf has {sb.nbytes} bytes but "
                                  f"counts[{self.rank}] is {sizes.v[self.rank]}")
-        cdef int algo = _algorithm("allgather", algorithm)
+        cdef int algo = _algorithm("allgather", algorithm, self.env_algorithms)
         self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
             if self.node is not None and algo == ALGO_AUTO:
@@ -822,7 +826,7 @@ cdef class Context:
                                 f"communicator (size {self.size})", ERR_RANK)
         return 0
 
-    def send(self, buf, int dest, int tag=0, *, timeout=None):
+    cpdef send(self, buf, int dest, int tag=0, timeout=None):
         """Send buf's bytes to rank `dest` with `tag` (>= 0)."""
         cdef Coll c
         cdef Xfer x
@@ -844,7 +848,7 @@ cdef class Context:
         finally:
             self.end()
 
-    def recv(self, buf, int source=-1, int tag=-1, *, timeout=None):
+    cpdef recv(self, buf, int source=-1, int tag=-1, timeout=None):
         """Receive into buf from `source` (-1: any rank) with `tag` (-1: any
         tag). Returns (source, tag, nbytes received)."""
         cdef Coll c
@@ -874,7 +878,7 @@ cdef class Context:
             self.end()
         return self._local[x.peer], <int64_t>x.hdr.tag, x.nbytes
 
-    def isend(self, buf, int dest, int tag=0):
+    cpdef isend(self, buf, int dest, int tag=0):
         """Start sending buf to `dest`; returns a P2PHandle to wait on. buf
         must not change until then."""
         self._check_peer(dest, "dest", False)
@@ -900,7 +904,7 @@ cdef class Context:
         self._requests.add(h)
         return h
 
-    def irecv(self, buf, int source=-1, int tag=-1):
+    cpdef irecv(self, buf, int source=-1, int tag=-1):
         """Start receiving into buf from `source` (-1: any) with `tag` (-1:
         any); returns a P2PHandle to wait on."""
         self._check_peer(source, "source", True)
@@ -958,7 +962,7 @@ cdef class Context:
         x.state = XFER_DONE
         return 0
 
-    def probe(self, int source=-1, int tag=-1, *, bint block=True,
+    cpdef probe(self, int source=-1, int tag=-1, bint block=True,
               timeout=None):
         """(source, tag, nbytes) of the next message a recv(source, tag)
         would get, without receiving it; None if `block` is False and
@@ -990,7 +994,7 @@ cdef class Context:
             return None
         return self._local[x.peer], <int64_t>x.hdr.tag, x.nbytes
 
-    def reduce(self, sendbuf, recvbuf, int op, int root, *, timeout=None,
+    cpdef reduce(self, sendbuf, recvbuf, int op, int root, timeout=None,
                algorithm=None):
         """recvbuf at root = op over every rank's sendbuf. Non-roots may pass
         recvbuf None; the root may pass sendbuf None (in place)."""
@@ -1007,7 +1011,7 @@ cdef class Context:
         if sb is not None and rb is not None:
             _same_layout(sb, rb)
         cdef reduce_fn fn = kernel_for(op, ref.dtype)
-        cdef int algo = _algorithm("reduce", algorithm)
+        cdef int algo = _algorithm("reduce", algorithm, self.env_algorithms)
         cdef char *acc
         cdef char *out = rb.ptr if rb is not None else NULL
         self.begin(&c, KIND_REDUCE, op, ref.dtype, root, ref.count, timeout)
@@ -1032,8 +1036,7 @@ cdef class Context:
         finally:
             self.end()
 
-    def reduce_scatter(self, sendbuf, recvbuf, counts, int op, *,
-                       timeout=None, algorithm=None):
+    cpdef reduce_scatter(self, sendbuf, recvbuf, counts, int op, timeout=None, algorithm=None):
         """Reduce every rank's sendbuf (sum(counts) elements) and leave block
         i (counts[i] elements) on rank i, in recvbuf. sendbuf None: recvbuf
         holds the whole input (in place). `algorithm`: a name in
@@ -1055,7 +1058,7 @@ cdef class Context:
         if rb.count < lens.v[self.rank]:
             raise ValueError(f"recvbuf has {rb.count} elements but "
                              f"recvcounts[{self.rank}] is {lens.v[self.rank]}")
-        cdef int algo = _algorithm("reduce_scatter", algorithm)
+        cdef int algo = _algorithm("reduce_scatter", algorithm, self.env_algorithms)
         cdef int64_t isz = sb.itemsize, mine = lens.v[self.rank] * isz
         cdef char *acc
         self.begin(&c, KIND_REDUCE_SCATTER, op, sb.dtype, -1, total, timeout)
@@ -1074,7 +1077,7 @@ cdef class Context:
         finally:
             self.end()
 
-    def scan(self, sendbuf, recvbuf, int op, *, bint exclusive=False,
+    cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=False,
              timeout=None):
         """recvbuf on rank r = op over ranks 0..r (exclusive: 0..r-1; rank
         0's recvbuf is left as it is). sendbuf None: in place."""
@@ -1101,8 +1104,7 @@ cdef class Context:
         finally:
             self.end()
 
-    def gatherv(self, sendbuf, recvbuf, counts, displs, int root, *,
-                timeout=None):
+    cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=None):
         """Rank i's sendbuf lands in root's recvbuf at byte displs[i]
         (counts[i] bytes). The root may pass sendbuf None (its block is in
         place); non-roots may pass recvbuf None."""
@@ -1135,8 +1137,7 @@ cdef class Context:
         finally:
             self.end()
 
-    def scatterv(self, sendbuf, recvbuf, counts, displs, int root, *,
-                 timeout=None):
+    cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=None):
         """Root's sendbuf block i (counts[i] bytes at displs[i]) lands in
         rank i's recvbuf. The root may pass recvbuf None (it keeps its
         block); non-roots may pass sendbuf None."""
@@ -1169,8 +1170,8 @@ cdef class Context:
         finally:
             self.end()
 
-    def alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf, recvcounts,
-                  recvdispls, *, timeout=None):
+    cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf, recvcounts,
+                  recvdispls, timeout=None):
         """Block i of sendbuf (bytes) goes to rank i; rank i's block for us
         lands at recvdispls[i]. sendbuf None: recvbuf holds the blocks to
         send, laid out as recvcounts/recvdispls (in place)."""

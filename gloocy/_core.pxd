@@ -5,6 +5,7 @@
 # methods declared here, without the GIL.
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from cpython.buffer cimport Py_buffer
 
 
 cdef enum:
@@ -265,6 +266,7 @@ cdef class Links:
     cdef int nsleepers
 
     cdef void enter(self) noexcept nogil
+    cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free
     cdef void leave(self) noexcept nogil
     # Wake every sleeper (after moving bytes that may finish its transfer).
     cdef void wake(self) noexcept nogil
@@ -300,6 +302,23 @@ cdef class Node:
     cdef char *slot(self, int r) noexcept nogil
 
 
+
+cdef class Buf:
+    """A buffer held for the length of one call (or of a request)."""
+    cdef Py_buffer view
+    cdef bint held
+    cdef char *ptr          # first byte
+    cdef int64_t nbytes     # size in bytes
+    cdef int64_t itemsize   # bytes per element
+    cdef int64_t count      # number of elements
+    cdef int dtype          # DtypeCode, -1 when the format is not one of ours
+    cdef str name           # argument name, for messages
+    cdef int require_dtype(self) except -1
+
+
+# Acquire obj's buffer (a Buf passes through); errors name the argument.
+cdef Buf get_buffer(object obj, str name, bint writable)
+
 cdef class Context:
     cdef readonly Node node           # the node segment, or None
     cdef readonly Links links         # the connections, shared with Dups
@@ -320,6 +339,7 @@ cdef class Context:
     cdef public int64_t spin_ns       # how long to spin before blocking
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
     cdef int obj_call                 # object collective running (OBJECT_CALLS index)
+    cdef dict env_algorithms          # GLOOCY_ALGORITHM_* at creation
     cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
     cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
@@ -378,3 +398,24 @@ cdef class Context:
     cdef object take_from_self(self, char *buf, int64_t nbytes, int tag)
     cdef int _check_root(self, int root) except -1
     cdef void _linger(self, int64_t deadline) noexcept nogil
+    # Entry points (cpdef: the API calls them in C; Python may pass keywords).
+    # Buffers are objects with the buffer protocol or Bufs (see get_buffer).
+    cpdef barrier(self, timeout=*)
+    cpdef bcast(self, buf, int root, timeout=*, algorithm=*)
+    cpdef allreduce(self, sendbuf, recvbuf, int op, timeout=*, algorithm=*)
+    cpdef allgatherv(self, sendbuf, recvbuf, counts, displs=*, timeout=*,
+                     algorithm=*)
+    cpdef reduce(self, sendbuf, recvbuf, int op, int root, timeout=*,
+                 algorithm=*)
+    cpdef reduce_scatter(self, sendbuf, recvbuf, counts, int op, timeout=*,
+                         algorithm=*)
+    cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=*, timeout=*)
+    cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*)
+    cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*)
+    cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
+                    recvcounts, recvdispls, timeout=*)
+    cpdef send(self, buf, int dest, int tag=*, timeout=*)
+    cpdef recv(self, buf, int source=*, int tag=*, timeout=*)
+    cpdef isend(self, buf, int dest, int tag=*)
+    cpdef irecv(self, buf, int source=*, int tag=*)
+    cpdef probe(self, int source=*, int tag=*, bint block=*, timeout=*)

@@ -6,6 +6,7 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_init(pthread_mutex_t *m, void *attr)
     int pthread_mutex_destroy(pthread_mutex_t *m)
     int pthread_mutex_lock(pthread_mutex_t *m)
+    int pthread_mutex_trylock(pthread_mutex_t *m)
     int pthread_mutex_unlock(pthread_mutex_t *m)
 
 cdef extern from "<sys/eventfd.h>" nogil:
@@ -44,6 +45,9 @@ cdef class Links:
 
     cdef void enter(self) noexcept nogil:
         pthread_mutex_lock(&self.lock)
+
+    cdef bint try_enter(self) noexcept nogil:
+        return pthread_mutex_trylock(&self.lock) == 0
 
     cdef void leave(self) noexcept nogil:
         pthread_mutex_unlock(&self.lock)

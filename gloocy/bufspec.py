@@ -28,8 +28,8 @@ import sys
 
 import numpy as np
 
-from gloocy import communicator as _communicator      # IN_PLACE lives there
 from gloocy import errors
+from gloocy.constants import BOTTOM, IN_PLACE
 from gloocy.datatypes import (BFLOAT16_T, ERR_COUNT, ERR_TYPE, Datatype,
                               _mpi_error, from_typecode)
 from gloocy.datatypes import (DOUBLE_INT, FLOAT_INT, INT_INT, LONG_DOUBLE_INT,
@@ -37,25 +37,6 @@ from gloocy.datatypes import (DOUBLE_INT, FLOAT_INT, INT_INT, LONG_DOUBLE_INT,
 
 __all__ = ["BOTTOM", "Message", "VectorMessage", "message", "vector_message"]
 
-
-class _Bottom:
-    """Marker: displacements in the datatype are absolute addresses."""
-
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self):
-        return "BOTTOM"
-
-    def __reduce__(self):
-        return "BOTTOM"
-
-
-BOTTOM = _Bottom()
 
 _EMPTY = np.zeros(0, np.uint8)
 _NATIVE = "<" if sys.byteorder == "little" else ">"
@@ -415,7 +396,7 @@ def _memory(buf, datatype, name, readonly):
             raise KeyError(f"{name}: cannot infer a datatype from {buf!r}; "
                            "pass one")
         return _EMPTY, datatype
-    if buf is _communicator.IN_PLACE:
+    if buf is IN_PLACE:
         raise TypeError(f"{name}: IN_PLACE is not a buffer here")
     mem, key = _buffer(buf, name, readonly)
     if datatype is None:
@@ -443,7 +424,7 @@ def message(spec, *, name, readonly=False, allow_in_place=False, blocks=1):
     (read-only memory is fine). With `allow_in_place`, IN_PLACE and None
     give None. `blocks`: a count given in the spec is per block (one block
     per rank in Gather, Scatter, Allgather, Alltoall), as in mpi4py."""
-    if spec is None or spec is _communicator.IN_PLACE:
+    if spec is None or spec is IN_PLACE:
         if allow_in_place:
             return None
         raise TypeError(f"{name}: expected a buffer or [buffer, ...], got "
@@ -506,7 +487,7 @@ def vector_message(spec, size, *, name, readonly=False):
     """A VectorMessage from a vector buffer spec for `size` ranks (sizes and
     offsets of the blocks in bytes of `data`). `readonly`: the buffer is
     only sent."""
-    if spec is None or spec is _communicator.IN_PLACE:
+    if spec is None or spec is IN_PLACE:
         raise TypeError(f"{name}: expected a buffer or [buffer, counts, ...], "
                         f"got {spec!r}")
     buf, counts, displs, datatype = _split(spec, name, vector=True)

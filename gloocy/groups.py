@@ -1,6 +1,7 @@
 """Process groups, as mpi4py's `MPI.Group`: an ordered set of processes,
 named by their rank in the world (the first communicator of the job)."""
 
+from gloocy.constants import PROC_NULL, UNDEFINED
 from gloocy.errors import ArgumentError, ERR_ARG, ERR_GROUP, ERR_RANK
 
 __all__ = ["Group", "GROUP_EMPTY", "GROUP_NULL", "IDENT", "CONGRUENT",
@@ -8,8 +9,6 @@ __all__ = ["Group", "GROUP_EMPTY", "GROUP_NULL", "IDENT", "CONGRUENT",
 
 # mpi4py's (MPICH's) values
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
-UNDEFINED = -32766
-PROC_NULL = -1
 
 
 class Group:

@@ -13,12 +13,13 @@ import threading
 import time
 import weakref
 
+from gloocy.constants import UNDEFINED
+from gloocy.status import Status
 from gloocy.errors import ERR_REQUEST, ContextPoisoned, GloocyError
 
 __all__ = ["Request", "Prequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
            "Testsome", "REQUEST_NULL", "UNDEFINED"]
 
-UNDEFINED = -32766          # mpi4py's (MPICH's) value
 
 
 def _set_status(status, result):
@@ -484,7 +485,6 @@ def Testsome(requests, statuses=None):
         status = None
         if statuses is not None:
             if isinstance(statuses, list) and len(statuses) <= len(out):
-                from gloocy.communicator import Status
                 statuses.append(Status())     # as mpi4py: the list grows
             if len(out) < len(statuses):
                 status = statuses[len(out)]

@@ -190,12 +190,13 @@ def r_cases(comm, cases):
 
 
 def r_env_cases(comm, env, cases):
-    """Run cases with `env` set in os.environ for the call only (the
-    variables are read at every call)."""
+    """Run cases with `env` set in os.environ on a communicator made
+    meanwhile (the variables are read when a communicator is made)."""
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
-        return r_cases(comm, cases)
+        with comm.Dup() as dup:
+            return r_cases(dup, cases)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -212,8 +213,9 @@ def r_errors(comm, calls):
         saved = os.environ.get(ENV[coll])
         if env is not None:
             os.environ[ENV[coll]] = env
+        dup = comm.Dup()            # reads the variables
         try:
-            run_case(comm, coll, algo, 4, 1, {
+            run_case(dup, coll, algo, 4, 1, {
                 "allreduce": "i64-sum", "reduce": "i64-sum", "bcast": "",
                 "allgather": "equal", "reduce_scatter": "block/i64-sum"}[coll])
         except ValueError as e:
@@ -225,6 +227,7 @@ def r_errors(comm, calls):
                 os.environ.pop(ENV[coll], None)
             else:
                 os.environ[ENV[coll]] = saved
+            dup.Free()
     # Nothing was sent: the world still works.
     x = np.full(3, comm.rank + 1, np.int64)
     comm.Allreduce(IN_PLACE, x)
@@ -395,8 +398,8 @@ def test_environment_chooses_and_keyword_wins(world):
 
 
 @pytest.mark.parametrize("size", [3, 4])
-def test_environment_is_read_at_every_call(world, transport, size):
-    # The same world, the variable set and changed between calls.
+def test_environment_is_read_when_a_communicator_is_made(world, transport, size):
+    # The same world, the variable set and changed between Dups.
     for coll, names in NAMES.items():
         kind = {"allreduce": "i64-sum", "reduce": "i64-sum", "bcast": "",
                 "allgather": "equal", "reduce_scatter": "ragged/i64-sum"}[coll]
@@ -406,8 +409,9 @@ def test_environment_is_read_at_every_call(world, transport, size):
             ran = {res[0][1] for res in results}
             assert ran == {expected_algorithm(coll, name, size, kind)}, (coll, name, ran)
             check(results, [(coll, name, 37, 11, kind)], size)
-    # Empty or "auto": the automatic choice.
-    auto = auto_choice(transport, "allreduce", "recursive_doubling")
+    # Empty or "auto": the automatic choice, as with the variable unset.
+    auto = world(size).run(r_env_cases, {}, [("allreduce", None, 37, 1,
+                                              "i64-sum")])[0][0][1]
     results = world(size).run(r_env_cases, {ENV["allreduce"]: ""},
                               [("allreduce", None, 37, 1, "i64-sum")])
     assert results[0][0][1] == auto

@@ -589,7 +589,8 @@ def test_harness_reports_failures_timeouts_and_leaves_nothing():
         assert time.monotonic() - t0 < 5
         assert info.value.hung == [1, 2] and set(info.value.errors) == {0}
         assert "ranks 1,2 did not finish" in str(info.value)
-        assert "Barrier" in str(info.value)          # the hung ranks' stacks
+        # The hung ranks' stacks (Python frames: the compiled Barrier has none)
+        assert 'line 550 in r_fail_on' in str(info.value)
         assert not w.alive
         with pytest.raises(RuntimeError, match="dead"):
             w.run(r_world)

@@ -16,7 +16,7 @@ import pytest
 
 from gloocy import bufspec, datatypes
 from gloocy.bufspec import BOTTOM, message, vector_message
-from gloocy.communicator import IN_PLACE
+from gloocy.constants import IN_PLACE
 from peers import MPI as INSTALL_MPI
 
 try:

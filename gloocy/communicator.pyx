@@ -1,8 +1,17 @@
+# cython: language_level=3
 """The mpi4py-like Communicator: a thin layer over the Cython Context.
 
 Upper-case methods move buffers (numpy arrays, bytearray, array.array,
 memoryview...) without copies; lower-case methods move picklable objects.
+A buffer spec is parsed once, by the message layer (`_msg`), into what the
+core moves; the Context's entry points are called in C.
 """
+
+from libc.stdint cimport int64_t
+from libc.string cimport memcpy
+
+from gloocy._core cimport Buf, Context
+from gloocy._msg cimport Message, message
 
 import functools
 import os
@@ -16,109 +25,65 @@ import numpy as np
 from gloocy import _core, bufspec
 from gloocy import ops as _ops
 from gloocy import requests as _requests
+from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
+                              KEYVAL_INVALID, PROC_NULL, TAG_UB)
+from gloocy.constants import UNDEFINED as _UNDEFINED
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
-from gloocy.groups import Group, IDENT, CONGRUENT, UNDEFINED as _UNDEFINED
+from gloocy.groups import Group, IDENT, CONGRUENT
+from gloocy.status import Status
 
 __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
 
-# mpi4py's (MPICH's) values
-ANY_SOURCE = -2
-ANY_TAG = -1
-PROC_NULL = -1
-COMM_TYPE_SHARED = 1
-KEYVAL_INVALID = -1
-TAG_UB = 1681915905               # Get_attr key: the largest tag
 # Communicator ids: agreed ones stay below _SHADOW; a shadow (running the
 # nonblocking collectives) has its parent's id | _SHADOW; transient ones
 # (Create_group) have the top bit.
 _SHADOW = 0x40000000
 
 
-class Status:
-    """Where a received (or probed) message came from and how big it is
-    (`count` in bytes), as mpi4py's Status."""
-
-    __slots__ = ("source", "tag", "count", "error", "cancelled")
-
-    def __init__(self, status=None):
-        if status is not None and not isinstance(status, Status):
-            raise TypeError(f"status: expected a Status, got {status!r}")
-        if status is None:
-            self.source, self.tag, self.count, self.error = ANY_SOURCE, ANY_TAG, 0, 0
-            self.cancelled = False
-        else:
-            for name in Status.__slots__:
-                setattr(self, name, getattr(status, name))
-
-    def Get_source(self):
-        return self.source
-
-    def Set_source(self, source):
-        self.source = source
-
-    def Get_tag(self):
-        return self.tag
-
-    def Set_tag(self, tag):
-        self.tag = tag
-
-    def Get_error(self):
-        return self.error
-
-    def Set_error(self, error):
-        self.error = error
-
-    def Is_cancelled(self):
-        return self.cancelled
-
-    def Set_cancelled(self, flag):
-        self.cancelled = bool(flag)
-
-    def Get_count(self, datatype=None):
-        """Bytes received, or whole elements of `datatype` (UNDEFINED when
-        the bytes are not a whole number of them)."""
-        if datatype is None:
-            return self.count
-        size = getattr(datatype, "itemsize", None) or datatype.Get_size()
-        if size == 0:
-            return 0 if self.count == 0 else _UNDEFINED
-        return self.count // size if self.count % size == 0 else _UNDEFINED
-
-    Get_elements = Get_count
-
-    def Set_elements(self, datatype, count):
-        size = getattr(datatype, "itemsize", None) or datatype.Get_size()
-        self.count = count * size
-
-    def _set(self, source, tag, count):
-        self.source, self.tag, self.count = source, tag, count
-
-    def __repr__(self):
-        return f"<Status source={self.source} tag={self.tag} count={self.count}>"
-
-
-class _InPlace:
-    """Marker: the receive buffer is also the send buffer."""
-
-    _instance = None
-
-    def __new__(cls):
-        if cls._instance is None:
-            cls._instance = super().__new__(cls)
-        return cls._instance
-
-    def __repr__(self):
-        return "gloocy.IN_PLACE"
-
-    def __reduce__(self):
-        return "IN_PLACE"
-
-
-IN_PLACE = _InPlace()
-
 _INT64 = 8
+
+
+cdef int OP_USER = _core.OP_CODES["user"]
+cdef object AVG = _ops.AVG
+cdef object Op = _ops.Op
+
+
+cdef int _op_code(object op) except -1:
+    """The core's code of a buffer op (OP_USER: folded here)."""
+    if type(op) is not Op and not isinstance(op, Op):
+        raise TypeError(f"op: expected a gloocy op such as gloocy.SUM, got {op!r}")
+    cdef int code = op.code
+    if code == 0:
+        op.check_buffers()          # raises: this op reduces no buffers
+    return code
+
+
+# Object collectives: their byte collectives carry the call's name (an index
+# of the core's OBJECT_CALLS) in their fingerprints, so that a mismatch names
+# the user's call.
+cdef int OBJ_BCAST = _core.OBJECT_CALLS.index("bcast")
+cdef int OBJ_ALLGATHER = _core.OBJECT_CALLS.index("allgather")
+cdef int OBJ_ALLREDUCE = _core.OBJECT_CALLS.index("allreduce")
+
+# Bytes per rank of the first exchange of an object collective: its length
+# and, for small objects, the whole pickle (one collective, not two).
+cdef int64_t SLOT = 256
+
+
+cdef inline bint _enter_object_call(Context ctx, int which):
+    """Mark ctx's calls as `which`'s, unless inside another object call
+    (allreduce runs allgather); True if marked (then _leave_object_call)."""
+    if ctx.obj_call:
+        return False
+    ctx.obj_call = which
+    return True
+
+
+cdef inline void _leave_object_call(Context ctx, bint marked):
+    if marked:
+        ctx.obj_call = 0
 
 
 def _check_op(op):
@@ -226,13 +191,25 @@ def _object_call(method):
     return call
 
 
-class Communicator:
+cdef class Communicator:
     """A group of ranks that run collectives together.
 
     Every rank must call the same collectives in the same order. Each call
     takes a keyword-only ``timeout`` (seconds); the default is the
     communicator's ``timeout``.
     """
+
+    cdef public object _ctx       # the core Context, or _NULL_CONTEXT
+    cdef Context ctx              # the same, typed; None when null
+    cdef public tuple _procs      # our ranks' processes, by world rank
+    cdef public str _name
+    cdef public bint _predefined  # COMM_WORLD, COMM_SELF: never freed
+    cdef public object _errhandler
+    cdef public object _info
+    cdef public object _shadow    # Dup running the nonblocking collectives
+    cdef public object _worker
+    cdef list _slots              # [SLOT] * size, the object collectives' counts
+    cdef dict __dict__            # users may hang attributes on a communicator
 
     def __init__(self, context=None, *, procs=None, name=""):
         """A communicator running on a core Context; with another
@@ -244,35 +221,44 @@ class Communicator:
         elif context is None:
             context, procs = _NULL_CONTEXT, ()
             name = name or "MPI_COMM_NULL"
-        elif not isinstance(context, _core.Context):
+        elif not isinstance(context, Context):
             raise TypeError(f"expected a communicator, got {context!r}")
-        self._ctx = context
-        # Our ranks' processes, by world rank (what groups are made of).
+        self._bind(context)
         self._procs = tuple(range(context.size) if procs is None else procs)
         self._name = name
-        self._predefined = False    # COMM_WORLD, COMM_SELF: never freed
+        self._predefined = False
         self._errhandler = None
         self._info = None
-        self._shadow = None         # Dup running the nonblocking collectives
+        self._shadow = None
         self._worker = None
+
+    cdef _bind(self, context):
+        self._ctx = context
+        self.ctx = context if isinstance(context, Context) else None
+
+    cdef Context live(self):
+        """The Context; ArgumentError (ERR_COMM) on a null communicator."""
+        if self.ctx is None:
+            _NULL_CONTEXT.rank
+        return self.ctx
 
     # -- identity ----------------------------------------------------------
 
     @property
     def rank(self):
         """This process's rank, 0 <= rank < size."""
-        return self._ctx.rank
+        return self.live().rank
 
     @property
     def size(self):
         """Number of ranks."""
-        return self._ctx.size
+        return self.live().size
 
     def Get_rank(self):
-        return self._ctx.rank
+        return self.live().rank
 
     def Get_size(self):
-        return self._ctx.size
+        return self.live().size
 
     @property
     def timeout(self):
@@ -294,49 +280,69 @@ class Communicator:
 
     def Barrier(self, *, timeout=None):
         """Return only when every rank has called Barrier."""
-        self._ctx.barrier(timeout=timeout)
+        self.live().barrier(timeout)
 
     def Bcast(self, buf, root=0, *, timeout=None, algorithm=None):
         """Copy `buf` from `root` into `buf` on every other rank."""
-        m = bufspec.message(buf, name="buf", readonly=self.rank == root)
-        self._ctx.bcast(m.data, root, timeout=timeout, algorithm=algorithm)
+        cdef Context ctx = self.live()
+        cdef Message m = message(buf, "buf", ctx.rank == root)
+        ctx.bcast(m.buf, root, timeout, algorithm)
         m.unpack()
 
     def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
                   algorithm=None):
         """recvbuf = op(sendbuf of every rank); sendbuf may be IN_PLACE."""
-        r, s = _recv(recvbuf), _send(sendbuf)
-        if _check_op(op).is_user:
-            blocks = self._user_inputs(s, r, None, timeout)
-            r.data[...] = _fold(op, blocks, r.datatype)
-        else:
-            _check_avg(op, r.data)
-            self._ctx.allreduce(_data(s), r.data, op.code, timeout=timeout,
-                                algorithm=algorithm)
-            _finish_avg(op, r.data, self.size)
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if code == OP_USER:
+            self._reduce_user(sendbuf, recvbuf, op, None, timeout)
+            return
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if op is AVG:
+            _core.check_floating(r.buf)
+        ctx.allreduce(None if s is None else s.buf, r.buf, code, timeout,
+                      algorithm)
+        if op is AVG:
+            _core.divide(r.buf, ctx.size)
         r.unpack()
 
     def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
                algorithm=None):
         """recvbuf at root = op(sendbuf of every rank); recvbuf is ignored
         elsewhere; the root's sendbuf may be IN_PLACE."""
-        at_root = self.rank == root
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if code == OP_USER:
+            self._reduce_user(sendbuf, recvbuf, op, root, timeout)
+            return
+        cdef bint at_root = ctx.rank == root
+        cdef Message r = message(recvbuf, "recvbuf") if at_root else None
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if r is None and s is None:
+            raise ArgumentError("sendbuf: only the root may reduce in place",
+                                ERR_BUFFER)
+        if op is AVG:
+            _core.check_floating((r or s).buf)
+        ctx.reduce(None if s is None else s.buf, None if r is None else r.buf,
+                   code, root, timeout, algorithm)
+        if at_root:
+            if op is AVG:
+                _core.divide(r.buf, ctx.size)
+            r.unpack()
+
+    def _reduce_user(self, sendbuf, recvbuf, op, root, timeout):
+        """Allreduce (root None) or Reduce with a user op: every rank's
+        input is gathered and folded here, in rank order."""
+        at_root = root is None or self.rank == root
         r = _recv(recvbuf) if at_root else None
         s = _send(sendbuf)
         if r is None and s is None:
             raise ArgumentError("sendbuf: only the root may reduce in place",
                                 ERR_BUFFER)
-        if _check_op(op).is_user:
-            blocks = self._user_inputs(s, r, root, timeout)
-            if at_root:
-                r.data[...] = _fold(op, blocks, r.datatype)
-        else:
-            _check_avg(op, (r or s).data)
-            self._ctx.reduce(_data(s), _data(r), op.code, root,
-                             timeout=timeout, algorithm=algorithm)
-            if at_root:
-                _finish_avg(op, r.data, self.size)
+        blocks = self._user_inputs(s, r, root, timeout)
         if at_root:
+            r.data[...] = _fold(op, blocks, r.datatype)
             r.unpack()
 
     def _user_inputs(self, s, r, root, timeout):
@@ -618,40 +624,102 @@ class Communicator:
     def barrier(self, *, timeout=None):
         self.Barrier(timeout=timeout)
 
-    @_object_call
     def bcast(self, obj=None, root=0, *, timeout=None):
         """Return root's `obj` on every rank."""
-        if self.rank == root:
-            data = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-            self._ctx.bcast(len(data).to_bytes(_INT64, "little"), root,
-                            timeout=timeout)
-            self._ctx.bcast(data, root, timeout=timeout)
-            return pickle.loads(data)      # a copy, as other ranks get
-        size = bytearray(_INT64)
-        self._ctx.bcast(size, root, timeout=timeout)
-        data = bytearray(int.from_bytes(size, "little"))
-        self._ctx.bcast(data, root, timeout=timeout)
-        return pickle.loads(data)
+        cdef Context ctx = self.live()
+        cdef bint mine = _enter_object_call(ctx, OBJ_BCAST)
+        try:
+            return self._bcast_object(ctx, obj, root, timeout)
+        finally:
+            _leave_object_call(ctx, mine)
 
-    @_object_call
+    cdef object _bcast_object(self, Context ctx, obj, root, timeout):
+        # One bcast of a slot holding the pickle's length and its head; a
+        # second one of the rest only for large objects.
+        cdef bytearray head = bytearray(SLOT)
+        cdef char *p = head
+        cdef int64_t n, first
+        data = None
+        if ctx.rank == root:
+            data = _dumps(obj)
+            n = len(data)
+            (<int64_t *>p)[0] = n
+            first = min(n, SLOT - 8)
+            memcpy(p + 8, <char *>(<bytes>data), first)
+        ctx.bcast(head, root, timeout, None)
+        n = (<int64_t *>p)[0]
+        if n <= SLOT - 8:
+            return pickle.loads(memoryview(head)[8:8 + n])
+        if ctx.rank == root:
+            ctx.bcast(memoryview(data)[SLOT - 8:], root, timeout, None)
+            return pickle.loads(data)       # a copy, as other ranks get
+        whole = bytearray(n)
+        whole[:SLOT - 8] = memoryview(head)[8:]
+        ctx.bcast(memoryview(whole)[SLOT - 8:], root, timeout, None)
+        return pickle.loads(whole)
+
     def allgather(self, obj, *, timeout=None):
         """List of every rank's `obj`, in rank order."""
-        data = _dumps(obj)
-        sizes = bytearray(_INT64 * self.size)
-        self._ctx.allgatherv(_int64(len(data)), sizes,
-                             [_INT64] * self.size, timeout=timeout)
-        counts = _from_int64s(sizes)
-        out = bytearray(sum(counts))
-        self._ctx.allgatherv(data, out, counts, timeout=timeout)
-        return _loads_all(out, counts)
+        cdef Context ctx = self.live()
+        cdef bint mine = _enter_object_call(ctx, OBJ_ALLGATHER)
+        try:
+            return self._allgather_object(ctx, obj, timeout)
+        finally:
+            _leave_object_call(ctx, mine)
 
-    @_object_call
+    cdef list _allgather_object(self, Context ctx, obj, timeout):
+        # One allgather of a slot per rank (the pickle's length and head);
+        # a second one of the rests only when some rank's object is large.
+        cdef int size = ctx.size, i
+        cdef bytes data = _dumps(obj)
+        cdef int64_t n = len(data), first = min(n, SLOT - 8), more = 0
+        cdef bytearray slot = bytearray(SLOT), slots = bytearray(SLOT * size)
+        cdef char *p = slot
+        (<int64_t *>p)[0] = n
+        memcpy(p + 8, <char *>data, first)
+        ctx.allgatherv(slot, slots, self._slot_counts(size), None, timeout,
+                       None)
+        p = slots
+        cdef list lengths = [(<int64_t *>(p + i * SLOT))[0] for i in range(size)]
+        for i in range(size):
+            more += max(0, <int64_t>lengths[i] - (SLOT - 8))
+        view = memoryview(slots)
+        if more == 0:
+            return [pickle.loads(view[i * SLOT + 8:i * SLOT + 8 + lengths[i]])
+                    for i in range(size)]
+        rests = [max(0, k - (SLOT - 8)) for k in lengths]
+        tails = bytearray(more)
+        ctx.allgatherv(memoryview(data)[first:], tails, rests, None, timeout,
+                       None)
+        out, at = [], 0
+        for i in range(size):
+            head = view[i * SLOT + 8:i * SLOT + 8 + min(lengths[i], SLOT - 8)]
+            if rests[i]:
+                out.append(pickle.loads(bytes(head) + tails[at:at + rests[i]]))
+                at += rests[i]
+            else:
+                out.append(pickle.loads(head))
+        return out
+
+    cdef list _slot_counts(self, int size):
+        if self._slots is None or len(self._slots) != size:
+            self._slots = [SLOT] * size
+        return self._slots
+
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
         """op applied to every rank's `obj` in rank order (AVG: the sum
         divided by the number of ranks)."""
-        total = functools.reduce(_check_callable(op),
-                                 self.allgather(obj, timeout=timeout))
-        return total / self.size if op is _ops.AVG else total
+        cdef Context ctx = self.live()
+        _check_callable(op)
+        cdef bint mine = _enter_object_call(ctx, OBJ_ALLREDUCE)
+        try:
+            objs = self._allgather_object(ctx, obj, timeout)
+        finally:
+            _leave_object_call(ctx, mine)
+        total = objs[0]
+        for x in objs[1:]:
+            total = op(total, x)
+        return total / ctx.size if op is AVG else total
 
     @_object_call
     def gather(self, obj, root=0, *, timeout=None):
@@ -1016,7 +1084,7 @@ class Communicator:
             self._shadow.Free()
             self._shadow = None
         self._ctx.close()
-        self._ctx = _NULL_CONTEXT
+        self._bind(_NULL_CONTEXT)
 
     def _leave(self):
         """This process leaves the job (exit, Finalize): the nonblocking

@@ -1,0 +1,180 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The message layer: mpi4py buffer specs parsed once, in C.
+
+The common forms (a buffer; [buf, datatype], [buf, count, datatype],
+[buf, (count, displ), datatype], [buf, count, displ, datatype] with a dense
+datatype, or a typecode) cost a buffer acquisition and a few reads here. The
+rest (non-contiguous derived datatypes, DLPack, array interfaces, BOTTOM,
+and every error, so that messages and exception types stay mpi4py's) are
+parsed by `gloocy.bufspec` and only then acquired.
+"""
+
+cimport cython
+
+from gloocy._core cimport Buf, get_buffer
+
+import operator
+
+import numpy as np
+
+from gloocy import bufspec
+from gloocy.constants import IN_PLACE
+from gloocy.datatypes import Datatype, from_typecode
+
+
+@cython.freelist(16)
+cdef class Message:
+    """One buffer of one call: `count` items travel as `buf`."""
+
+    cdef int unpack(self, int64_t nbytes=-1) except -1:
+        if self.slow is not None:
+            self.slow.unpack(None if nbytes < 0 else nbytes)
+        return 0
+
+    cdef object parsed(self):
+        """The spec as bufspec parses it (for what is rarely needed)."""
+        if self.slow is None:
+            self.slow = bufspec.message(self.spec, name=self.buf.name,
+                                        readonly=True, blocks=self.blocks)
+        return self.slow
+
+    @property
+    def datatype(self):
+        """The message's Datatype (inferred from the buffer if not given)."""
+        if self._datatype is None:
+            self._datatype = self.parsed().datatype
+        return self._datatype
+
+    @property
+    def data(self):
+        """The travelling elements as a 1-D NumPy array."""
+        return self.parsed().data
+
+    @property
+    def nbytes(self):
+        return self.buf.nbytes
+
+
+# A dense datatype handle -> (core dtype code, element size, elements per
+# item, extent); None for the ones parsed in Python. Handles never change
+# once committed, so this is read once per handle.
+cdef dict _DENSE = {}
+
+
+cdef tuple _dense(object datatype):
+    h = getattr(datatype, "_h", None)
+    if h is None or not h.committed:
+        return None
+    try:
+        return _DENSE[h]
+    except KeyError:
+        pass
+    cdef Buf probe
+    found = None
+    if h.contiguous and h.lb == 0 and h.elem.np is not None:
+        probe = get_buffer(np.zeros(1, h.elem.np), "datatype", False)
+        if probe.dtype >= 0:
+            found = (probe.dtype, probe.itemsize, h.offsets.size, h.ub - h.lb)
+    _DENSE[h] = found
+    return found
+
+
+cdef inline bint _is_spec_list(object spec):
+    return type(spec) is list or type(spec) is tuple
+
+
+cdef Message message(object spec, str name, bint readonly=False,
+                     bint allow_in_place=False, int64_t blocks=1):
+    cdef Message m
+    cdef Buf b
+    cdef tuple dense
+    cdef Py_ssize_t n
+    cdef int64_t count, displ, extent
+    if spec is None or spec is IN_PLACE:
+        if allow_in_place:
+            return None
+        return _slow(spec, name, readonly, allow_in_place, blocks)
+    if not _is_spec_list(spec):
+        try:
+            b = get_buffer(spec, name, not readonly)
+        except Exception:
+            return _slow(spec, name, readonly, allow_in_place, blocks)
+        if b.dtype < 0:
+            return _slow(spec, name, readonly, allow_in_place, blocks)
+        m = Message.__new__(Message)
+        m.buf, m.count, m.spec, m.blocks = b, b.count, spec, blocks
+        return m
+    n = len(spec)
+    if n < 2 or n > 4:
+        return _slow(spec, name, readonly, allow_in_place, blocks)
+    datatype = spec[n - 1]
+    if type(datatype) is str:
+        try:
+            datatype = from_typecode(datatype)
+        except KeyError:
+            return _slow(spec, name, readonly, allow_in_place, blocks)
+    elif not isinstance(datatype, Datatype):
+        return _slow(spec, name, readonly, allow_in_place, blocks)
+    dense = _dense(datatype)
+    if dense is None:
+        return _slow(spec, name, readonly, allow_in_place, blocks)
+    extent = dense[3]
+    count = -1
+    displ = 0
+    if n == 3:
+        second = spec[1]
+        if type(second) is tuple or type(second) is list:
+            if len(second) != 2:
+                return _slow(spec, name, readonly, allow_in_place, blocks)
+            count, displ = _index(second[0]), _index(second[1])
+        else:
+            count = _index(second)
+    elif n == 4:
+        count, displ = _index(spec[1]), _index(spec[2])
+    if count < -1 or displ < 0 or (n > 2 and count < 0):
+        return _slow(spec, name, readonly, allow_in_place, blocks)
+    try:
+        b = get_buffer(spec[0], name, not readonly)
+    except Exception:
+        return _slow(spec, name, readonly, allow_in_place, blocks)
+    if count < 0:                       # the buffer's whole items
+        if extent <= 0 or b.nbytes % extent:
+            return _slow(spec, name, readonly, allow_in_place, blocks)
+        count = b.nbytes // extent
+    else:
+        count *= blocks
+    if extent < 0 or displ * extent + count * extent > b.nbytes:
+        return _slow(spec, name, readonly, allow_in_place, blocks)
+    b.ptr += displ * extent
+    b.nbytes = count * extent
+    b.dtype = dense[0]
+    b.itemsize = dense[1]
+    b.count = count * dense[2]
+    m = Message.__new__(Message)
+    m.buf, m.count, m.spec, m.blocks = b, count, spec, blocks
+    m._datatype = datatype
+    return m
+
+
+cdef int64_t _index(object value) except? -3:
+    """A count or displacement: -2 for what bufspec must judge."""
+    if type(value) is int:
+        return value
+    try:
+        return operator.index(value)
+    except TypeError:
+        return -2
+
+
+cdef Message _slow(object spec, str name, bint readonly, bint allow_in_place,
+                   int64_t blocks):
+    """Parse in Python (the uncommon forms, and every error)."""
+    slow = bufspec.message(spec, name=name, readonly=readonly,
+                           allow_in_place=allow_in_place, blocks=blocks)
+    if slow is None:
+        return None
+    cdef Message m = Message.__new__(Message)
+    m.buf = get_buffer(slow.data, name, not readonly)
+    m.count, m.slow, m._datatype = slow.count, slow, slow.datatype
+    m.spec, m.blocks = spec, blocks
+    return m

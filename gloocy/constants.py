@@ -1,0 +1,33 @@
+"""mpi4py's constants and markers that every layer needs (it imports
+nothing from gloocy, so anything may import it)."""
+
+__all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "UNDEFINED", "IN_PLACE",
+           "BOTTOM", "COMM_TYPE_SHARED", "KEYVAL_INVALID", "TAG_UB"]
+
+# mpi4py's (MPICH's) values
+ANY_SOURCE = -2
+ANY_TAG = -1
+PROC_NULL = -1
+UNDEFINED = -32766
+COMM_TYPE_SHARED = 1
+KEYVAL_INVALID = -1
+TAG_UB = 1681915905               # Get_attr key: the largest tag
+
+
+class _Marker:
+    """A named singleton that pickles as the module attribute it is."""
+
+    __slots__ = ("_name", "_repr")
+
+    def __init__(self, name, shown):
+        self._name, self._repr = name, shown
+
+    def __repr__(self):
+        return self._repr
+
+    def __reduce__(self):
+        return self._name
+
+
+IN_PLACE = _Marker("IN_PLACE", "gloocy.IN_PLACE")    # the receive buffer is also the send buffer
+BOTTOM = _Marker("BOTTOM", "BOTTOM")      # displacements are absolute addresses
