@@ -1336,6 +1336,16 @@ cdef class I64:
     def __dealloc__(self):
         free(self.v)
 
+    @staticmethod
+    cdef I64 zeros(Py_ssize_t n):
+        cdef I64 z = I64(())
+        free(z.v)
+        z.v = <int64_t *>calloc(max(n, 1), sizeof(int64_t))
+        if z.v is NULL:
+            raise MemoryError()
+        z.n = n
+        return z
+
     cdef int64_t total(self):
         cdef int64_t t = 0
         for i in range(self.n):
@@ -1351,33 +1361,45 @@ cdef class I64:
         return I64(out)
 
 
-cdef list _counts(object counts, int size, str name):
+cdef list _counts(object counts, int size, str name, str what=""):
+    """`size` non-negative ints; errors name them as `name what`."""
     try:
         values = [int(n) for n in counts]
     except (TypeError, ValueError):
-        raise TypeError(f"{name}: expected {size} integers, got "
-                        f"{counts!r}") from None
+        raise TypeError(f"{_label(name, what)}: expected {size} integers, "
+                        f"got {counts!r}") from None
     if len(values) != size:
-        raise ValueError(f"{name}: expected {size} entries, got {len(values)}")
-    if any(n < 0 for n in values):
-        raise ValueError(f"{name}: counts must not be negative")
+        raise ValueError(f"{_label(name, what)}: expected {size} entries, "
+                         f"got {len(values)}")
+    for n in values:
+        if n < 0:
+            raise ValueError(f"{_label(name, what)}: counts must not be "
+                             "negative")
     return values
 
 
+cdef str _label(str name, str what):
+    return f"{name} {what}" if what else name
+
+
 cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
-    """(sizes, offsets) in bytes of `size` blocks inside buffer b, checked
-    to lie inside it (Python ints: no overflow)."""
-    sizes = _counts(counts, size, f"{name} counts")
+    """(sizes, offsets) in bytes of `size` blocks inside buffer b (offsets
+    default: end to end), checked to lie inside it."""
+    cdef I64 sizes = I64(_counts(counts, size, name, "counts"))
+    cdef I64 offs
+    cdef int i
     if displs is None:
-        offs = [sum(sizes[:i]) for i in range(size)]
+        offs = I64.zeros(size)
+        for i in range(1, size):
+            offs.v[i] = offs.v[i - 1] + sizes.v[i - 1]
     else:
-        offs = _counts(displs, size, f"{name} displacements")
+        offs = I64(_counts(displs, size, name, "displacements"))
     for i in range(size):
-        if offs[i] + sizes[i] > b.nbytes:
-            raise ValueError(f"{name}: block {i} ({sizes[i]} bytes at "
-                             f"{offs[i]}) ends past the buffer's "
+        if offs.v[i] > b.nbytes or sizes.v[i] > b.nbytes - offs.v[i]:
+            raise ValueError(f"{name}: block {i} ({sizes.v[i]} bytes at "
+                             f"{offs.v[i]}) ends past the buffer's "
                              f"{b.nbytes} bytes")
-    return I64(sizes), I64(offs)
+    return sizes, offs
 
 
 cdef int _same_dtype(Buf a, Buf b) except -1:

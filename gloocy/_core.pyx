@@ -9,7 +9,7 @@ failure path, to raise.
 import time
 
 from libc.string cimport memcpy, memmove, memset
-from libc.stdlib cimport malloc, realloc, free
+from libc.stdlib cimport calloc, malloc, realloc, free
 from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBuffer_IsContiguous, PyBUF_FORMAT,
                              PyBUF_STRIDES, PyBUF_WRITABLE)

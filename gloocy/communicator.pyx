@@ -13,7 +13,6 @@ from libc.string cimport memcpy
 from gloocy._core cimport Buf, Context
 from gloocy._msg cimport Message, message
 
-import functools
 import os
 import pickle
 import socket
@@ -31,6 +30,7 @@ from gloocy.constants import UNDEFINED as _UNDEFINED
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
+from gloocy.info import Info
 from gloocy.status import Status
 
 __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
@@ -41,8 +41,6 @@ __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
 # (Create_group) have the top bit.
 _SHADOW = 0x40000000
 
-
-_INT64 = 8
 
 
 cdef int OP_USER = _core.OP_CODES["user"]
@@ -64,12 +62,16 @@ cdef int _op_code(object op) except -1:
 # of the core's OBJECT_CALLS) in their fingerprints, so that a mismatch names
 # the user's call.
 cdef int OBJ_BCAST = _core.OBJECT_CALLS.index("bcast")
+cdef int OBJ_GATHER = _core.OBJECT_CALLS.index("gather")
+cdef int OBJ_SCATTER = _core.OBJECT_CALLS.index("scatter")
 cdef int OBJ_ALLGATHER = _core.OBJECT_CALLS.index("allgather")
+cdef int OBJ_ALLTOALL = _core.OBJECT_CALLS.index("alltoall")
+cdef int OBJ_REDUCE = _core.OBJECT_CALLS.index("reduce")
 cdef int OBJ_ALLREDUCE = _core.OBJECT_CALLS.index("allreduce")
+cdef int OBJ_SCAN = _core.OBJECT_CALLS.index("scan")
+cdef int OBJ_EXSCAN = _core.OBJECT_CALLS.index("exscan")
 
-# Bytes per rank of the first exchange of an object collective: its length
-# and, for small objects, the whole pickle (one collective, not two).
-cdef int64_t SLOT = 256
+include "_pickled.pxi"
 
 
 cdef inline bint _enter_object_call(Context ctx, int which):
@@ -84,6 +86,11 @@ cdef inline bint _enter_object_call(Context ctx, int which):
 cdef inline void _leave_object_call(Context ctx, bint marked):
     if marked:
         ctx.obj_call = 0
+
+
+cdef inline int _any(int source):
+    """The core's any-source (-1) for mpi4py's ANY_SOURCE."""
+    return -1 if source == ANY_SOURCE else source
 
 
 def _check_op(op):
@@ -130,27 +137,6 @@ def _check_scan_op(op):
     return _check_callable(op)
 
 
-def _dumps(obj):
-    return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-
-
-def _int64(n):
-    return n.to_bytes(_INT64, "little")
-
-
-def _from_int64s(data):
-    return [int.from_bytes(data[i:i + _INT64], "little")
-            for i in range(0, len(data), _INT64)]
-
-
-def _loads_all(data, counts):
-    view, objs, at = memoryview(data), [], 0
-    for n in counts:
-        objs.append(pickle.loads(view[at:at + n]))
-        at += n
-    return objs
-
-
 def _send(spec, name="sendbuf"):
     """A send buffer spec as a Message; None for IN_PLACE (or None)."""
     return bufspec.message(spec, name=name, readonly=True, allow_in_place=True)
@@ -164,31 +150,12 @@ def _data(m):
     return None if m is None else m.data
 
 
-def _blocks(m, size, name):
-    """Byte sizes and offsets of `size` equal blocks filling message m."""
+cdef list _blocks(m, int size, str name):
+    """Byte sizes of `size` equal blocks filling message m (end to end)."""
     if m.count % size:
         raise ArgumentError(f"{name}: {m.count} items do not split into "
                             f"{size} equal blocks", ERR_COUNT)
-    block = m.nbytes // size
-    return [block] * size, [block * i for i in range(size)]
-
-
-def _object_call(method):
-    """An object collective: the byte collectives it makes carry its name
-    in their fingerprints, so that a mismatch names the user's call."""
-    name = method.__name__
-
-    @functools.wraps(method)
-    def call(self, *args, **kwargs):
-        ctx = self._ctx
-        if ctx.object_call:             # inside another (allreduce: allgather)
-            return method(self, *args, **kwargs)
-        ctx.object_call = name
-        try:
-            return method(self, *args, **kwargs)
-        finally:
-            ctx.object_call = ""
-    return call
+    return [m.nbytes // size] * size
 
 
 cdef class Communicator:
@@ -208,7 +175,6 @@ cdef class Communicator:
     cdef public object _info
     cdef public object _shadow    # Dup running the nonblocking collectives
     cdef public object _worker
-    cdef list _slots              # [SLOT] * size, the object collectives' counts
     cdef dict __dict__            # users may hang attributes on a communicator
 
     def __init__(self, context=None, *, procs=None, name=""):
@@ -361,11 +327,12 @@ cdef class Communicator:
 
     def Allgather(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """Every rank's sendbuf, in rank order, into every recvbuf."""
-        r = bufspec.message(recvbuf, name="recvbuf", blocks=self.size)
-        s = _send(sendbuf)
-        sizes, displs = _blocks(r, self.size, "recvbuf")
-        self._ctx.allgatherv(_data(s), r.data, sizes, displs,
-                             timeout=timeout, algorithm=algorithm)
+        cdef Context ctx = self.live()
+        cdef Message r = message(recvbuf, "recvbuf", False, False, ctx.size)
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.allgatherv(None if s is None else s.buf, r.buf,
+                       _blocks(r, ctx.size, "recvbuf"), None, timeout,
+                       algorithm)
         r.unpack()
 
     def Allgatherv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
@@ -378,12 +345,15 @@ cdef class Communicator:
 
     def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None):
         """Every rank's sendbuf, in rank order, into recvbuf at root."""
-        r = sizes = displs = None
-        if self.rank == root:
-            r = bufspec.message(recvbuf, name="recvbuf", blocks=self.size)
-            sizes, displs = _blocks(r, self.size, "recvbuf")
-        self._ctx.gatherv(_data(_send(sendbuf)), _data(r), sizes, displs,
-                          root, timeout=timeout)
+        cdef Context ctx = self.live()
+        cdef Message r = None
+        sizes = None
+        if ctx.rank == root:
+            r = message(recvbuf, "recvbuf", False, False, ctx.size)
+            sizes = _blocks(r, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.gatherv(None if s is None else s.buf, None if r is None else r.buf,
+                    sizes, None, root, timeout)
         if r is not None:
             r.unpack()
 
@@ -399,15 +369,15 @@ cdef class Communicator:
 
     def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None):
         """Block i of root's sendbuf into rank i's recvbuf."""
-        s = sizes = displs = None
-        if self.rank == root:
-            s = bufspec.message(sendbuf, name="sendbuf", readonly=True,
-                                blocks=self.size)
-            sizes, displs = _blocks(s, self.size, "sendbuf")
-        r = bufspec.message(recvbuf, name="recvbuf",
-                            allow_in_place=self.rank == root)
-        self._ctx.scatterv(_data(s), _data(r), sizes, displs, root,
-                           timeout=timeout)
+        cdef Context ctx = self.live()
+        cdef Message s = None
+        sizes = None
+        if ctx.rank == root:
+            s = message(sendbuf, "sendbuf", True, False, ctx.size)
+            sizes = _blocks(s, ctx.size, "sendbuf")
+        cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
+        ctx.scatterv(None if s is None else s.buf,
+                     None if r is None else r.buf, sizes, None, root, timeout)
         if r is not None:
             r.unpack()
 
@@ -427,14 +397,14 @@ cdef class Communicator:
     def Alltoall(self, sendbuf, recvbuf, *, timeout=None):
         """Block i of sendbuf to rank i; rank i's block for us into block i
         of recvbuf."""
-        r = bufspec.message(recvbuf, name="recvbuf", blocks=self.size)
-        s = bufspec.message(sendbuf, name="sendbuf", readonly=True,
-                            allow_in_place=True, blocks=self.size)
-        rsizes, rdispls = _blocks(r, self.size, "recvbuf")
-        ssizes, sdispls = ((None, None) if s is None
-                           else _blocks(s, self.size, "sendbuf"))
-        self._ctx.alltoallv(_data(s), ssizes, sdispls, r.data, rsizes,
-                            rdispls, timeout=timeout)
+        cdef Context ctx = self.live()
+        cdef int size = ctx.size
+        cdef Message r = message(recvbuf, "recvbuf", False, False, size)
+        cdef Message s = message(sendbuf, "sendbuf", True, True, size)
+        rsizes = _blocks(r, size, "recvbuf")
+        ssizes = None if s is None else _blocks(s, size, "sendbuf")
+        ctx.alltoallv(None if s is None else s.buf, ssizes, None, r.buf,
+                      rsizes, None, timeout)
         r.unpack()
 
     def Alltoallv(self, sendbuf, recvbuf, *, timeout=None):
@@ -499,29 +469,31 @@ cdef class Communicator:
         self._scan(sendbuf, recvbuf, op, True, timeout)
 
     def _scan(self, sendbuf, recvbuf, op, exclusive, timeout):
-        if _check_op(op) is _ops.AVG:
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if op is AVG:
             raise TypeError("op: AVG is not defined for scans")
-        r, s = _recv(recvbuf), _send(sendbuf)
-        if op.is_user:
+        if code == OP_USER:
+            r, s = _recv(recvbuf), _send(sendbuf)
             blocks = self._user_inputs(s, r, None, timeout)
-            upto = self.rank if exclusive else self.rank + 1
+            upto = ctx.rank if exclusive else ctx.rank + 1
             if upto:
                 r.data[...] = _fold(op, blocks[:upto], r.datatype)
-        else:
-            self._ctx.scan(_data(s), r.data, op.code, exclusive=exclusive,
-                           timeout=timeout)
-        r.unpack()
+                r.unpack()
+            return
+        cdef Message rm = message(recvbuf, "recvbuf")
+        cdef Message sm = message(sendbuf, "sendbuf", True, True)
+        ctx.scan(None if sm is None else sm.buf, rm.buf, code, exclusive,
+                 timeout)
+        rm.unpack()
 
     # -- point-to-point ------------------------------------------------------
 
-    def _source(self, source):
-        return -1 if source == ANY_SOURCE else source
-
     def Send(self, buf, dest, tag=0, *, timeout=None):
         """Send buf to rank `dest`; returns once buf may be reused."""
+        cdef Context ctx = self.live()
         if dest != PROC_NULL:
-            m = bufspec.message(buf, name="buf", readonly=True)
-            self._ctx.send(m.data, dest, tag, timeout=timeout)
+            ctx.send(message(buf, "buf", True).buf, dest, tag, timeout)
 
     Ssend = Rsend = Bsend = Send
 
@@ -529,10 +501,11 @@ cdef class Communicator:
              timeout=None):
         """Receive into buf (a shorter message is fine, a longer one is an
         error); `status` gets the source, tag and byte count."""
+        cdef Context ctx = self.live()
         if source == PROC_NULL:
             return _proc_null(status) and None
-        m = bufspec.message(buf, name="buf")
-        got = self._ctx.recv(m.data, self._source(source), tag, timeout=timeout)
+        cdef Message m = message(buf, "buf")
+        got = ctx.recv(m.buf, _any(source), tag, timeout)
         m.unpack(got[2])
         if status is not None:
             status._set(*got)
@@ -542,16 +515,17 @@ cdef class Communicator:
                  timeout=None):
         """Send and receive at once: the send is posted first, so rings of
         Sendrecv never wait on each other."""
+        cdef Context ctx = self.live()
+        cdef Message r
         sent = None
         if dest != PROC_NULL:
-            s = bufspec.message(sendbuf, name="sendbuf", readonly=True)
-            sent = self._ctx.isend(s.data, dest, sendtag)
+            sent = ctx.isend(message(sendbuf, "sendbuf", True).buf, dest,
+                             sendtag)
         if source == PROC_NULL:
             _proc_null(status)
         else:
-            r = bufspec.message(recvbuf, name="recvbuf")
-            got = self._ctx.recv(r.data, self._source(source), recvtag,
-                                 timeout=timeout)
+            r = message(recvbuf, "recvbuf")
+            got = ctx.recv(r.buf, _any(source), recvtag, timeout)
             r.unpack(got[2])
             if status is not None:
                 status._set(*got)
@@ -571,7 +545,7 @@ cdef class Communicator:
         """Wait until a matching message can be received; True."""
         if source == PROC_NULL:
             return _proc_null(status)
-        got = self._ctx.probe(self._source(source), tag, timeout=timeout)
+        got = self._ctx.probe(_any(source), tag, timeout=timeout)
         if status is not None:
             status._set(*got)
         return True
@@ -580,14 +554,15 @@ cdef class Communicator:
         """Is a matching message there to receive now?"""
         if source == PROC_NULL:
             return _proc_null(status)
-        got = self._ctx.probe(self._source(source), tag, block=False)
+        got = self._ctx.probe(_any(source), tag, block=False)
         if got is not None and status is not None:
             status._set(*got)
         return got is not None
 
     def send(self, obj, dest, tag=0, *, timeout=None):
+        cdef Context ctx = self.live()
         if dest != PROC_NULL:
-            self._ctx.send(_dumps(obj), dest, tag, timeout=timeout)
+            ctx.send(_dumps(obj), dest, tag, timeout)
 
     ssend = bsend = send
 
@@ -598,7 +573,7 @@ cdef class Communicator:
             if status is not None:
                 status._set(PROC_NULL, ANY_TAG, 0)
             return None
-        src, tag, n = self._ctx.probe(self._source(source), tag,
+        src, tag, n = self._ctx.probe(_any(source), tag,
                                       timeout=timeout)
         data = bytearray(n)
         got = self._ctx.recv(data, src, tag, timeout=timeout)
@@ -619,7 +594,7 @@ cdef class Communicator:
     def iprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
         return self.Iprobe(source, tag, status)
 
-    # -- object collectives ------------------------------------------------
+    # -- object collectives (the pickle layer: _pickled.pxi) -------------------
 
     def barrier(self, *, timeout=None):
         self.Barrier(timeout=timeout)
@@ -627,184 +602,103 @@ cdef class Communicator:
     def bcast(self, obj=None, root=0, *, timeout=None):
         """Return root's `obj` on every rank."""
         cdef Context ctx = self.live()
-        cdef bint mine = _enter_object_call(ctx, OBJ_BCAST)
+        cdef bint marked = _enter_object_call(ctx, OBJ_BCAST)
         try:
-            return self._bcast_object(ctx, obj, root, timeout)
+            return bcast_object(ctx, obj, root, timeout)
         finally:
-            _leave_object_call(ctx, mine)
-
-    cdef object _bcast_object(self, Context ctx, obj, root, timeout):
-        # One bcast of a slot holding the pickle's length and its head; a
-        # second one of the rest only for large objects.
-        cdef bytearray head = bytearray(SLOT)
-        cdef char *p = head
-        cdef int64_t n, first
-        data = None
-        if ctx.rank == root:
-            data = _dumps(obj)
-            n = len(data)
-            (<int64_t *>p)[0] = n
-            first = min(n, SLOT - 8)
-            memcpy(p + 8, <char *>(<bytes>data), first)
-        ctx.bcast(head, root, timeout, None)
-        n = (<int64_t *>p)[0]
-        if n <= SLOT - 8:
-            return pickle.loads(memoryview(head)[8:8 + n])
-        if ctx.rank == root:
-            ctx.bcast(memoryview(data)[SLOT - 8:], root, timeout, None)
-            return pickle.loads(data)       # a copy, as other ranks get
-        whole = bytearray(n)
-        whole[:SLOT - 8] = memoryview(head)[8:]
-        ctx.bcast(memoryview(whole)[SLOT - 8:], root, timeout, None)
-        return pickle.loads(whole)
+            _leave_object_call(ctx, marked)
 
     def allgather(self, obj, *, timeout=None):
         """List of every rank's `obj`, in rank order."""
         cdef Context ctx = self.live()
-        cdef bint mine = _enter_object_call(ctx, OBJ_ALLGATHER)
+        cdef bint marked = _enter_object_call(ctx, OBJ_ALLGATHER)
         try:
-            return self._allgather_object(ctx, obj, timeout)
+            return allgather_objects(ctx, obj, timeout)
         finally:
-            _leave_object_call(ctx, mine)
-
-    cdef list _allgather_object(self, Context ctx, obj, timeout):
-        # One allgather of a slot per rank (the pickle's length and head);
-        # a second one of the rests only when some rank's object is large.
-        cdef int size = ctx.size, i
-        cdef bytes data = _dumps(obj)
-        cdef int64_t n = len(data), first = min(n, SLOT - 8), more = 0
-        cdef bytearray slot = bytearray(SLOT), slots = bytearray(SLOT * size)
-        cdef char *p = slot
-        (<int64_t *>p)[0] = n
-        memcpy(p + 8, <char *>data, first)
-        ctx.allgatherv(slot, slots, self._slot_counts(size), None, timeout,
-                       None)
-        p = slots
-        cdef list lengths = [(<int64_t *>(p + i * SLOT))[0] for i in range(size)]
-        for i in range(size):
-            more += max(0, <int64_t>lengths[i] - (SLOT - 8))
-        view = memoryview(slots)
-        if more == 0:
-            return [pickle.loads(view[i * SLOT + 8:i * SLOT + 8 + lengths[i]])
-                    for i in range(size)]
-        rests = [max(0, k - (SLOT - 8)) for k in lengths]
-        tails = bytearray(more)
-        ctx.allgatherv(memoryview(data)[first:], tails, rests, None, timeout,
-                       None)
-        out, at = [], 0
-        for i in range(size):
-            head = view[i * SLOT + 8:i * SLOT + 8 + min(lengths[i], SLOT - 8)]
-            if rests[i]:
-                out.append(pickle.loads(bytes(head) + tails[at:at + rests[i]]))
-                at += rests[i]
-            else:
-                out.append(pickle.loads(head))
-        return out
-
-    cdef list _slot_counts(self, int size):
-        if self._slots is None or len(self._slots) != size:
-            self._slots = [SLOT] * size
-        return self._slots
+            _leave_object_call(ctx, marked)
 
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
         """op applied to every rank's `obj` in rank order (AVG: the sum
         divided by the number of ranks)."""
         cdef Context ctx = self.live()
         _check_callable(op)
-        cdef bint mine = _enter_object_call(ctx, OBJ_ALLREDUCE)
+        cdef bint marked = _enter_object_call(ctx, OBJ_ALLREDUCE)
         try:
-            objs = self._allgather_object(ctx, obj, timeout)
+            return fold_objects(allgather_objects(ctx, obj, timeout), op)
         finally:
-            _leave_object_call(ctx, mine)
-        total = objs[0]
-        for x in objs[1:]:
-            total = op(total, x)
-        return total / ctx.size if op is AVG else total
+            _leave_object_call(ctx, marked)
 
-    @_object_call
     def gather(self, obj, root=0, *, timeout=None):
         """List of every rank's `obj` at root, None elsewhere."""
-        data = _dumps(obj)
-        sizes = bytearray(_INT64 * self.size) if self.rank == root else None
-        self._ctx.gatherv(_int64(len(data)), sizes, [_INT64] * self.size,
-                          None, root, timeout=timeout)
-        counts = _from_int64s(sizes) if self.rank == root else None
-        out = bytearray(sum(counts)) if self.rank == root else None
-        self._ctx.gatherv(data, out, counts, None, root, timeout=timeout)
-        return _loads_all(out, counts) if self.rank == root else None
+        cdef Context ctx = self.live()
+        cdef bint marked = _enter_object_call(ctx, OBJ_GATHER)
+        try:
+            return gather_objects(ctx, obj, root, timeout)
+        finally:
+            _leave_object_call(ctx, marked)
 
-    @_object_call
     def scatter(self, objs, root=0, *, timeout=None):
         """objs[i] of root's list (len == size) to rank i."""
-        sizes = data = counts = None
-        if self.rank == root:
-            objs = list(objs)
-            if len(objs) != self.size:
-                raise ValueError(f"objs: expected {self.size} items at the "
-                                 f"root, got {len(objs)}")
-            parts = [_dumps(o) for o in objs]
-            counts = [len(p) for p in parts]
-            data = b"".join(parts)
-            sizes = b"".join(_int64(n) for n in counts)
-        mine = bytearray(_INT64)
-        self._ctx.scatterv(sizes, mine, [_INT64] * self.size, None, root,
-                           timeout=timeout)
-        out = bytearray(int.from_bytes(mine, "little"))
-        self._ctx.scatterv(data, out, counts, None, root, timeout=timeout)
-        return pickle.loads(out)
+        cdef Context ctx = self.live()
+        cdef bint marked = _enter_object_call(ctx, OBJ_SCATTER)
+        try:
+            return scatter_objects(ctx, objs, root, timeout)
+        finally:
+            _leave_object_call(ctx, marked)
 
-    @_object_call
     def alltoall(self, objs, *, timeout=None):
         """objs[i] to rank i; returns the list of what each rank sent us."""
-        objs = list(objs)
-        if len(objs) != self.size:
-            raise ValueError(f"objs: expected {self.size} items, got {len(objs)}")
-        parts = [_dumps(o) for o in objs]
-        ssizes = [len(p) for p in parts]
-        rsizes = bytearray(_INT64 * self.size)
-        self._ctx.alltoallv(b"".join(_int64(n) for n in ssizes),
-                            [_INT64] * self.size, None, rsizes,
-                            [_INT64] * self.size, None, timeout=timeout)
-        counts = _from_int64s(rsizes)
-        out = bytearray(sum(counts))
-        self._ctx.alltoallv(b"".join(parts), ssizes, None, out, counts, None,
-                            timeout=timeout)
-        return _loads_all(out, counts)
+        cdef Context ctx = self.live()
+        cdef bint marked = _enter_object_call(ctx, OBJ_ALLTOALL)
+        try:
+            return alltoall_objects(ctx, objs, timeout)
+        finally:
+            _leave_object_call(ctx, marked)
 
-    @_object_call
     def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
         """op applied to every rank's `obj` in rank order, at root (None
         elsewhere)."""
+        cdef Context ctx = self.live()
         _check_callable(op)
-        objs = self.gather(obj, root, timeout=timeout)
-        if self.rank != root:
-            return None
-        total = functools.reduce(op, objs)
-        return total / self.size if op is _ops.AVG else total
+        cdef bint marked = _enter_object_call(ctx, OBJ_REDUCE)
+        try:
+            objs = gather_objects(ctx, obj, root, timeout)
+        finally:
+            _leave_object_call(ctx, marked)
+        return None if objs is None else fold_objects(objs, op)
 
-    @_object_call
     def scan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank, in rank order."""
+        cdef Context ctx = self.live()
         _check_scan_op(op)
-        objs = self.allgather(obj, timeout=timeout)
-        return functools.reduce(op, objs[:self.rank + 1])
+        cdef bint marked = _enter_object_call(ctx, OBJ_SCAN)
+        try:
+            objs = allgather_objects(ctx, obj, timeout)
+        finally:
+            _leave_object_call(ctx, marked)
+        return fold_objects(objs[:ctx.rank + 1], op)
 
-    @_object_call
     def exscan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank-1; None on rank 0."""
+        cdef Context ctx = self.live()
         _check_scan_op(op)
-        objs = self.allgather(obj, timeout=timeout)
-        return functools.reduce(op, objs[:self.rank]) if self.rank else None
+        cdef bint marked = _enter_object_call(ctx, OBJ_EXSCAN)
+        try:
+            objs = allgather_objects(ctx, obj, timeout)
+        finally:
+            _leave_object_call(ctx, marked)
+        return fold_objects(objs[:ctx.rank], op) if ctx.rank else None
 
     # -- nonblocking -----------------------------------------------------------
 
     def Isend(self, buf, dest, tag=0):
         """Start sending buf (which must not change until the request is
         done)."""
+        cdef Context ctx = self.live()
         if dest == PROC_NULL:
             return _requests.CollectiveRequest._finished()
-        m = bufspec.message(buf, name="buf", readonly=True)
-        return _requests.P2PRequest(self._ctx.isend(m.data, dest, tag), m)
+        cdef Message m = message(buf, "buf", True)
+        return _requests.P2PRequest(ctx.isend(m.buf, dest, tag), m)
 
     Issend = Irsend = Ibsend = Isend
 
@@ -825,12 +719,13 @@ cdef class Communicator:
 
     def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         """Start receiving into buf."""
+        cdef Context ctx = self.live()
         if source == PROC_NULL:
             return _requests.CollectiveRequest._finished()
-        m = bufspec.message(buf, name="buf")
+        cdef Message m = message(buf, "buf")
         return _requests.P2PRequest(
-            self._ctx.irecv(m.data, self._source(source), tag), m,
-            unpack=m.unpack)
+            ctx.irecv(m.buf, _any(source), tag), m,
+            unpack=m.slow.unpack if m.slow is not None else None)
 
     def isend(self, obj, dest, tag=0):
         if dest == PROC_NULL:
@@ -844,7 +739,7 @@ cdef class Communicator:
         """A request whose wait() returns the object received."""
         if source == PROC_NULL:
             return _requests.CollectiveRequest._finished()
-        return _requests.ObjectRecvRequest(self, self._source(source), tag)
+        return _requests.ObjectRecvRequest(self, _any(source), tag)
 
     def _start(self, method, *args, **kwargs):
         """Run collective `method` of the shadow communicator on the worker.
@@ -1032,7 +927,7 @@ cdef class Communicator:
         return 2**31 - 1 if keyval == TAG_UB else None
 
     def Get_info(self):
-        return self._info if self._info is not None else _info_cls()()
+        return self._info if self._info is not None else Info()
 
     def Set_info(self, info):
         self._info = info
@@ -1142,8 +1037,3 @@ class _NullContext:
 _NULL_CONTEXT = _NullContext()
 COMM_NULL = Communicator(name="MPI_COMM_NULL")
 COMM_NULL._predefined = True
-
-
-def _info_cls():
-    from gloocy.MPI import Info
-    return Info

@@ -14,7 +14,7 @@ import operator
 
 import numpy as np
 
-from gloocy import errors
+from gloocy.errors import ERR_ARG, ERR_COUNT, ERR_TYPE, ArgumentError
 
 __all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
            "ORDER_FORTRAN"]
@@ -23,19 +23,9 @@ __all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
 ORDER_C = 56
 ORDER_F = ORDER_FORTRAN = 57
 
-# MPICH's error classes of what MPI reports with an error code (where
-# mpi4py raises MPI.Exception): a negative count, a null or predefined type
-# where it cannot be, a bad argument.
-ERR_COUNT, ERR_TYPE, ERR_ARG = 2, 3, 12
-_ArgumentError = getattr(errors, "ArgumentError", None)
-
-
 def _mpi_error(message, error_class):
-    """errors.ArgumentError (a ValueError) with MPI's error class; a plain
-    ValueError while errors has no ArgumentError."""
-    if _ArgumentError is None:
-        return ValueError(message)
-    return _ArgumentError(message, error_class)
+    """errors.ArgumentError (a ValueError) with MPI's error class."""
+    return ArgumentError(message, error_class)
 
 
 class _Type:

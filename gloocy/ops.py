@@ -11,7 +11,7 @@ import operator
 
 import numpy as np
 
-from gloocy import _core
+from gloocy import _core, bufspec
 from gloocy._core import OP_CODES
 from gloocy.errors import ArgumentError, OpError, ERR_OP
 
@@ -128,7 +128,6 @@ class Op:
 
     def Reduce_local(self, inbuf, inoutbuf):
         """inoutbuf = inbuf <op> inoutbuf, elementwise, on this process."""
-        from gloocy import bufspec
         src = bufspec.message(inbuf, name="inbuf", readonly=True)
         acc = bufspec.message(inoutbuf, name="inoutbuf")
         if src.datatype != acc.datatype:

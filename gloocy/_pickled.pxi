@@ -1,0 +1,171 @@
+# The pickle layer: what the lower-case methods move. Objects travel as
+# pickles (protocol 5); a bcast moves the large buffers inside an object
+# (NumPy arrays) out of band, straight from and into their own memory.
+#
+# A small object costs one collective: every rank's contribution starts with
+# a slot of SLOT bytes holding the pickle's length and, when it fits, the
+# whole pickle; only a larger one needs a second collective for the rest.
+
+cdef int64_t SLOT = 256
+cdef int64_t HEAD = 16                  # a slot's length and buffer count
+cdef int64_t INT64 = 8
+
+
+cdef bytes _dumps(obj, list buffers=None):
+    if buffers is None:
+        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+
+
+cdef inline int64_t _read64(const char *p, int64_t i) noexcept:
+    return (<const int64_t *>p)[i]
+
+
+cdef inline void _write64(char *p, int64_t i, int64_t value) noexcept:
+    (<int64_t *>p)[i] = value
+
+
+cdef object bcast_object(Context ctx, obj, int root, timeout):
+    """root's `obj` on every rank (a copy at root too, as mpi4py)."""
+    cdef bytearray slot = bytearray(SLOT)
+    cdef char *p = slot
+    cdef int64_t n, nbufs, first, i
+    cdef bytes payload = None
+    cdef list raws = None
+    if ctx.rank == root:
+        buffers = []
+        data = _dumps(obj, buffers)
+        raws = [b.raw() for b in buffers]
+        # payload: the out-of-band buffers' sizes, then the pickle
+        payload = b"".join([(<object>len(r)).to_bytes(8, "little")
+                            for r in raws] + [data])
+        n = len(payload)
+        _write64(p, 0, n)
+        _write64(p, 1, len(raws))
+        memcpy(p + HEAD, <char *>payload, min(n, SLOT - HEAD))
+    ctx.bcast(slot, root, timeout, None)
+    n, nbufs = _read64(p, 0), _read64(p, 1)
+    first = min(n, SLOT - HEAD)
+    if ctx.rank == root:
+        whole = payload
+        if n > first:
+            ctx.bcast(memoryview(payload)[first:], root, timeout, None)
+        for r in raws:
+            ctx.bcast(r, root, timeout, None)
+        buffers = [bytearray(r) for r in raws]      # the root's copy
+    else:
+        whole = memoryview(slot)[HEAD:HEAD + first]
+        if n > first:
+            whole = bytearray(n)
+            whole[:first] = memoryview(slot)[HEAD:HEAD + first]
+            ctx.bcast(memoryview(whole)[first:], root, timeout, None)
+        buffers = []
+        for i in range(nbufs):
+            buffers.append(bytearray(int.from_bytes(
+                whole[i * INT64:(i + 1) * INT64], "little")))
+            ctx.bcast(buffers[i], root, timeout, None)
+    return pickle.loads(memoryview(whole)[nbufs * INT64:], buffers=buffers)
+
+
+cdef list allgather_objects(Context ctx, obj, timeout):
+    """Every rank's `obj`, in rank order."""
+    cdef int size = ctx.size, i
+    cdef bytes data = _dumps(obj)
+    cdef int64_t n = len(data), first = min(n, SLOT - INT64), more = 0
+    cdef bytearray slot = bytearray(SLOT), slots = bytearray(SLOT * size)
+    cdef char *p = slot
+    _write64(p, 0, n)
+    memcpy(p + INT64, <char *>data, first)
+    ctx.allgatherv(slot, slots, [SLOT] * size, None, timeout, None)
+    p = slots
+    cdef list lengths = [_read64(p + i * SLOT, 0) for i in range(size)]
+    for i in range(size):
+        more += max(0, <int64_t>lengths[i] - (SLOT - INT64))
+    view = memoryview(slots)
+    if more == 0:
+        return [pickle.loads(view[i * SLOT + INT64:i * SLOT + INT64 + lengths[i]])
+                for i in range(size)]
+    rests = [max(0, k - (SLOT - INT64)) for k in lengths]
+    tails = bytearray(more)
+    ctx.allgatherv(memoryview(data)[first:], tails, rests, None, timeout, None)
+    out, at = [], 0
+    for i in range(size):
+        head = view[i * SLOT + INT64:i * SLOT + INT64 + min(lengths[i], SLOT - INT64)]
+        if rests[i]:
+            out.append(pickle.loads(bytes(head) + tails[at:at + rests[i]]))
+            at += rests[i]
+        else:
+            out.append(pickle.loads(head))
+    return out
+
+
+cdef object gather_objects(Context ctx, obj, int root, timeout):
+    """Every rank's `obj` in rank order at root; None elsewhere."""
+    cdef int size = ctx.size
+    cdef bint at_root = ctx.rank == root
+    data = _dumps(obj)
+    sizes = bytearray(INT64 * size) if at_root else None
+    ctx.gatherv(len(data).to_bytes(INT64, "little"), sizes, [INT64] * size,
+                None, root, timeout)
+    counts = _int64s(sizes) if at_root else None
+    out = bytearray(sum(counts)) if at_root else None
+    ctx.gatherv(data, out, counts, None, root, timeout)
+    return _loads_all(out, counts) if at_root else None
+
+
+cdef object scatter_objects(Context ctx, objs, int root, timeout):
+    """objs[i] of root's sequence (one per rank) to rank i."""
+    cdef int size = ctx.size
+    sizes = data = counts = None
+    if ctx.rank == root:
+        objs = list(objs)
+        if len(objs) != size:
+            raise ValueError(f"objs: expected {size} items at the root, "
+                             f"got {len(objs)}")
+        parts = [_dumps(o) for o in objs]
+        counts = [len(part) for part in parts]
+        data = b"".join(parts)
+        sizes = b"".join([n.to_bytes(INT64, "little") for n in counts])
+    mine = bytearray(INT64)
+    ctx.scatterv(sizes, mine, [INT64] * size, None, root, timeout)
+    out = bytearray(int.from_bytes(mine, "little"))
+    ctx.scatterv(data, out, counts, None, root, timeout)
+    return pickle.loads(out)
+
+
+cdef list alltoall_objects(Context ctx, objs, timeout):
+    """objs[i] to rank i; what each rank sent us, in rank order."""
+    cdef int size = ctx.size
+    objs = list(objs)
+    if len(objs) != size:
+        raise ValueError(f"objs: expected {size} items, got {len(objs)}")
+    parts = [_dumps(o) for o in objs]
+    ssizes = [len(part) for part in parts]
+    rsizes = bytearray(INT64 * size)
+    ctx.alltoallv(b"".join([n.to_bytes(INT64, "little") for n in ssizes]),
+                  [INT64] * size, None, rsizes, [INT64] * size, None, timeout)
+    counts = _int64s(rsizes)
+    out = bytearray(sum(counts))
+    ctx.alltoallv(b"".join(parts), ssizes, None, out, counts, None, timeout)
+    return _loads_all(out, counts)
+
+
+cdef list _int64s(data):
+    return [int.from_bytes(data[i:i + INT64], "little")
+            for i in range(0, len(data), INT64)]
+
+
+cdef list _loads_all(data, counts):
+    view, objs, at = memoryview(data), [], 0
+    for n in counts:
+        objs.append(pickle.loads(view[at:at + n]))
+        at += n
+    return objs
+
+
+cdef object fold_objects(objs, op):
+    """objs[0] op objs[1] op ... in rank order (AVG: the sum / len)."""
+    total = objs[0]
+    for x in objs[1:]:
+        total = op(total, x)
+    return total / len(objs) if op is AVG else total
