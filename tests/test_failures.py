@@ -23,7 +23,7 @@ import pytest
 
 import gloocy
 from gloocy.rendezvous import TCPStore, TCPStoreServer
-from gloocy.transport._tcp import _HANDSHAKE_TIMEOUT
+from gloocy.transport.handshake import _HANDSHAKE_TIMEOUT
 
 from conftest import TRANSPORT_ENV
 from harness import TEST_HOSTS, World
@@ -204,7 +204,6 @@ def _garbage(addr):
 
 def _wrong_secret(addr, job_id):
     import hashlib, hmac, struct
-    from gloocy.transport import _tcp
     with socket.create_connection(addr, timeout=5) as s:
         tag = hashlib.sha256(job_id.encode()).digest()[:16]
         hello = struct.pack("<8sIiiI16s32s", b"GLCYHELO", 1, 1, 0, 2, tag,

@@ -9,7 +9,7 @@
   socket (it knows the secret, so it passes the handshake).
 
 The protocols are written out here from their documentation (tcp_store.py's
-and _tcp.pyx's docstrings, the Header of _core.pxd), not imported, so that
+and handshake.py's comments, the Header of _core.pxd), not imported, so that
 the tests check the code against the documents. `pytest --long` runs many
 more examples.
 """
@@ -41,7 +41,8 @@ from gloocy.errors import (CollectiveTimeout, ContextPoisoned, GloocyError,
                            RendezvousError)
 from gloocy.rendezvous import HashStore, TCPStore, TCPStoreServer
 from gloocy.transport import connect as transport_connect
-from gloocy.transport._tcp import connect_sockets, tcp_pair
+from gloocy.transport._tcp import tcp_pair
+from gloocy.transport.handshake import connect_sockets
 
 SECRET = secrets.token_bytes(32)
 U8, U32, U64 = st.integers(0, 255), st.integers(0, 2**32 - 1), st.integers(0, 2**64 - 1)
@@ -413,7 +414,7 @@ def test_store_client_facing_a_lying_server(reply, op):
 
 # == 2. the pair handshake ====================================================
 #
-# _tcp.pyx: the connector sends HELLO (<8sIiiI16s32s: b"GLCYHELO", version 1,
+# handshake.py: the connector sends HELLO (<8sIiiI16s32s: b"GLCYHELO", version 1,
 # its rank, the rank it wants, the world size, sha256(job)[:16], a nonce);
 # the acceptor answers nonce_a + HMAC(secret, b"acceptor" + HELLO + nonce_a),
 # the connector proves HMAC(secret, b"connector" + HELLO + nonce_a) and the

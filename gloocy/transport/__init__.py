@@ -13,7 +13,8 @@ from typing import NamedTuple
 
 from gloocy.errors import RendezvousError
 from gloocy.rendezvous.address import listen_port_and_advertised
-from gloocy.transport._tcp import TcpPair, connect_sockets, tcp_pair
+from gloocy.transport._tcp import TcpPair, tcp_pair
+from gloocy.transport.handshake import connect_sockets
 
 __all__ = ["connect", "connect_by_allgather", "Mesh", "TcpPair", "TRANSPORTS"]
 

@@ -18,7 +18,7 @@ import time
 
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport._shm import ShmPair, segment_bytes
-from gloocy.transport._tcp import recv_exact
+from gloocy.transport.handshake import recv_exact
 
 __all__ = ["host_identity", "local_peers", "shm_pair", "ring_bytes",
            "chunk_bytes"]
