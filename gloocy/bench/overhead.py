@@ -356,7 +356,7 @@ def _measure(args: argparse.Namespace, argv: list[str]) -> dict:
         date=datetime.datetime.now().astimezone().isoformat(timespec="seconds"),
         host=platform.node(), cpus=len(os.sched_getaffinity(0)),
         cpu_model=_cpu_model(), platform=platform.platform(),
-        load_average=[round(x, 2) for x in os.getloadavg()],
+        load_average=[round(x, 2) for x in os.getloadavg()], nice=os.nice(0),
         world_size=1, calls=args.calls, warmup_calls=max(1, args.calls // 10),
         rounds=args.rounds, order=[], implementations={}, loop_us={})
     missing = {"gloocy": None, "mpi4py": _no_module("mpi4py")}
@@ -487,7 +487,8 @@ def markdown(meta: dict) -> str:
         f"`{meta['command']}` on {meta['host']} ({meta['cpu_model']}, "
         f"{meta['cpus']} CPUs, {meta['platform']}), {meta['date']}; load average "
         f"{meta['load_average'][0]} at the start, {meta['load_average_at_end'][0]} "
-        f"at the end ({meta['seconds']:g} s).",
+        f"at the end ({meta['seconds']:g} s)"
+        + (f", run at nice {meta['nice']}" if meta.get("nice") else "") + ".",
         "",
         f"- gloocy {g.get('version', '?')} at commit {commit}"
         + (f" with uncommitted changes to {', '.join(dirty)}" if dirty else "")
