@@ -12,7 +12,9 @@ cdef class Message:
     cdef object spec             # the user's spec, as given
     cdef int64_t blocks          # what the spec's count is multiplied by
     cdef object _datatype        # the Datatype, or None until asked for
-    cdef object slow             # bufspec.Message, when parsed in Python
+    cdef object slow             # bufspec's (Vector)Message, when parsed in Python
+    cdef readonly list sizes     # vector messages: each rank's block, in bytes
+    cdef readonly list offsets   # ... and where it starts in buf
     # Scatter received bytes into the user's memory (non-contiguous
     # datatypes only); nbytes < 0: all of them.
     cdef int unpack(self, int64_t nbytes=*) except -1
@@ -24,3 +26,9 @@ cdef class Message:
 # per block (one block per rank: Gather, Scatter, Allgather, Alltoall).
 cdef Message message(object spec, str name, bint readonly=*,
                      bint allow_in_place=*, int64_t blocks=*)
+
+
+# A vector spec (one block per rank: buf, [buf, counts], [buf, (counts,
+# displs)], [buf, counts, displs, datatype]...) for `size` ranks -> Message
+# with sizes and offsets in bytes.
+cdef Message vector_message(object spec, int size, str name, bint readonly=*)

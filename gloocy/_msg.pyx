@@ -28,14 +28,22 @@ cdef class Message:
 
     cdef int unpack(self, int64_t nbytes=-1) except -1:
         if self.slow is not None:
-            self.slow.unpack(None if nbytes < 0 else nbytes)
+            if self.sizes is not None:
+                self.slow.unpack()              # a VectorMessage: all of it
+            else:
+                self.slow.unpack(None if nbytes < 0 else nbytes)
         return 0
 
     cdef object parsed(self):
         """The spec as bufspec parses it (for what is rarely needed)."""
         if self.slow is None:
-            self.slow = bufspec.message(self.spec, name=self.buf.name,
-                                        readonly=True, blocks=self.blocks)
+            if self.sizes is not None:
+                self.slow = bufspec.vector_message(
+                    self.spec, len(self.sizes), name=self.buf.name,
+                    readonly=True)
+            else:
+                self.slow = bufspec.message(self.spec, name=self.buf.name,
+                                            readonly=True, blocks=self.blocks)
         return self.slow
 
     @property
@@ -177,4 +185,106 @@ cdef Message _slow(object spec, str name, bint readonly, bint allow_in_place,
     m.buf = get_buffer(slow.data, name, not readonly)
     m.count, m.slow, m._datatype = slow.count, slow, slow.datatype
     m.spec, m.blocks = spec, blocks
+    return m
+
+
+cdef Message vector_message(object spec, int size, str name,
+                            bint readonly=False):
+    cdef Buf b
+    cdef tuple dense = None
+    cdef Py_ssize_t n = 2
+    cdef int64_t extent, items, total = 0, i, c, d
+    cdef list counts, displs = None, sizes, offsets
+    if spec is None or spec is IN_PLACE or not _is_spec_list(spec):
+        return _slow_vector(spec, size, name, readonly)
+    n = len(spec)
+    if n < 2 or n > 4:
+        return _slow_vector(spec, size, name, readonly)
+    if n > 2:                            # a datatype last
+        datatype = spec[n - 1]
+        if type(datatype) is str:
+            try:
+                datatype = from_typecode(datatype)
+            except KeyError:
+                return _slow_vector(spec, size, name, readonly)
+        elif not isinstance(datatype, Datatype):
+            return _slow_vector(spec, size, name, readonly)
+        dense = _dense(datatype)
+        if dense is None:
+            return _slow_vector(spec, size, name, readonly)
+    counts_spec = spec[1]
+    if n == 4:
+        displs_spec = spec[2]
+    elif type(counts_spec) is tuple:     # (counts, displs)
+        if len(counts_spec) != 2:
+            return _slow_vector(spec, size, name, readonly)
+        counts_spec, displs_spec = counts_spec
+    else:
+        displs_spec = None
+    counts = _ints(counts_spec, size)
+    if counts is None:
+        return _slow_vector(spec, size, name, readonly)
+    if type(displs_spec) is int:         # d: rank i's block at d * i
+        displs = [displs_spec * i for i in range(size)]
+    elif displs_spec is not None:
+        displs = _ints(displs_spec, size)
+        if displs is None:
+            return _slow_vector(spec, size, name, readonly)
+    try:
+        b = get_buffer(spec[0], name, not readonly)
+    except Exception:
+        return _slow_vector(spec, size, name, readonly)
+    if dense is None:
+        if b.dtype < 0:
+            return _slow_vector(spec, size, name, readonly)
+        extent, items = b.itemsize, 1
+    else:
+        extent, items = dense[3], dense[2]
+        b.dtype, b.itemsize = dense[0], dense[1]
+    sizes = [None] * size
+    offsets = [None] * size
+    for i in range(size):
+        c = counts[i]
+        d = total if displs is None else displs[i]
+        # each block inside the buffer (else bufspec says so, as mpi4py)
+        if c < 0 or d < 0 or extent <= 0 or d > b.nbytes // extent \
+                or c > b.nbytes // extent - d:
+            return _slow_vector(spec, size, name, readonly)
+        sizes[i] = c * extent
+        offsets[i] = d * extent
+        total = d + c if displs is None else total
+    b.count = b.nbytes // b.itemsize
+    cdef Message m = Message.__new__(Message)
+    m.buf, m.count, m.spec, m.blocks = b, sum(counts), spec, 1
+    m.sizes, m.offsets = sizes, offsets
+    if dense is not None:
+        m._datatype = datatype
+    return m
+
+
+cdef list _ints(object values, int size):
+    """`size` ints from an int (the same for every rank) or a sequence of
+    them; None for what bufspec must judge."""
+    if type(values) is int:
+        return [values] * size
+    if type(values) is not list and type(values) is not tuple:
+        try:
+            values = list(values)
+        except TypeError:
+            return None
+    if len(values) != size:
+        return None
+    try:
+        return [v if type(v) is int else operator.index(v) for v in values]
+    except TypeError:
+        return None
+
+
+cdef Message _slow_vector(object spec, int size, str name, bint readonly):
+    slow = bufspec.vector_message(spec, size, name=name, readonly=readonly)
+    cdef Message m = Message.__new__(Message)
+    m.buf = get_buffer(slow.data, name, not readonly)
+    m.count, m.slow, m._datatype = sum(slow.counts), slow, slow.datatype
+    m.spec, m.blocks = spec, 1
+    m.sizes, m.offsets = slow.sizes, slow.offsets
     return m

@@ -11,7 +11,7 @@ from libc.stdint cimport int64_t
 from libc.string cimport memcpy
 
 from gloocy._core cimport Buf, Context
-from gloocy._msg cimport Message, message
+from gloocy._msg cimport Message, message, vector_message
 
 import os
 import pickle
@@ -337,10 +337,11 @@ cdef class Communicator:
 
     def Allgatherv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """recvbuf is [buf, counts] or [buf, (counts, displs)] (elements)."""
-        r = bufspec.vector_message(recvbuf, self.size, name="recvbuf")
-        s = _send(sendbuf)
-        self._ctx.allgatherv(_data(s), r.data, r.sizes, r.offsets,
-                             timeout=timeout, algorithm=algorithm)
+        cdef Context ctx = self.live()
+        cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.allgatherv(None if s is None else s.buf, r.buf, r.sizes,
+                       r.offsets, timeout, algorithm)
         r.unpack()
 
     def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None):
@@ -358,12 +359,15 @@ cdef class Communicator:
             r.unpack()
 
     def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None):
-        r = sizes = displs = None
-        if self.rank == root:
-            r = bufspec.vector_message(recvbuf, self.size, name="recvbuf")
-            sizes, displs = r.sizes, r.offsets
-        self._ctx.gatherv(_data(_send(sendbuf)), _data(r), sizes, displs,
-                          root, timeout=timeout)
+        cdef Context ctx = self.live()
+        cdef Message r = None
+        if ctx.rank == root:
+            r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.gatherv(None if s is None else s.buf,
+                    None if r is None else r.buf,
+                    None if r is None else r.sizes,
+                    None if r is None else r.offsets, root, timeout)
         if r is not None:
             r.unpack()
 
@@ -382,15 +386,15 @@ cdef class Communicator:
             r.unpack()
 
     def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None):
-        s = sizes = displs = None
-        if self.rank == root:
-            s = bufspec.vector_message(sendbuf, self.size, name="sendbuf",
-                                       readonly=True)
-            sizes, displs = s.sizes, s.offsets
-        r = bufspec.message(recvbuf, name="recvbuf",
-                            allow_in_place=self.rank == root)
-        self._ctx.scatterv(_data(s), _data(r), sizes, displs, root,
-                           timeout=timeout)
+        cdef Context ctx = self.live()
+        cdef Message s = None
+        if ctx.rank == root:
+            s = vector_message(sendbuf, ctx.size, "sendbuf", True)
+        cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
+        ctx.scatterv(None if s is None else s.buf,
+                     None if r is None else r.buf,
+                     None if s is None else s.sizes,
+                     None if s is None else s.offsets, root, timeout)
         if r is not None:
             r.unpack()
 
@@ -408,14 +412,15 @@ cdef class Communicator:
         r.unpack()
 
     def Alltoallv(self, sendbuf, recvbuf, *, timeout=None):
-        r = bufspec.vector_message(recvbuf, self.size, name="recvbuf")
-        s = ssizes = sdispls = None
+        cdef Context ctx = self.live()
+        cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = None
         if sendbuf is not IN_PLACE and sendbuf is not None:
-            s = bufspec.vector_message(sendbuf, self.size, name="sendbuf",
-                                       readonly=True)
-            ssizes, sdispls = s.sizes, s.offsets
-        self._ctx.alltoallv(_data(s), ssizes, sdispls, r.data, r.sizes,
-                            r.offsets, timeout=timeout)
+            s = vector_message(sendbuf, ctx.size, "sendbuf", True)
+        ctx.alltoallv(None if s is None else s.buf,
+                      None if s is None else s.sizes,
+                      None if s is None else s.offsets, r.buf, r.sizes,
+                      r.offsets, timeout)
         r.unpack()
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
