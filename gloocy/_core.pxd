@@ -294,6 +294,7 @@ cdef class Node:
     cdef int size
     cdef int64_t chunk
     cdef uint64_t step                # steps so far; slots alternate by parity
+    cdef uint64_t owed                # phase A we left without waiting for all (0: none)
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data
