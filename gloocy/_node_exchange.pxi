@@ -14,9 +14,10 @@
 # [s*room, (s+1)*room) of every stream, room being a slot less its head.
 
 cdef enum:
-    # When "auto" goes through the segment (node_choice's auto_min), from
-    # gloocy-bench-style runs on the project's 2-core machine at n = 2-4
-    # (bench/README.md, "Algorithm selection"):
+    # When "auto" goes through the segment (node_choice's auto_min): each
+    # algorithm forced through Context calls, node and pair interleaved,
+    # medians of 9 runs per rank, slowest rank, on the project's 2-core
+    # machine at n = 2-4 (figures below are node vs pair):
     # - allreduce, bcast, allgather(v), alltoall(v), reduce_scatter: at
     #   every size (alltoall and reduce_scatter tie with the pair
     #   algorithms up to 64 KiB and win from 1 MiB: 57 vs 120 us, 86 vs
