@@ -21,6 +21,8 @@ cdef enum:
     ALGO_BINOMIAL = 5
     ALGO_SCATTER_ALLGATHER = 6
     ALGO_HALVING = 7
+    ALGO_SHM = 8                 # through the node segment (_node.pxi): one host
+    ALGO_DIRECT = 9              # gather, scatter, alltoall: straight to each peer
     TAG_FOLD_OUT = 0xffffffff     # recursive doubling: result back to a folded rank
     TAG_GATHER = 0xfffffffe      # reduce: reduced chunks sent to the root
     TAG_SCATTER = 0xfffffffd     # bcast scatter_allgather: the root's chunks
@@ -72,26 +74,37 @@ cdef enum:
 
 # One table per collective: name -> code. "auto" (or None) is the automatic
 # choice; the keyword wins over the GLOOCY_ALGORITHM_<COLLECTIVE> variable.
+# "shm" is the node segment's algorithm (_node.pxi, _node_exchange.pxi),
+# which "auto" picks where it wins when every rank is on one host; forced
+# where there is no segment, it falls back to the automatic pair choice.
 ALLREDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                         "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                         "halving_doubling": ALGO_HALVING_DOUBLING,
-                        "bcube": ALGO_BCUBE}
+                        "bcube": ALGO_BCUBE, "shm": ALGO_SHM}
 BCAST_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
-                    "scatter_allgather": ALGO_SCATTER_ALLGATHER}
+                    "scatter_allgather": ALGO_SCATTER_ALLGATHER,
+                    "shm": ALGO_SHM}
 ALLGATHER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
-                        "recursive_doubling": ALGO_RECURSIVE_DOUBLING}
+                        "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
+                        "shm": ALGO_SHM}
 REDUCE_SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
-                             "halving": ALGO_HALVING}
+                             "halving": ALGO_HALVING, "shm": ALGO_SHM}
 # "recursive_doubling" is the old name of the binomial tree (kept working).
 REDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
                      "ring": ALGO_RING,
-                     "recursive_doubling": ALGO_BINOMIAL}
+                     "recursive_doubling": ALGO_BINOMIAL, "shm": ALGO_SHM}
+GATHER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
+SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
+ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 ALGORITHMS = ALLREDUCE_ALGORITHMS      # the name before there were others
 ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
                     "bcast": BCAST_ALGORITHMS,
                     "allgather": ALLGATHER_ALGORITHMS,
                     "reduce_scatter": REDUCE_SCATTER_ALGORITHMS,
-                    "reduce": REDUCE_ALGORITHMS}
+                    "reduce": REDUCE_ALGORITHMS,
+                    "gather": GATHER_ALGORITHMS,
+                    "scatter": SCATTER_ALGORITHMS,
+                    "alltoall": ALLTOALL_ALGORITHMS}
 ALGORITHM_ENV = {name: f"GLOOCY_ALGORITHM_{name.upper()}"
                  for name in ALGORITHM_TABLES}
 # code -> the name Context.last_algorithm reports
@@ -100,7 +113,8 @@ ALGORITHM_NAMES = {ALGO_AUTO: "auto", ALGO_RING: "ring",
                    ALGO_HALVING_DOUBLING: "halving_doubling",
                    ALGO_BCUBE: "bcube", ALGO_BINOMIAL: "binomial",
                    ALGO_SCATTER_ALLGATHER: "scatter_allgather",
-                   ALGO_HALVING: "halving"}
+                   ALGO_HALVING: "halving", ALGO_SHM: "shm",
+                   ALGO_DIRECT: "direct"}
 
 
 from libc.stdlib cimport getenv
@@ -196,18 +210,28 @@ ALGORITHM_THRESHOLDS = {
     "reduce_scatter_halving_max": AUTO_REDUCE_SCATTER_HALVING_MAX,
     "reduce_ring_min_ranks": AUTO_REDUCE_RING_MIN_RANKS,
     "reduce_ring_min": AUTO_REDUCE_RING_MIN,
+    "node_reduce_min": NODE_REDUCE_MIN,     # with a node segment (_node_exchange.pxi)
 }
 
 
 def auto_algorithm(str collective, int size, int64_t nbytes, *,
-                   int64_t itemsize=4, int64_t small_allreduce=1 << 16):
+                   int64_t itemsize=4, int64_t small_allreduce=1 << 16,
+                   bint node=False):
     """The name of the algorithm "auto" picks for `collective` at world size
     `size` and `nbytes` (allreduce, reduce, bcast: the buffer; allgather:
     the gathered total in equal blocks laid end to end; reduce_scatter:
-    each rank's input)."""
+    each rank's input; gather, scatter, alltoall: any). `node`: every rank
+    is on one host (a world of 2 or more with a node segment)."""
     cdef int code
     if size < 1 or nbytes < 0 or itemsize < 1:
         raise ValueError("size, nbytes and itemsize must be positive")
+    if node and size > 1:
+        if collective in ("allreduce", "bcast", "allgather", "alltoall",
+                          "reduce_scatter") or (
+                collective == "reduce" and nbytes >= NODE_REDUCE_MIN):
+            return "shm"
+    if collective in ("gather", "scatter", "alltoall"):
+        return "direct"
     if collective == "allreduce":
         code = auto_allreduce(size, small_allreduce, nbytes // itemsize, itemsize)
     elif collective == "reduce":

@@ -721,7 +721,8 @@ cdef class Context:
         cdef int algo = _algorithm("bcast", algorithm, self.env_algorithms)
         self.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
         try:
-            if self.node is not None and algo == ALGO_AUTO:
+            algo = node_choice(self, algo, b.nbytes, NODE_ALWAYS)
+            if algo == ALGO_SHM:
                 self.last_algorithm = "shm"
                 with nogil:
                     node_bcast(self, &c, b.ptr, b.nbytes, root)
@@ -754,11 +755,12 @@ cdef class Context:
         self.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)
         try:
             c.fn = fn
-            on_node = self.node is not None and algo == ALGO_AUTO
+            on_node = node_choice(self, algo, rb.nbytes, NODE_ALWAYS) == ALGO_SHM
             if on_node:
                 self.last_algorithm = "shm"
             else:
-                algo = pick_allreduce(self, rb.count, c.itemsize, algo)
+                algo = pick_allreduce(self, rb.count, c.itemsize,
+                                      ALGO_AUTO if algo == ALGO_SHM else algo)
                 self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 if sb is not None and sb.ptr != rb.ptr:
@@ -795,7 +797,8 @@ cdef class Context:
         cdef int algo = _algorithm("allgather", algorithm, self.env_algorithms)
         self.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
-            if self.node is not None and algo == ALGO_AUTO:
+            algo = node_choice(self, algo, 0, NODE_ALWAYS)
+            if algo == ALGO_SHM:
                 self.last_algorithm = "shm"
                 c.proto.count = sizes_digest(sizes)   # every rank's view of them
                 with nogil:
@@ -1017,7 +1020,8 @@ cdef class Context:
         self.begin(&c, KIND_REDUCE, op, ref.dtype, root, ref.count, timeout)
         try:
             c.fn = fn
-            algo = pick_reduce(self, ref.count, c.itemsize, algo)
+            algo = pick_reduce(self, ref.count, c.itemsize, node_choice(
+                self, algo, ref.nbytes, NODE_REDUCE_MIN))
             self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 if at_root:
@@ -1029,7 +1033,12 @@ cdef class Context:
                     # apart from the scratch the algorithms use.
                     acc = self.work(ref.nbytes)
                     memcpy(acc, sb.ptr, ref.nbytes)
-                run_reduce(self, &c, acc, ref.count, out, algo)
+                if algo == ALGO_SHM:
+                    node_reduce_to(self, &c, acc, ref.count, root)
+                else:
+                    run_reduce(self, &c, acc, ref.count, out, algo)
+            if algo == ALGO_SHM:
+                self.sweep(&c)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -1064,13 +1073,19 @@ cdef class Context:
         self.begin(&c, KIND_REDUCE_SCATTER, op, sb.dtype, -1, total, timeout)
         try:
             c.fn = fn
-            algo = pick_reduce_scatter(self, total * isz, algo)
+            algo = pick_reduce_scatter(self, total * isz, node_choice(
+                self, algo, total * isz, NODE_ALWAYS))
             self.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 acc = self.work(total * isz)
                 memcpy(acc, sb.ptr, total * isz)
-                run_reduce_scatter(self, &c, acc, offs.v, lens.v, algo)
+                if algo == ALGO_SHM:
+                    node_reduce_scatter(self, &c, acc, offs.v, lens.v)
+                else:
+                    run_reduce_scatter(self, &c, acc, offs.v, lens.v, algo)
                 memcpy(rb.ptr, acc + offs.v[self.rank] * isz, mine)
+            if algo == ALGO_SHM:
+                self.sweep(&c)
         except BaseException as e:
             self.fail(e, &c)
             raise
@@ -1104,7 +1119,8 @@ cdef class Context:
         finally:
             self.end()
 
-    cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=None):
+    cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root,
+                  timeout=None, algorithm=None):
         """Rank i's sendbuf lands in root's recvbuf at byte displs[i]
         (counts[i] bytes). The root may pass sendbuf None (its block is in
         place); non-roots may pass recvbuf None."""
@@ -1123,21 +1139,34 @@ cdef class Context:
             if sb is not None and sb.nbytes != sizes.v[root]:
                 raise ValueError(f"sendbuf has {sb.nbytes} bytes but the "
                                  f"root's block is {sizes.v[root]}")
+        cdef int algo = _algorithm("gather", algorithm, self.env_algorithms)
         self.begin(&c, KIND_GATHERV, OP_NONE, DT_BYTES, root, 0, timeout)
         try:
+            algo = node_choice(self, algo, 0, NODE_FORCED_ONLY)
+            self.last_algorithm = ALGORITHM_NAMES[ALGO_DIRECT if algo == ALGO_AUTO else algo]
             with nogil:
-                run_gatherv(self, &c, sb.ptr if sb is not None else NULL,
-                            sb.nbytes if sb is not None else 0,
-                            rb.ptr if at_root else NULL,
-                            offs.v if at_root else NULL,
-                            sizes.v if at_root else NULL)
+                if algo == ALGO_SHM:
+                    node_gatherv(self, &c, sb.ptr if sb is not None else NULL,
+                                 sb.nbytes if sb is not None else 0,
+                                 rb.ptr if at_root else NULL,
+                                 offs.v if at_root else NULL,
+                                 sizes.v if at_root else NULL)
+                else:
+                    run_gatherv(self, &c, sb.ptr if sb is not None else NULL,
+                                sb.nbytes if sb is not None else 0,
+                                rb.ptr if at_root else NULL,
+                                offs.v if at_root else NULL,
+                                sizes.v if at_root else NULL)
+            if algo == ALGO_SHM:
+                self.sweep(&c)
         except BaseException as e:
             self.fail(e, &c)
             raise
         finally:
             self.end()
 
-    cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=None):
+    cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root,
+                   timeout=None, algorithm=None):
         """Root's sendbuf block i (counts[i] bytes at displs[i]) lands in
         rank i's recvbuf. The root may pass recvbuf None (it keeps its
         block); non-roots may pass sendbuf None."""
@@ -1156,22 +1185,34 @@ cdef class Context:
             if rb is not None and rb.nbytes != sizes.v[root]:
                 raise ValueError(f"recvbuf has {rb.nbytes} bytes but the "
                                  f"root's block is {sizes.v[root]}")
+        cdef int algo = _algorithm("scatter", algorithm, self.env_algorithms)
         self.begin(&c, KIND_SCATTERV, OP_NONE, DT_BYTES, root, 0, timeout)
         try:
+            algo = node_choice(self, algo, 0, NODE_FORCED_ONLY)
+            self.last_algorithm = ALGORITHM_NAMES[ALGO_DIRECT if algo == ALGO_AUTO else algo]
             with nogil:
-                run_scatterv(self, &c, sb.ptr if at_root else NULL,
-                             offs.v if at_root else NULL,
-                             sizes.v if at_root else NULL,
-                             rb.ptr if rb is not None else NULL,
-                             rb.nbytes if rb is not None else 0)
+                if algo == ALGO_SHM:
+                    node_scatterv(self, &c, sb.ptr if at_root else NULL,
+                                  offs.v if at_root else NULL,
+                                  sizes.v if at_root else NULL,
+                                  rb.ptr if rb is not None else NULL,
+                                  rb.nbytes if rb is not None else 0)
+                else:
+                    run_scatterv(self, &c, sb.ptr if at_root else NULL,
+                                 offs.v if at_root else NULL,
+                                 sizes.v if at_root else NULL,
+                                 rb.ptr if rb is not None else NULL,
+                                 rb.nbytes if rb is not None else 0)
+            if algo == ALGO_SHM:
+                self.sweep(&c)
         except BaseException as e:
             self.fail(e, &c)
             raise
         finally:
             self.end()
 
-    cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf, recvcounts,
-                  recvdispls, timeout=None):
+    cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
+                    recvcounts, recvdispls, timeout=None, algorithm=None):
         """Block i of sendbuf (bytes) goes to rank i; rank i's block for us
         lands at recvdispls[i]. sendbuf None: recvbuf holds the blocks to
         send, laid out as recvcounts/recvdispls (in place)."""
@@ -1194,11 +1235,20 @@ cdef class Context:
                              f"{self.rank} has {rsizes.v[self.rank]}: rank "
                              f"{self.rank} sends itself one and receives the "
                              f"other")
+        cdef int algo = _algorithm("alltoall", algorithm, self.env_algorithms)
         self.begin(&c, KIND_ALLTOALLV, OP_NONE, DT_BYTES, -1, 0, timeout)
         try:
+            algo = node_choice(self, algo, 0, NODE_ALWAYS)
+            self.last_algorithm = ALGORITHM_NAMES[ALGO_DIRECT if algo == ALGO_AUTO else algo]
             with nogil:
-                run_alltoallv(self, &c, sb.ptr, soffs.v, ssizes.v, rb.ptr,
-                              roffs.v, rsizes.v)
+                if algo == ALGO_SHM:
+                    node_alltoallv(self, &c, sb.ptr, soffs.v, ssizes.v, rb.ptr,
+                                   roffs.v, rsizes.v)
+                else:
+                    run_alltoallv(self, &c, sb.ptr, soffs.v, ssizes.v, rb.ptr,
+                                  roffs.v, rsizes.v)
+            if algo == ALGO_SHM:
+                self.sweep(&c)
         except BaseException as e:
             self.fail(e, &c)
             raise

@@ -296,6 +296,7 @@ cdef class Node:
     cdef int size
     cdef int64_t chunk
     cdef uint64_t step                # steps so far; slots alternate by parity
+    cdef uint64_t owed                # phase A we left without waiting for all (0: none)
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data
@@ -410,10 +411,12 @@ cdef class Context:
     cpdef reduce_scatter(self, sendbuf, recvbuf, counts, int op, timeout=*,
                          algorithm=*)
     cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=*, timeout=*)
-    cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*)
-    cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*)
+    cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,
+                  algorithm=*)
+    cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,
+                   algorithm=*)
     cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
-                    recvcounts, recvdispls, timeout=*)
+                    recvcounts, recvdispls, timeout=*, algorithm=*)
     cpdef send(self, buf, int dest, int tag=*, timeout=*)
     cpdef recv(self, buf, int source=*, int tag=*, timeout=*)
     cpdef isend(self, buf, int dest, int tag=*)

@@ -11,6 +11,11 @@
 # is safe. A rank is at most one step ahead, so the fingerprints of its
 # calls, kept per parity, can be checked like a frame's header.
 #
+# A rank that reads nothing in the last step of a call (a bcast's root, a
+# reduce's others) arrives and leaves (node_step_out); the wait it skipped
+# is owed: node_ready, which starts every step, waits for it before the
+# next write and checks that step's fingerprints against its own.
+#
 # Waiting spins for spin_ns, then sleeps in poll(2) on the pairs' sockets
 # with its `sleeping` flag up; an arriving rank pokes the sleepers through
 # their pairs. A peer that dies hangs up its sockets, which wakes the
@@ -197,14 +202,41 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
 
 
 cdef int node_check_fingerprints(Context ctx, Coll *c) except -1 nogil:
+    return _check_fingerprints(ctx, c, ctx.node.step & 1)
+
+
+cdef int _check_fingerprints(Context ctx, Coll *c, int parity) except -1 nogil:
     cdef Header *h
     cdef int j
     for j in range(ctx.node.size):
-        h = &ctx.node.ctl[j].fp[ctx.node.step & 1]
+        h = &ctx.node.ctl[j].fp[parity]
         if (h.kind != c.proto.kind or h.op != c.proto.op or h.dtype != c.proto.dtype
                 or h.root != c.proto.root or h.count != c.proto.count
                 or h.seq != c.proto.seq):
             return _raise_node_mismatch(ctx, c, j, h)
+    return 0
+
+
+cdef int node_ready(Context ctx, Coll *c) except -1 nogil:
+    """Before a step writes: the wait our last step skipped (if it did),
+    and a check of that step's fingerprints against ours."""
+    cdef uint64_t owed = ctx.node.owed
+    cdef Coll past
+    if owed == 0:
+        return 0
+    node_wait(ctx, c, owed)
+    ctx.node.owed = 0
+    past = c[0]
+    past.proto = ctx.node.ctl[ctx.rank].fp[((owed - 1) // 2) & 1]
+    return _check_fingerprints(ctx, &past, ((owed - 1) // 2) & 1)
+
+
+cdef int node_step_out(Context ctx, Coll *c) except -1 nogil:
+    """Our slot of this step is written and we read nothing in it: arrive
+    at A and go on; the wait is owed to our next step (node_ready)."""
+    node_arrive(ctx, phase_a(ctx.node), c)
+    ctx.node.owed = phase_a(ctx.node)
+    ctx.node.step += 1
     return 0
 
 
@@ -216,6 +248,7 @@ cdef int node_step_in(Context ctx, Coll *c) except -1 nogil:
 
 
 cdef int node_barrier(Context ctx, Coll *c) except -1 nogil:
+    node_ready(ctx, c)
     node_step_in(ctx, c)
     ctx.node.step += 1
     return 0
@@ -225,9 +258,12 @@ cdef int node_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
                     int root) except -1 nogil:
     cdef int64_t off = 0, n
     while True:
+        node_ready(ctx, c)
         n = min(nbytes - off, ctx.node.chunk)
         if ctx.rank == root:
             memcpy(ctx.node.slot(root), buf + off, n)
+            if off + n >= nbytes:
+                return node_step_out(ctx, c)
         node_step_in(ctx, c)
         if ctx.rank != root:
             memcpy(buf + off, ctx.node.slot(root), n)
@@ -238,17 +274,31 @@ cdef int node_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
 
 
 cdef int node_allreduce(Context ctx, Coll *c, char *buf, int64_t count) except -1 nogil:
+    return node_reduce_to(ctx, c, buf, count, -1)
+
+
+cdef int node_reduce_to(Context ctx, Coll *c, char *buf, int64_t count,
+                        int root) except -1 nogil:
+    """Reduce every rank's `buf` (count elements); the result lands in the
+    root's `buf` (root -1: in every rank's, an allreduce). A non-root's
+    `buf` is clobbered when root >= 0."""
     cdef int64_t isz = c.itemsize, nbytes = count * c.itemsize
     cdef int64_t per_step = max(ctx.node.chunk // isz, 1)
     cdef int64_t done = 0, e, q, lo, hi, mine_lo, mine_hi
     cdef int j
+    cdef bint gets = root < 0 or ctx.rank == root
     if nbytes <= NODE_SMALL and nbytes <= ctx.node.chunk:
-        # Every rank reduces the whole vector, in rank order: one step.
+        # Every rank (or the root) reduces the whole vector, in rank order:
+        # one step.
+        node_ready(ctx, c)
         memcpy(ctx.node.slot(ctx.rank), buf, nbytes)
+        if not gets:
+            return node_step_out(ctx, c)
         node_step_in(ctx, c)
-        memcpy(buf, ctx.node.slot(0), nbytes)
-        for j in range(1, ctx.node.size):
-            c.fn(buf, ctx.node.slot(j), count)
+        if gets:
+            memcpy(buf, ctx.node.slot(0), nbytes)
+            for j in range(1, ctx.node.size):
+                c.fn(buf, ctx.node.slot(j), count)
         ctx.node.step += 1
         return 0
     while done < count:
@@ -257,6 +307,10 @@ cdef int node_allreduce(Context ctx, Coll *c, char *buf, int64_t count) except -
         # slot) with the others' in rank order, publishes the result in its
         # slot, and copies the others' results out. (Built-in ops commute;
         # each block is reduced at one rank, so every rank gets its bits.)
+        # Towards a root only the root copies out, and the others need not
+        # wait for phase B: what they write next goes to the other parity,
+        # and the step after that waits for the root at phase A.
+        node_ready(ctx, c)
         e = min(count - done, per_step)
         q = (e + ctx.node.size - 1) // ctx.node.size
         mine_lo, mine_hi = min(ctx.rank * q, e), min((ctx.rank + 1) * q, e)
@@ -269,14 +323,17 @@ cdef int node_allreduce(Context ctx, Coll *c, char *buf, int64_t count) except -
                 if j != ctx.rank:
                     c.fn(buf + (done + mine_lo) * isz, ctx.node.slot(j) + mine_lo * isz,
                          mine_hi - mine_lo)
-            memcpy(ctx.node.slot(ctx.rank) + mine_lo * isz, buf + (done + mine_lo) * isz,
-                   (mine_hi - mine_lo) * isz)
+            if not gets or root < 0:
+                memcpy(ctx.node.slot(ctx.rank) + mine_lo * isz,
+                       buf + (done + mine_lo) * isz, (mine_hi - mine_lo) * isz)
         node_arrive(ctx, phase_b(ctx.node), c)
-        node_wait(ctx, c, phase_b(ctx.node))
-        for j in range(ctx.node.size):
-            lo, hi = min(j * q, e), min((j + 1) * q, e)
-            if j != ctx.rank and hi > lo:
-                memcpy(buf + (done + lo) * isz, ctx.node.slot(j) + lo * isz, (hi - lo) * isz)
+        if gets:
+            node_wait(ctx, c, phase_b(ctx.node))
+            for j in range(ctx.node.size):
+                lo, hi = min(j * q, e), min((j + 1) * q, e)
+                if j != ctx.rank and hi > lo:
+                    memcpy(buf + (done + lo) * isz, ctx.node.slot(j) + lo * isz,
+                           (hi - lo) * isz)
         ctx.node.step += 1
         done += e
     return 0
@@ -293,6 +350,7 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
     if mine != buf + offs[ctx.rank]:
         memmove(buf + offs[ctx.rank], mine, sizes[ctx.rank])
     while True:
+        node_ready(ctx, c)
         n = min(max(sizes[ctx.rank] - off, 0), chunk)
         memcpy(ctx.node.slot(ctx.rank), buf + offs[ctx.rank] + off, n)
         node_step_in(ctx, c)

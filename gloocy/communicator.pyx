@@ -344,7 +344,8 @@ cdef class Communicator:
                        r.offsets, timeout, algorithm)
         r.unpack()
 
-    def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None):
+    def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                  algorithm=None):
         """Every rank's sendbuf, in rank order, into recvbuf at root."""
         cdef Context ctx = self.live()
         cdef Message r = None
@@ -354,11 +355,12 @@ cdef class Communicator:
             sizes = _blocks(r, ctx.size, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
         ctx.gatherv(None if s is None else s.buf, None if r is None else r.buf,
-                    sizes, None, root, timeout)
+                    sizes, None, root, timeout, algorithm)
         if r is not None:
             r.unpack()
 
-    def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None):
+    def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                   algorithm=None):
         cdef Context ctx = self.live()
         cdef Message r = None
         if ctx.rank == root:
@@ -367,11 +369,13 @@ cdef class Communicator:
         ctx.gatherv(None if s is None else s.buf,
                     None if r is None else r.buf,
                     None if r is None else r.sizes,
-                    None if r is None else r.offsets, root, timeout)
+                    None if r is None else r.offsets, root, timeout,
+                    algorithm)
         if r is not None:
             r.unpack()
 
-    def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None):
+    def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                   algorithm=None):
         """Block i of root's sendbuf into rank i's recvbuf."""
         cdef Context ctx = self.live()
         cdef Message s = None
@@ -381,11 +385,13 @@ cdef class Communicator:
             sizes = _blocks(s, ctx.size, "sendbuf")
         cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
         ctx.scatterv(None if s is None else s.buf,
-                     None if r is None else r.buf, sizes, None, root, timeout)
+                     None if r is None else r.buf, sizes, None, root, timeout,
+                     algorithm)
         if r is not None:
             r.unpack()
 
-    def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None):
+    def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                    algorithm=None):
         cdef Context ctx = self.live()
         cdef Message s = None
         if ctx.rank == root:
@@ -394,11 +400,12 @@ cdef class Communicator:
         ctx.scatterv(None if s is None else s.buf,
                      None if r is None else r.buf,
                      None if s is None else s.sizes,
-                     None if s is None else s.offsets, root, timeout)
+                     None if s is None else s.offsets, root, timeout,
+                     algorithm)
         if r is not None:
             r.unpack()
 
-    def Alltoall(self, sendbuf, recvbuf, *, timeout=None):
+    def Alltoall(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """Block i of sendbuf to rank i; rank i's block for us into block i
         of recvbuf."""
         cdef Context ctx = self.live()
@@ -408,10 +415,10 @@ cdef class Communicator:
         rsizes = _blocks(r, size, "recvbuf")
         ssizes = None if s is None else _blocks(s, size, "sendbuf")
         ctx.alltoallv(None if s is None else s.buf, ssizes, None, r.buf,
-                      rsizes, None, timeout)
+                      rsizes, None, timeout, algorithm)
         r.unpack()
 
-    def Alltoallv(self, sendbuf, recvbuf, *, timeout=None):
+    def Alltoallv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         cdef Context ctx = self.live()
         cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
         cdef Message s = None
@@ -420,7 +427,7 @@ cdef class Communicator:
         ctx.alltoallv(None if s is None else s.buf,
                       None if s is None else s.sizes,
                       None if s is None else s.offsets, r.buf, r.sizes,
-                      r.offsets, timeout)
+                      r.offsets, timeout, algorithm)
         r.unpack()
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,

@@ -284,10 +284,9 @@ def check(results, cases, size):
         assert len(ran) == 1, f"{what}: ranks ran {ran}"
         ran = ran.pop()
         if algo is None:
-            # "shm": the node segment's, picked (only automatically) when
-            # every rank is on one host.
-            assert ((ran in _core.ALGORITHM_TABLES[coll] and ran != "auto")
-                    or (ran == "shm" and coll in ("allreduce", "bcast", "allgather"))), what
+            # "shm": the node segment's, picked automatically (where it
+            # wins) when every rank is on one host.
+            assert ran in _core.ALGORITHM_TABLES[coll] and ran != "auto", what
         else:
             assert ran == expected_algorithm(coll, algo, size, kind), f"{what}: ran {ran}"
         if coll in ("allreduce", "allgather", "bcast"):
@@ -443,22 +442,26 @@ def test_unknown_names_raise_value_error(world):
 
 def test_tables_and_names():
     assert _core.ALGORITHMS is _core.ALLREDUCE_ALGORITHMS     # the old name
+    # Every collective with a node algorithm can force it ("shm"); gather,
+    # scatter and alltoall have one pair algorithm ("direct") besides.
+    for coll in ("gather", "scatter", "alltoall"):
+        table = _core.ALGORITHM_TABLES[coll]
+        assert set(table) == {"auto", "direct", "shm"}, coll
+        assert _core.ALGORITHM_ENV[coll] == f"GLOOCY_ALGORITHM_{coll.upper()}"
     for coll, names in NAMES.items():
         table = _core.ALGORITHM_TABLES[coll]
-        assert set(table) == {"auto", *names}, coll
+        assert set(table) == {"auto", "shm", *names}, coll
+        assert _core.ALGORITHM_NAMES[table["shm"]] == "shm"
         assert _core.ALGORITHM_ENV[coll] == ENV[coll]
         for name in names:
             assert _core.ALGORITHM_NAMES[table[name]] == expected_algorithm(
                 coll, name, 4, "equal")
 
 
-def auto_choice(transport, coll, table_choice):
-    """What "auto" runs: with every rank on one host (the shm worlds),
-    allreduce, bcast and allgather go through the node segment; else the
-    table's."""
-    if transport == "shm" and coll in ("allreduce", "bcast", "allgather"):
-        return "shm"
-    return table_choice
+def auto_choice(transport, coll, size, nbytes):
+    """What "auto" runs: with every rank on one host (the shm worlds), the
+    node segment's algorithm where it wins; else the table's."""
+    return _core.auto_algorithm(coll, size, nbytes, node=transport == "shm")
 
 
 def r_auto(comm, cases):
@@ -478,6 +481,13 @@ def r_auto(comm, cases):
                                       np.ones(n // comm.size, np.float32))
         elif coll == "reduce":
             comm.Reduce(np.ones(n, np.float32), np.ones(n, np.float32), root=0)
+        elif coll == "gather":
+            comm.Gather(np.ones(n, np.float32), np.ones(n * comm.size, np.float32))
+        elif coll == "scatter":
+            comm.Scatter(np.ones(n * comm.size, np.float32), np.ones(n, np.float32))
+        elif coll == "alltoall":
+            comm.Alltoall(np.ones(n * comm.size, np.float32),
+                          np.ones(n * comm.size, np.float32))
         out.append(comm._ctx.last_algorithm)
     return out
 
@@ -499,14 +509,16 @@ def test_automatic_choice_follows_the_table(world, transport, size):
              ("allgather", t["allgather_doubling_max"] + step),
              ("reduce_scatter", step), ("reduce_scatter", t["reduce_scatter_halving_max"]),
              ("reduce_scatter", t["reduce_scatter_halving_max"] + step),
-             ("reduce", step), ("reduce", t["reduce_ring_min"])]
+             ("reduce", step), ("reduce", t["reduce_ring_min"]),
+             ("reduce", t["node_reduce_min"] - 4), ("reduce", t["node_reduce_min"]),
+             ("gather", 4), ("gather", 1 << 20), ("scatter", 4), ("scatter", 1 << 20),
+             ("alltoall", 4), ("alltoall", 1 << 20)]
     got = world(size).run(r_auto, cases)
     assert all(g == got[0] for g in got)
     # The bytes each call really moved (whole float32 blocks per rank).
     moved = [b // 4 // size * size * 4 if c in ("allgather", "reduce_scatter")
              else b // 4 * 4 for c, b in cases]
-    want = [auto_choice(transport, c, _core.auto_algorithm(c, size, m))
-            for (c, _), m in zip(cases, moved)]
+    want = [auto_choice(transport, c, size, m) for (c, _), m in zip(cases, moved)]
     assert got[0] == want, list(zip(cases, got[0], want))
 
 
@@ -537,9 +549,28 @@ AUTO_TABLE = [   # (collective, world size, bytes, choice): bench/README.md's ta
 ]
 
 
+AUTO_TABLE += [("gather", 5, 4, "direct"), ("scatter", 5, 64 * MiB, "direct"),
+               ("alltoall", 3, 4, "direct")]
+NODE_TABLE = [   # (collective, world size, bytes, choice) on one host
+    ("allreduce", 2, 4, "shm"), ("bcast", 7, 64 * MiB, "shm"),
+    ("allgather", 6, 4, "shm"), ("alltoall", 2, 4, "shm"), ("alltoall", 5, 64 * MiB, "shm"),
+    ("reduce_scatter", 2, 8, "shm"), ("reduce_scatter", 7, 64 * MiB, "shm"),
+    ("reduce", 2, 256 * KiB - 4, "binomial"), ("reduce", 2, 256 * KiB, "shm"),
+    ("reduce", 8, 64 * MiB, "shm"),
+    ("gather", 2, 4, "direct"), ("gather", 4, 64 * MiB, "direct"),  # forced only
+    ("scatter", 2, 4, "direct"),
+    ("allreduce", 1, 4, "recursive_doubling"),                       # no peers
+]
+
+
 @pytest.mark.parametrize("coll, size, nbytes, choice", AUTO_TABLE)
 def test_automatic_choice_table(coll, size, nbytes, choice):
     assert _core.auto_algorithm(coll, size, nbytes) == choice
+
+
+@pytest.mark.parametrize("coll, size, nbytes, choice", NODE_TABLE)
+def test_automatic_choice_table_on_one_host(coll, size, nbytes, choice):
+    assert _core.auto_algorithm(coll, size, nbytes, node=True) == choice
 
 
 # -- NaN in MIN/MAX and MAXLOC/MINLOC, every allreduce algorithm, value-checked ------

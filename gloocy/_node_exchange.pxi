@@ -1,0 +1,317 @@
+# Node collectives that move blocks between ranks through the node segment
+# (see _node.pxi for the segment, its steps and how ranks wait): alltoallv,
+# gatherv, scatterv, reduce_scatter and reduce, and the automatic choice
+# between them and the pair algorithms.
+#
+# Where a rank knows only its own block sizes (alltoallv, gatherv,
+# scatterv), a slot starts with a head: the bytes the rank sends in all and
+# the block sizes it sees (the ones it sends or receives). After the first
+# step every rank has read every head, so all agree on how many steps the
+# call takes and each finds its piece in the others' streams; the heads are
+# also checked against each other, so that every rank names the same pair
+# of ranks when their sizes disagree. What a rank sends is one stream (its
+# blocks for the others, end to end, in rank order); step s carries bytes
+# [s*room, (s+1)*room) of every stream, room being a slot less its head.
+
+cdef enum:
+    # When "auto" goes through the segment (node_choice's auto_min): each
+    # algorithm forced through Context calls, node and pair interleaved,
+    # medians of 9 runs per rank, slowest rank, on the project's 2-core
+    # machine at n = 2-4 (figures below are node vs pair):
+    # - allreduce, bcast, allgather(v), alltoall(v), reduce_scatter: at
+    #   every size (alltoall and reduce_scatter tie with the pair
+    #   algorithms up to 64 KiB and win from 1 MiB: 57 vs 120 us, 86 vs
+    #   131 us at n = 2);
+    NODE_ALWAYS = 0
+    # - reduce: from this many bytes (below, the binomial tree wins: its
+    #   leaves send and go on, where a node step waits for every rank,
+    #   which costs most when ranks outnumber cores: 12 vs 9 us at 64 KiB,
+    #   n = 2; 31 vs 37 us at 256 KiB, 497 vs 806 us at n = 4);
+    NODE_REDUCE_MIN = 256 << 10
+    # - gather(v), scatter(v): only when forced. Every rank would have to
+    #   choose alike, and a rank knows only its own block's size; at small
+    #   sizes the direct sends tie at n = 2 and win 2-13x when ranks
+    #   outnumber cores, for the same reason as reduce's.
+    NODE_FORCED_ONLY = -1
+    # Smallest room (slot bytes after the head) worth a node exchange; a
+    # world so large that its heads leave less uses the pair algorithms.
+    NODE_MIN_ROOM = 1024
+
+
+cdef int node_choice(Context ctx, int algo, int64_t nbytes,
+                     int64_t auto_min) noexcept:
+    """ALGO_SHM if the call goes through the node segment: forced, or
+    automatic and at least `auto_min` bytes (which every rank must know
+    alike; -1: never automatic). Else `algo` (a forced "shm" where there
+    is no segment: the automatic pair choice)."""
+    if ctx.node is None or ctx.node.chunk - _head_bytes(2 * ctx.size) < NODE_MIN_ROOM:
+        return ALGO_AUTO if algo == ALGO_SHM else algo
+    if algo == ALGO_SHM or (algo == ALGO_AUTO and 0 <= auto_min <= nbytes):
+        return ALGO_SHM
+    return algo
+
+
+cdef inline int64_t _head_bytes(int n) noexcept nogil:
+    """A slot's head: its stream's length and n block sizes, in 64-byte
+    lines (alltoallv's holds 2 x size sizes)."""
+    return (8 * (n + 1) + 63) // 64 * 64
+
+
+cdef inline void _put(char *room, int64_t lo, int64_t hi, int64_t at,
+                      const char *src, int64_t n) noexcept nogil:
+    """The part in [lo, hi) of the piece of a stream at [at, at + n), read
+    from src, into `room` (which holds stream bytes [lo, hi))."""
+    cdef int64_t a = max(at, lo), b = min(at + n, hi)
+    if b > a:
+        memcpy(room + (a - lo), src + (a - at), b - a)
+
+
+cdef inline void _get(char *dst, int64_t at, int64_t n, const char *room,
+                      int64_t lo, int64_t hi) noexcept nogil:
+    """The reverse of _put: the piece's part in [lo, hi) from `room` to dst."""
+    cdef int64_t a = max(at, lo), b = min(at + n, hi)
+    if b > a:
+        memcpy(dst + (a - at), room + (a - lo), b - a)
+
+
+cdef inline int64_t *_head(Node nd, int r) noexcept nogil:
+    return <int64_t *>nd.slot(r)
+
+
+cdef int64_t _longest(Node nd) noexcept nogil:
+    """The longest stream of this step's heads."""
+    cdef int64_t longest = 0
+    cdef int j
+    for j in range(nd.size):
+        longest = max(longest, _head(nd, j)[0])
+    return longest
+
+
+cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
+                        const int64_t *soffs, const int64_t *ssizes, char *recv,
+                        const int64_t *roffs, const int64_t *rsizes) except -1 nogil:
+    """Block j of our send buffer goes to rank j, rank j's block for us
+    lands at recv + roffs[j]. Heads carry the sizes each rank sends and
+    the sizes it expects, so every rank checks every pair."""
+    cdef int n = ctx.node.size, r = ctx.node.rank, j, i
+    cdef int64_t head = _head_bytes(2 * n), room = ctx.node.chunk - head
+    cdef int64_t total = 0, longest = 0, lo = 0, at
+    cdef int64_t *h
+    cdef int64_t *theirs = <int64_t *>ctx.scratch(n * sizeof(int64_t))
+    cdef char *slot
+    for j in range(n):
+        if j != r:
+            total += ssizes[j]
+    memmove(recv + roffs[r], send + soffs[r], rsizes[r])
+    while True:
+        node_ready(ctx, c)
+        slot = ctx.node.slot(r)
+        if lo == 0:
+            # Head: [our stream's length, what we send each rank, what we
+            # expect from each rank].
+            h = <int64_t *>slot
+            h[0] = total
+            memcpy(h + 1, ssizes, n * sizeof(int64_t))
+            memcpy(h + 1 + n, rsizes, n * sizeof(int64_t))
+        at = 0
+        for j in range(n):
+            if j != r:
+                _put(slot + head, lo, lo + room, at, send + soffs[j], ssizes[j])
+                at += ssizes[j]
+        node_step_in(ctx, c)
+        if lo == 0:
+            longest = _longest(ctx.node)
+            _check_pairs(ctx, c)
+            for j in range(n):          # where rank j's block for us starts
+                h = _head(ctx.node, j)
+                theirs[j] = 0
+                for i in range(r):
+                    if i != j:
+                        theirs[j] += h[1 + i]
+        for j in range(n):
+            if j != r:
+                _get(recv + roffs[j], theirs[j], rsizes[j], ctx.node.slot(j) + head,
+                     lo, lo + room)
+        ctx.node.step += 1
+        lo += room
+        if lo >= longest:
+            return 0
+
+
+cdef int _check_pairs(Context ctx, Coll *c) except -1 nogil:
+    """Every (sender, receiver) pair agrees on the block between them (the
+    heads of node_alltoallv); else the first pair that does not, on every
+    rank."""
+    cdef int n = ctx.node.size, s, d
+    cdef int64_t sent, expected
+    for s in range(n):
+        for d in range(n):
+            sent = _head(ctx.node, s)[1 + d]
+            expected = _head(ctx.node, d)[1 + n + s]
+            if sent != expected:
+                return _raise_node_sizes(ctx, c, s, d, sent, expected)
+    return 0
+
+
+cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
+                      char *recv, const int64_t *offs,
+                      const int64_t *sizes) except -1 nogil:
+    """Every rank's block to the root (recv, offs, sizes: the root's only;
+    a root's send NULL: its block is in place). Heads: each rank's block
+    size; the root's also holds the sizes it expects."""
+    cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
+    cdef int64_t head = _head_bytes(n), room = ctx.node.chunk - head
+    cdef int64_t longest = 0, lo = 0
+    cdef int64_t *h
+    cdef char *slot
+    if r == root:
+        sendn = 0                         # nothing to stream: ours is local
+        if send is not NULL:
+            memmove(recv + offs[r], send, sizes[r])
+    while True:
+        node_ready(ctx, c)
+        slot = ctx.node.slot(r)
+        if lo == 0:
+            h = <int64_t *>slot
+            h[0] = sendn
+            if r == root:
+                memcpy(h + 1, sizes, n * sizeof(int64_t))
+        if r != root:
+            _put(slot + head, lo, lo + room, 0, send, sendn)
+        node_step_in(ctx, c)
+        if lo == 0:
+            longest = _longest(ctx.node)
+            h = _head(ctx.node, root)
+            for j in range(n):
+                if j != root and _head(ctx.node, j)[0] != h[1 + j]:
+                    return _raise_node_sizes(ctx, c, j, root, _head(ctx.node, j)[0],
+                                             h[1 + j])
+        if r == root:
+            for j in range(n):
+                if j != r:
+                    _get(recv + offs[j], 0, sizes[j], ctx.node.slot(j) + head, lo, lo + room)
+        ctx.node.step += 1
+        lo += room
+        if lo >= longest:
+            return 0
+
+
+cdef int node_scatterv(Context ctx, Coll *c, const char *send,
+                       const int64_t *offs, const int64_t *sizes, char *recv,
+                       int64_t recvn) except -1 nogil:
+    """The root's block j (send + offs[j], sizes[j]: the root's only) to
+    rank j's recv (recvn bytes; the root's recv NULL: it keeps its block).
+    Heads: the root's stream length and block sizes; each other rank's
+    recvn."""
+    cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
+    cdef int64_t head = _head_bytes(n), room = ctx.node.chunk - head
+    cdef int64_t total = 0, longest = 0, lo = 0, at, mine = 0
+    cdef int64_t *h
+    cdef char *slot
+    if r == root:
+        for j in range(n):
+            if j != r:
+                total += sizes[j]
+        if recv is not NULL:
+            memmove(recv, send + offs[r], sizes[r])
+    while True:
+        node_ready(ctx, c)
+        slot = ctx.node.slot(r)
+        if lo == 0:
+            h = <int64_t *>slot
+            h[0] = total
+            if r == root:
+                memcpy(h + 1, sizes, n * sizeof(int64_t))
+            else:
+                h[1] = recvn
+        if r == root:
+            at = 0
+            for j in range(n):
+                if j != r:
+                    _put(slot + head, lo, lo + room, at, send + offs[j], sizes[j])
+                    at += sizes[j]
+            if lo + room >= total:
+                # Only ours streams: this is the last step, and the others
+                # check the heads.
+                return node_step_out(ctx, c)
+        node_step_in(ctx, c)
+        if lo == 0:
+            longest = _longest(ctx.node)
+            h = _head(ctx.node, root)
+            for j in range(n):
+                if j != root and _head(ctx.node, j)[1] != h[1 + j]:
+                    return _raise_node_sizes(ctx, c, root, j, h[1 + j],
+                                             _head(ctx.node, j)[1])
+            for j in range(r):
+                if j != root:
+                    mine += h[1 + j]
+        if r != root:
+            _get(recv, mine, recvn, ctx.node.slot(root) + head, lo, lo + room)
+        ctx.node.step += 1
+        lo += room
+        if lo >= longest:
+            return 0
+
+
+cdef uint64_t _digest(const int64_t *v, int n) noexcept nogil:
+    """FNV-1a of n sizes (as sizes_digest)."""
+    cdef uint64_t h = 14695981039346656037ULL
+    cdef int i
+    for i in range(n):
+        h = (h ^ <uint64_t>v[i]) * 1099511628211ULL
+    return h
+
+
+cdef int node_reduce_scatter(Context ctx, Coll *c, char *acc,
+                             const int64_t *offs, const int64_t *lens) except -1 nogil:
+    """As run_reduce_scatter: rank r ends with block r of every rank's
+    `acc` reduced, in its `acc` (blocks end to end in rank order). A step
+    carries a slot of every rank's input (less its own block, which stays
+    home); each rank reduces its block's part of it, others in rank order.
+    The first step's heads hold a digest of the counts: ranks that split
+    the same total differently name each other."""
+    cdef int n = ctx.node.size, r = ctx.node.rank, j
+    cdef int64_t isz = c.itemsize, head = 64
+    cdef int64_t per_step = max((ctx.node.chunk - head) // isz, 1)
+    cdef int64_t total = 0, lo = 0, hi, a, b
+    cdef uint64_t digest = _digest(lens, n)
+    cdef char *slot
+    for j in range(n):
+        total += lens[j]
+    while True:
+        node_ready(ctx, c)
+        hi = min(lo + per_step, total)
+        slot = ctx.node.slot(r)
+        (<uint64_t *>slot)[0] = digest
+        # Ours, less our own block, as elements [lo, hi) of the stream.
+        _put(slot + head, lo * isz, hi * isz, 0, acc, offs[r] * isz)
+        _put(slot + head, lo * isz, hi * isz, (offs[r] + lens[r]) * isz,
+             acc + (offs[r] + lens[r]) * isz, (total - offs[r] - lens[r]) * isz)
+        node_step_in(ctx, c)
+        if lo == 0:
+            for j in range(n):
+                if (<uint64_t *>ctx.node.slot(j))[0] != digest:
+                    return _raise_node_counts(ctx, c, j)
+        a, b = max(offs[r], lo), min(offs[r] + lens[r], hi)
+        if b > a:
+            for j in range(n):
+                if j != r:
+                    c.fn(acc + a * isz, ctx.node.slot(j) + head + (a - lo) * isz, b - a)
+        ctx.node.step += 1
+        lo = hi
+        if lo >= total:
+            return 0
+
+
+cdef int _raise_node_sizes(Context ctx, Coll *c, int sender, int receiver,
+                           int64_t sent, int64_t expected) except -1 with gil:
+    raise MismatchError(f"rank {ctx.rank}: in {describe_call(&c.proto)} rank "
+                        f"{sender} sends {sent} bytes to rank {receiver}, "
+                        f"which expects {expected}: the ranks disagree on the "
+                        "counts")
+
+
+cdef int _raise_node_counts(Context ctx, Coll *c, int peer) except -1 with gil:
+    raise MismatchError(f"rank {ctx.rank}: in {describe_call(&c.proto)} rank "
+                        f"{peer} splits the total otherwise: the ranks disagree "
+                        "on the counts")
