@@ -137,8 +137,6 @@ cdef class Context:
         if node_fd >= 0:
             self.node = Node(node_fd, rank, size)
         links.users += 1
-        if links.users > 1:
-            self._make_efd()
 
     def __dealloc__(self):
         free(self._pair_ptrs)
@@ -149,13 +147,12 @@ cdef class Context:
         if self._efd >= 0:
             c_close(self._efd)
 
-    cdef int _make_efd(self) except -1:
-        """The eventfd other threads wake us by, once the links are shared."""
+    cdef bint has_efd(self) noexcept nogil:
+        """The eventfd other threads wake us by, made the first time we
+        sleep while the links are shared (False: none could be made)."""
         if self._efd < 0:
             self._efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
-            if self._efd < 0:
-                raise OSError(errno, "eventfd failed")
-        return 0
+        return self._efd >= 0
 
     @property
     def next_comm_id(self):
@@ -170,7 +167,6 @@ cdef class Context:
             raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
         members = [int(m) for m in members]
         world = [self._world[m] for m in members]
-        self._make_efd()
         if self.links.next_id <= comm_id < 0x40000000:  # above: shadows, transients
             self.links.next_id = comm_id + 1
         return type(self)(members.index(self.rank), len(members), links=self.links,
@@ -644,7 +640,7 @@ cdef class Context:
                     n += 1
             if self.links.users > 1:
                 # Others may move our bytes while we sleep: let them wake us.
-                if self._efd >= 0 and self.links.add_sleeper(self._efd):
+                if self.has_efd() and self.links.add_sleeper(self._efd):
                     sleeping = True
                     pfds[n].fd = self._efd
                     pfds[n].events = POLLIN

@@ -326,7 +326,7 @@ cdef class Context:
     cdef int *_world                  # links rank of each of our ranks
     cdef int *_local                  # our rank of each links rank (-1: none)
     cdef int _efd                     # eventfd others wake us by (-1: none yet)
-    cdef int _make_efd(self) except -1
+    cdef bint has_efd(self) noexcept nogil
     cdef readonly int rank            # this process's rank
     cdef readonly int size            # number of ranks
     cdef readonly uint32_t comm_id    # tags every frame of this context
