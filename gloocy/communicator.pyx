@@ -7,7 +7,7 @@ A buffer spec is parsed once, by the message layer (`_msg`), into what the
 core moves; the Context's entry points are called in C.
 """
 
-from libc.stdint cimport int64_t
+from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
 from gloocy._core cimport Buf, Context
@@ -26,36 +26,21 @@ from gloocy import ops as _ops
 from gloocy import requests as _requests
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
                               KEYVAL_INVALID, PROC_NULL, TAG_UB)
-from gloocy.constants import UNDEFINED as _UNDEFINED
+from gloocy.constants import UNDEFINED
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
 from gloocy.info import Info
 from gloocy.status import Status
+from gloocy.transport.shm import host_identity
 
 __all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
 
-# Communicator ids: agreed ones stay below _SHADOW; a shadow (running the
-# nonblocking collectives) has its parent's id | _SHADOW; transient ones
-# (Create_group) have the top bit.
-_SHADOW = 0x40000000
+cdef int MAX_CODE = _ops.MAX.code
 
-
-
-cdef int OP_USER = _core.OP_CODES["user"]
-cdef object AVG = _ops.AVG
-cdef object Op = _ops.Op
-
-
-cdef int _op_code(object op) except -1:
-    """The core's code of a buffer op (OP_USER: folded here)."""
-    if type(op) is not Op and not isinstance(op, Op):
-        raise TypeError(f"op: expected a gloocy op such as gloocy.SUM, got {op!r}")
-    cdef int code = op.code
-    if code == 0:
-        op.check_buffers()          # raises: this op reduces no buffers
-    return code
+include "_fold.pxi"
+include "_derive.pxi"
 
 
 # Object collectives: their byte collectives carry the call's name (an index
@@ -93,61 +78,10 @@ cdef inline int _any(int source):
     return -1 if source == ANY_SOURCE else source
 
 
-def _check_op(op):
-    if not isinstance(op, _ops.Op):
-        raise TypeError(f"op: expected a gloocy op such as gloocy.SUM, got {op!r}")
-    return op.check_buffers()
-
-
-def _check_avg(op, recvbuf):
-    if op is _ops.AVG:
-        _core.check_floating(recvbuf)
-
-
-def _finish_avg(op, recvbuf, size):
-    if op is _ops.AVG:
-        _core.divide(recvbuf, size)
-
-
 def _proc_null(status):
     if status is not None:
         status._set(PROC_NULL, ANY_TAG, 0)
     return True
-
-
-def _fold(op, blocks, datatype=None):
-    """blocks[0] <op> blocks[1] <op> ... in rank order, for a user op."""
-    acc = blocks[0].copy()
-    for b in blocks[1:]:
-        inout = b.copy()
-        op.fold(acc, inout, datatype)   # MPI's rule: inoutvec = invec <op> inoutvec
-        acc = inout
-    return acc
-
-
-def _check_callable(op):
-    if not callable(op):
-        raise TypeError(f"op: expected a gloocy op or a callable, got {op!r}")
-    return op
-
-
-def _check_scan_op(op):
-    if op is _ops.AVG:
-        raise TypeError("op: AVG is not defined for scans")
-    return _check_callable(op)
-
-
-def _send(spec, name="sendbuf"):
-    """A send buffer spec as a Message; None for IN_PLACE (or None)."""
-    return bufspec.message(spec, name=name, readonly=True, allow_in_place=True)
-
-
-def _recv(spec, name="recvbuf"):
-    return bufspec.message(spec, name=name)
-
-
-def _data(m):
-    return None if m is None else m.data
 
 
 cdef list _blocks(m, int size, str name):
@@ -261,7 +195,7 @@ cdef class Communicator:
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
         if code == OP_USER:
-            self._reduce_user(sendbuf, recvbuf, op, None, timeout)
+            _reduce_user(ctx, sendbuf, recvbuf, op, None, timeout)
             return
         cdef Message r = message(recvbuf, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
@@ -280,7 +214,7 @@ cdef class Communicator:
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
         if code == OP_USER:
-            self._reduce_user(sendbuf, recvbuf, op, root, timeout)
+            _reduce_user(ctx, sendbuf, recvbuf, op, root, timeout)
             return
         cdef bint at_root = ctx.rank == root
         cdef Message r = message(recvbuf, "recvbuf") if at_root else None
@@ -296,34 +230,6 @@ cdef class Communicator:
             if op is AVG:
                 _core.divide(r.buf, ctx.size)
             r.unpack()
-
-    def _reduce_user(self, sendbuf, recvbuf, op, root, timeout):
-        """Allreduce (root None) or Reduce with a user op: every rank's
-        input is gathered and folded here, in rank order."""
-        at_root = root is None or self.rank == root
-        r = _recv(recvbuf) if at_root else None
-        s = _send(sendbuf)
-        if r is None and s is None:
-            raise ArgumentError("sendbuf: only the root may reduce in place",
-                                ERR_BUFFER)
-        blocks = self._user_inputs(s, r, root, timeout)
-        if at_root:
-            r.data[...] = _fold(op, blocks, r.datatype)
-            r.unpack()
-
-    def _user_inputs(self, s, r, root, timeout):
-        """Every rank's input as rows of an array (at root only when root is
-        not None), for user ops: they are folded in rank order here."""
-        flat = (r if s is None else s).data
-        out = np.empty((self.size, flat.size), flat.dtype)
-        if root is None:
-            self._ctx.allgatherv(flat, out, [flat.nbytes] * self.size,
-                                 timeout=timeout)
-            return out
-        self._ctx.gatherv(flat, out if self.rank == root else None,
-                          [flat.nbytes] * self.size, None, root,
-                          timeout=timeout)
-        return out
 
     def Allgather(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """Every rank's sendbuf, in rank order, into every recvbuf."""
@@ -345,7 +251,7 @@ cdef class Communicator:
         r.unpack()
 
     def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None,
-                  algorithm=None):
+               algorithm=None):
         """Every rank's sendbuf, in rank order, into recvbuf at root."""
         cdef Context ctx = self.live()
         cdef Message r = None
@@ -360,7 +266,7 @@ cdef class Communicator:
             r.unpack()
 
     def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None,
-                   algorithm=None):
+                algorithm=None):
         cdef Context ctx = self.live()
         cdef Message r = None
         if ctx.rank == root:
@@ -375,7 +281,7 @@ cdef class Communicator:
             r.unpack()
 
     def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None,
-                   algorithm=None):
+                algorithm=None):
         """Block i of root's sendbuf into rank i's recvbuf."""
         cdef Context ctx = self.live()
         cdef Message s = None
@@ -391,7 +297,7 @@ cdef class Communicator:
             r.unpack()
 
     def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None,
-                    algorithm=None):
+                 algorithm=None):
         cdef Context ctx = self.live()
         cdef Message s = None
         if ctx.rank == root:
@@ -436,41 +342,47 @@ cdef class Communicator:
         (default: each rank's recvbuf size; in place: recvbuf holds the
         whole input, by default in equal blocks, and gets our block at its
         start)."""
-        _check_op(op)
-        r, s = _recv(recvbuf), _send(sendbuf)
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
         if recvcounts is None and s is None:   # recvbuf splits evenly
-            counts = [r.count // self.size] * self.size
+            counts = [r.count // ctx.size] * ctx.size
         elif recvcounts is None:
-            counts = np.empty(self.size, np.int64)
-            self._ctx.allgatherv(np.array([r.count], np.int64), counts,
-                                 [8] * self.size, timeout=timeout)
-            counts = counts.tolist()
+            every = np.empty(ctx.size, np.int64)
+            ctx.allgatherv(np.array([r.count], np.int64), every,
+                           [8] * ctx.size, None, timeout, None)
+            counts = every.tolist()
         else:
             counts = [int(n) for n in recvcounts]
-        items = r.data.size // max(r.count, 1) if r.count else 1
-        if op.is_user:
-            blocks = self._user_inputs(s, r, None, timeout)
-            start = sum(counts[:self.rank]) * items
-            mine = _fold(op, blocks, r.datatype)[start:start + counts[self.rank] * items]
-            r.data[:mine.size] = mine
-            r.unpack()
-            return
-        _check_avg(op, r.data)
-        kwargs = {"algorithm": algorithm} if algorithm is not None else {}
-        self._ctx.reduce_scatter(_data(s), r.data, [n * items for n in counts],
-                                 op.code, timeout=timeout, **kwargs)
-        if op is _ops.AVG:
-            _finish_avg(op, r.data[:counts[self.rank] * items], self.size)
-        r.unpack()
+        self._reduce_scatter(ctx, r, s, counts, op, code, timeout, algorithm)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
                              timeout=None, algorithm=None):
         """Reduce sendbuf (size x block) over the ranks; rank i gets block i."""
-        block = _recv(recvbuf).count
-        if sendbuf is IN_PLACE or sendbuf is None:
-            block //= self.size
-        self.Reduce_scatter(sendbuf, recvbuf, [block] * self.size, op,
-                            timeout=timeout, algorithm=algorithm)
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        block = r.count // ctx.size if s is None else r.count
+        self._reduce_scatter(ctx, r, s, [block] * ctx.size, op, code, timeout,
+                             algorithm)
+
+    cdef _reduce_scatter(self, Context ctx, Message r, Message s, list counts,
+                         op, int code, timeout, algorithm):
+        if code == OP_USER:
+            _reduce_scatter_user(ctx, IN_PLACE if s is None else s.spec,
+                                 r.spec, counts, op, timeout)
+            return
+        items = r.buf.count // r.count if r.count else 1    # elements per item
+        if op is AVG:
+            _core.check_floating(r.buf)
+        ctx.reduce_scatter(None if s is None else s.buf, r.buf,
+                           [n * items for n in counts], code, timeout,
+                           algorithm)
+        if op is AVG:
+            _core.divide(r.data[:counts[ctx.rank] * items], ctx.size)
+        r.unpack()
 
     def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
         """recvbuf on rank r = op over the sendbufs of ranks 0..r."""
@@ -486,12 +398,7 @@ cdef class Communicator:
         if op is AVG:
             raise TypeError("op: AVG is not defined for scans")
         if code == OP_USER:
-            r, s = _recv(recvbuf), _send(sendbuf)
-            blocks = self._user_inputs(s, r, None, timeout)
-            upto = ctx.rank if exclusive else ctx.rank + 1
-            if upto:
-                r.data[...] = _fold(op, blocks[:upto], r.datatype)
-                r.unpack()
+            _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
             return
         cdef Message rm = message(recvbuf, "recvbuf")
         cdef Message sm = message(sendbuf, "sendbuf", True, True)
@@ -759,7 +666,7 @@ cdef class Communicator:
         the shadow bit set, so no rank waits for another to start."""
         if self._shadow is None:
             self._shadow = Communicator(
-                self._ctx.derive(range(self.size), self._ctx.comm_id | _SHADOW),
+                self._ctx.derive(range(self.size), self._ctx.comm_id | SHADOW),
                 procs=self._procs)
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
         call = getattr(self._shadow, method)
@@ -819,81 +726,50 @@ cdef class Communicator:
     def Dup(self, info=None, *, timeout=None):
         """A communicator of the same ranks, over the same connections (its
         messages never mix with ours). Collective."""
-        return self._derived(range(self.size), self._new_id(timeout))
+        cdef Context ctx = self.live()
+        return self._derived(range(ctx.size), _new_id(ctx, timeout))
 
     Clone = Dup
 
     def Split(self, color=0, key=0, *, timeout=None):
         """One new communicator per `color`, ranked by (key, our rank);
         COMM_NULL for color UNDEFINED. Collective."""
-        mine = np.array([color, key, self._ctx.next_comm_id], np.int64)
-        table = np.empty((self.size, 3), np.int64)
-        self._ctx.allgatherv(mine, table, [mine.nbytes] * self.size,
-                             timeout=timeout)
-        if color == _UNDEFINED:
-            return COMM_NULL
-        members = sorted((r for r in range(self.size) if table[r, 0] == color),
-                         key=lambda r: (table[r, 1], r))
-        # Unused by every member: the largest next id of all.
-        return self._derived(members, int(table[:, 2].max()))
+        found = _split(self.live(), color, key, timeout)
+        return COMM_NULL if found is None else self._derived(*found)
 
     def Split_type(self, split_type, key=0, info=None, *, timeout=None):
         """COMM_TYPE_SHARED: one communicator per host (COMM_NULL for the
         ranks passing UNDEFINED). Collective."""
-        if split_type not in (_UNDEFINED, COMM_TYPE_SHARED):
+        if split_type not in (UNDEFINED, COMM_TYPE_SHARED):
             raise ArgumentError(f"split_type: {split_type} is not supported "
                                 "(only COMM_TYPE_SHARED)", ERR_ARG)
-        from gloocy.transport.shm import host_identity
         hosts = self.allgather(host_identity(), timeout=timeout)
-        color = (_UNDEFINED if split_type == _UNDEFINED
+        color = (UNDEFINED if split_type == UNDEFINED
                  else hosts.index(hosts[self.rank]))
         return self.Split(color, key, timeout=timeout)
 
     def Create(self, group, *, timeout=None):
         """A communicator of the processes of `group` (which this one holds),
         COMM_NULL elsewhere. Collective over this communicator."""
-        members = self._members_of(group)
-        comm_id = self._new_id(timeout)
-        if self.rank not in members:
+        cdef Context ctx = self.live()
+        members = _members_of(self._procs, group)
+        comm_id = _new_id(ctx, timeout)
+        if ctx.rank not in members:
             return COMM_NULL
         return self._derived(members, comm_id)
 
     def Create_group(self, group, tag=0, *, timeout=None):
         """Like Create, but collective over the group's members only."""
-        members = self._members_of(group)
-        if self.rank not in members:
+        cdef Context ctx = self.live()
+        members = _members_of(self._procs, group)
+        if ctx.rank not in members:
             return COMM_NULL
-        # Agree on an id over a transient context (ids >= 2**31 are never
-        # handed out otherwise; tag keeps concurrent calls apart).
-        transient = 0x80000000 | (zlib.crc32(repr(
-            (self._ctx.comm_id, tag, members)).encode()) & 0x7FFFFFFF)
-        scratch = Communicator(self._ctx.derive(members, transient))
-        try:
-            comm_id = scratch._new_id(timeout)
-        finally:
-            scratch._ctx.close()
-        return self._derived(members, comm_id)
-
-    def _members_of(self, group):
-        if not isinstance(group, Group):
-            raise TypeError(f"group: expected a Group, got {group!r}")
-        where = {p: r for r, p in enumerate(self._procs)}
-        try:
-            return [where[p] for p in group._procs]
-        except KeyError:
-            raise ArgumentError("group: has processes outside this "
-                                "communicator", ERR_GROUP) from None
+        return self._derived(members, _group_id(ctx, members, tag, timeout))
 
     def _derived(self, members, comm_id):
         members = list(members)
-        return type(self)(self._ctx.derive(members, comm_id),
+        return type(self)(self.live().derive(members, comm_id),
                           procs=[self._procs[m] for m in members])
-
-    def _new_id(self, timeout):
-        """An id for a new communicator that no rank here has used."""
-        mine = np.array([self._ctx.next_comm_id], np.int64)
-        self._ctx.allreduce(None, mine, _ops.MAX.code, timeout=timeout)
-        return int(mine[0])
 
     def Get_group(self):
         return Group(self._procs, self._procs[self.rank])
@@ -927,7 +803,7 @@ cdef class Communicator:
     is_intra = property(Is_intra)
 
     def Get_topology(self):
-        return _UNDEFINED
+        return UNDEFINED
 
     topology = property(Get_topology)
 

@@ -1,0 +1,96 @@
+# Ops as the Communicator meets them: predefined ones are the core's kernels
+# (their code); user ops (Python callables, C functions) are folded here, in
+# rank order, over every rank's input gathered by the core.
+
+cdef int OP_USER = _core.OP_CODES["user"]
+cdef object AVG = _ops.AVG
+cdef object Op = _ops.Op
+
+
+cdef int _op_code(object op) except -1:
+    """The core's code of a buffer op (OP_USER: folded here)."""
+    if type(op) is not Op and not isinstance(op, Op):
+        raise TypeError(f"op: expected a gloocy op such as gloocy.SUM, got {op!r}")
+    cdef int code = op.code
+    if code == 0:
+        op.check_buffers()          # raises: this op reduces no buffers
+    return code
+
+
+cdef object _check_callable(op):
+    if not callable(op):
+        raise TypeError(f"op: expected a gloocy op or a callable, got {op!r}")
+    return op
+
+
+cdef object _check_scan_op(op):
+    if op is AVG:
+        raise TypeError("op: AVG is not defined for scans")
+    return _check_callable(op)
+
+
+cdef object _fold(op, blocks, datatype=None):
+    """blocks[0] <op> blocks[1] <op> ... in rank order, for a user op."""
+    acc = blocks[0].copy()
+    for b in blocks[1:]:
+        inout = b.copy()
+        op.fold(acc, inout, datatype)   # MPI's rule: inoutvec = invec <op> inoutvec
+        acc = inout
+    return acc
+
+
+cdef object _user_inputs(Context ctx, s, r, root, timeout):
+    """Every rank's input as rows of an array (at root only when root is
+    not None): s and r are bufspec Messages (s None: in place)."""
+    flat = (r if s is None else s).data
+    out = np.empty((ctx.size, flat.size), flat.dtype)
+    if root is None:
+        ctx.allgatherv(flat, out, [flat.nbytes] * ctx.size, None, timeout,
+                       None)
+    else:
+        ctx.gatherv(flat, out if ctx.rank == root else None,
+                    [flat.nbytes] * ctx.size, None, root, timeout, None)
+    return out
+
+
+cdef object _reduce_user(Context ctx, sendbuf, recvbuf, op, root, timeout):
+    """Allreduce (root None) or Reduce with a user op."""
+    at_root = root is None or ctx.rank == root
+    r = bufspec.message(recvbuf, name="recvbuf") if at_root else None
+    s = _parse_send(sendbuf)
+    if r is None and s is None:
+        raise ArgumentError("sendbuf: only the root may reduce in place",
+                            ERR_BUFFER)
+    blocks = _user_inputs(ctx, s, r, root, timeout)
+    if at_root:
+        r.data[...] = _fold(op, blocks, r.datatype)
+        r.unpack()
+
+
+cdef object _scan_user(Context ctx, sendbuf, recvbuf, op, bint exclusive,
+                       timeout):
+    r = bufspec.message(recvbuf, name="recvbuf")
+    s = _parse_send(sendbuf)
+    blocks = _user_inputs(ctx, s, r, None, timeout)
+    upto = ctx.rank if exclusive else ctx.rank + 1
+    if upto:
+        r.data[...] = _fold(op, blocks[:upto], r.datatype)
+        r.unpack()
+
+
+cdef object _reduce_scatter_user(Context ctx, sendbuf, recvbuf, list counts,
+                                 op, timeout):
+    r = bufspec.message(recvbuf, name="recvbuf")
+    s = _parse_send(sendbuf)
+    items = r.data.size // r.count if r.count else 1
+    blocks = _user_inputs(ctx, s, r, None, timeout)
+    start = sum(counts[:ctx.rank]) * items
+    mine = _fold(op, blocks, r.datatype)[start:start + counts[ctx.rank] * items]
+    r.data[:mine.size] = mine
+    r.unpack()
+
+
+cdef object _parse_send(spec):
+    """A send buffer spec as bufspec parses it; None for IN_PLACE."""
+    return bufspec.message(spec, name="sendbuf", readonly=True,
+                           allow_in_place=True)
