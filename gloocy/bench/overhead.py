@@ -504,6 +504,8 @@ def markdown(meta: dict) -> str:
     py = g.get("python") or m.get("python")
     if py:
         lines.append(f"- Python {py}, NumPy {g.get('numpy') or m.get('numpy')}")
+    if meta.get("note"):                    # added by hand to overhead.json
+        lines.append(f"- {meta['note']}")
     lines += notes
     return "\n".join(lines) + "\n"
 
