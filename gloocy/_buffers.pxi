@@ -109,6 +109,7 @@ cdef int _dtype_of_view(const char *fmt, Py_ssize_t itemsize):
 
 
 @cython.freelist(16)
+@cython.no_gc          # holds no cycle: a buffer view and a name
 cdef class Buf:
     """A buffer held for the length of one call (fields: _core.pxd)."""
 

@@ -18,11 +18,16 @@ import operator
 import numpy as np
 
 from gloocy import bufspec
-from gloocy.constants import IN_PLACE
-from gloocy.datatypes import Datatype, from_typecode
+from gloocy.constants import IN_PLACE as _IN_PLACE
+from gloocy.datatypes import Datatype as _Datatype, from_typecode
+
+# Read on every call: C variables, not module-dict lookups.
+cdef object IN_PLACE = _IN_PLACE
+cdef type Datatype = _Datatype
 
 
 @cython.freelist(16)
+@cython.no_gc          # holds no cycle: the spec and buffers are the caller's
 cdef class Message:
     """One buffer of one call: `count` items travel as `buf`."""
 
@@ -70,7 +75,7 @@ cdef dict _DENSE = {}
 
 
 cdef tuple _dense(object datatype):
-    h = getattr(datatype, "_h", None)
+    h = datatype._h
     if h is None or not h.committed:
         return None
     try:
