@@ -37,8 +37,8 @@ cdef object bcast_object(Context ctx, obj, int root, timeout):
         data = _dumps(obj, buffers)
         raws = [b.raw() for b in buffers]
         # payload: the out-of-band buffers' sizes, then the pickle
-        payload = b"".join([(<object>len(r)).to_bytes(8, "little")
-                            for r in raws] + [data])
+        payload = data if not raws else b"".join(
+            [(<object>len(r)).to_bytes(8, "little") for r in raws] + [data])
         n = len(payload)
         _write64(p, 0, n)
         _write64(p, 1, len(raws))
@@ -46,6 +46,9 @@ cdef object bcast_object(Context ctx, obj, int root, timeout):
     ctx.bcast(slot, root, timeout, None)
     n, nbufs = _read64(p, 0), _read64(p, 1)
     first = min(n, SLOT - HEAD)
+    if n == first and nbufs == 0:       # the whole object was in the slot
+        # (a bytearray slice: copying a few bytes costs less than a view)
+        return pickle.loads(payload if ctx.rank == root else slot[HEAD:HEAD + n])
     if ctx.rank == root:
         whole = payload
         if n > first:
@@ -81,10 +84,10 @@ cdef list allgather_objects(Context ctx, obj, timeout):
     cdef list lengths = [_read64(p + i * SLOT, 0) for i in range(size)]
     for i in range(size):
         more += max(0, <int64_t>lengths[i] - (SLOT - INT64))
-    view = memoryview(slots)
-    if more == 0:
-        return [pickle.loads(view[i * SLOT + INT64:i * SLOT + INT64 + lengths[i]])
+    if more == 0:                       # every object was in its slot
+        return [pickle.loads(slots[i * SLOT + INT64:i * SLOT + INT64 + lengths[i]])
                 for i in range(size)]
+    view = memoryview(slots)
     rests = [max(0, k - (SLOT - INT64)) for k in lengths]
     tails = bytearray(more)
     ctx.allgatherv(memoryview(data)[first:], tails, rests, None, timeout, None)
