@@ -11,8 +11,10 @@ import os
 import time
 from typing import NamedTuple
 
+from gloocy._core import new_node_segment
 from gloocy.errors import RendezvousError
 from gloocy.rendezvous.address import listen_port_and_advertised
+from gloocy.transport import shm
 from gloocy.transport._tcp import TcpPair, tcp_pair
 from gloocy.transport.handshake import connect_sockets
 
@@ -65,8 +67,6 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
 def _settings(transport):
     """The transport and its knobs, checked on every rank before any
     connection: a bad value is the same clear error on every rank."""
-    from gloocy.transport import shm
-
     mode = _mode(transport)
     if mode != "tcp":
         shm.chunk_bytes()
@@ -115,9 +115,6 @@ def _pairs(socks, rank, size, mode, dead_s, deadline):
     `dead_s`) to the others. When every
     rank is local, rank 0 also hands out a node segment for the direct
     shared-memory collectives."""
-    from gloocy._core import new_node_segment
-    from gloocy.transport import shm
-
     pairs, node = [None] * size, None
     try:
         local = shm.local_peers(socks, rank, mode, deadline)
