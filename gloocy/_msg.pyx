@@ -273,10 +273,7 @@ cdef list _ints(object values, int size):
     if type(values) is int:
         return [values] * size
     if type(values) is not list and type(values) is not tuple:
-        try:
-            values = list(values)
-        except TypeError:
-            return None
+        return None                     # (NumPy arrays too: bufspec reads them)
     if len(values) != size:
         return None
     try:

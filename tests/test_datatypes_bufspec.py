@@ -792,3 +792,65 @@ def test_fast_path_agrees_with_the_general_one():
     ro.flags.writeable = False
     with pytest.raises(BufferError):
         message(ro, name="buf")
+
+
+# -- the same specs through gloocy.MPI's calls (the message layer) ----------------
+#
+# bufspec is the message layer's slow path; the common forms are parsed in C
+# (gloocy/_msg.pyx). Each spec goes through COMM_SELF of gloocy.MPI and of
+# mpi4py alike: what is sent, what lands in the user's buffer, or the error.
+
+def _self_roundtrip(M, spec, role):
+    out = bytearray(1024)
+    status = M.Status()
+    if role == "send":
+        M.COMM_SELF.Sendrecv(spec, 0, 0, out, 0, 0, status)
+        return bytes(out[:status.Get_count(M.BYTE)])
+    M.COMM_SELF.Sendrecv(role, 0, 0, spec, 0, 0, status)
+    assert status.Get_count(M.BYTE) == len(role)
+    return _user_bytes(spec)
+
+
+@needs_mpi4py
+@pytest.mark.parametrize("role", ["send", "recv"])
+@pytest.mark.parametrize("case", [c for c in SPECS if c not in STRICTER])
+def test_communicator_reads_specs_like_mpi4py(case, role):
+    from gloocy import MPI as GM
+    pattern = "send"
+    if role == "recv":
+        size = _outcome(lambda: message(SPECS[case](G), name="buf"))[0]
+        pattern = bytes(np.arange(size.nbytes if size else 0, dtype=np.uint8) + 1)
+    ours, our_error = _outcome(lambda: _self_roundtrip(GM, SPECS[case](GM),
+                                                       pattern))
+    theirs, their_error = _outcome(lambda: _self_roundtrip(
+        MPI, SPECS[case](MPI), pattern))
+    assert _same_error(our_error, their_error), (our_error, their_error)
+    assert ours == theirs
+
+
+@needs_mpi4py
+@pytest.mark.parametrize("role", ["send", "recv"])
+@pytest.mark.parametrize("case", VECTOR_SPECS)
+def test_communicator_reads_vector_specs_like_mpi4py(case, role):
+    """One rank: Scatterv sends the block, Gatherv receives it, on gloocy's
+    COMM_SELF and mpi4py's."""
+    from gloocy import MPI as GM
+
+    parsed = _outcome(lambda: vector_message(VECTOR_SPECS[case](G), 1,
+                                             name="buf"))[0]
+    block = parsed.sizes[0] if parsed is not None else 0
+
+    def run(M):
+        spec = VECTOR_SPECS[case](M)
+        if role == "send":      # gloocy wants the block's size exactly
+            out = np.full(block, 0xEE, np.uint8)
+            M.COMM_SELF.Scatterv(spec, [out, M.BYTE], root=0)
+            return out.tobytes()
+        pattern = np.arange(block, dtype=np.uint8) + 1
+        M.COMM_SELF.Gatherv([pattern, M.BYTE], spec, root=0)
+        return _user_bytes(spec)
+
+    ours, our_error = _outcome(lambda: run(GM))
+    theirs, their_error = _outcome(lambda: run(MPI))
+    assert _same_error(our_error, their_error), (our_error, their_error)
+    assert ours == theirs
