@@ -6,6 +6,34 @@
 # a slot of SLOT bytes holding the pickle's length and, when it fits, the
 # whole pickle; only a larger one needs a second collective for the rest.
 
+# Object collectives: their byte collectives carry the call's name (an index
+# of the core's OBJECT_CALLS) in their fingerprints, so that a mismatch names
+# the user's call.
+cdef int OBJ_BCAST = _core.OBJECT_CALLS.index("bcast")
+cdef int OBJ_GATHER = _core.OBJECT_CALLS.index("gather")
+cdef int OBJ_SCATTER = _core.OBJECT_CALLS.index("scatter")
+cdef int OBJ_ALLGATHER = _core.OBJECT_CALLS.index("allgather")
+cdef int OBJ_ALLTOALL = _core.OBJECT_CALLS.index("alltoall")
+cdef int OBJ_REDUCE = _core.OBJECT_CALLS.index("reduce")
+cdef int OBJ_ALLREDUCE = _core.OBJECT_CALLS.index("allreduce")
+cdef int OBJ_SCAN = _core.OBJECT_CALLS.index("scan")
+cdef int OBJ_EXSCAN = _core.OBJECT_CALLS.index("exscan")
+
+
+cdef inline bint _enter_object_call(Context ctx, int which):
+    """Mark ctx's calls as `which`'s, unless inside another object call
+    (allreduce runs allgather); True if marked (then _leave_object_call)."""
+    if ctx.obj_call:
+        return False
+    ctx.obj_call = which
+    return True
+
+
+cdef inline void _leave_object_call(Context ctx, bint marked):
+    if marked:
+        ctx.obj_call = 0
+
+
 cdef int64_t SLOT = 256
 cdef int64_t HEAD = 16                  # a slot's length and buffer count
 cdef int64_t INT64 = 8

@@ -10,12 +10,11 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport Buf, Context
+from gloocy._core cimport Context
 from gloocy._msg cimport Message, message, vector_message
 
 import os
 import pickle
-import socket
 import sys
 import zlib
 
@@ -41,36 +40,7 @@ cdef int MAX_CODE = _ops.MAX.code
 
 include "_fold.pxi"
 include "_derive.pxi"
-
-
-# Object collectives: their byte collectives carry the call's name (an index
-# of the core's OBJECT_CALLS) in their fingerprints, so that a mismatch names
-# the user's call.
-cdef int OBJ_BCAST = _core.OBJECT_CALLS.index("bcast")
-cdef int OBJ_GATHER = _core.OBJECT_CALLS.index("gather")
-cdef int OBJ_SCATTER = _core.OBJECT_CALLS.index("scatter")
-cdef int OBJ_ALLGATHER = _core.OBJECT_CALLS.index("allgather")
-cdef int OBJ_ALLTOALL = _core.OBJECT_CALLS.index("alltoall")
-cdef int OBJ_REDUCE = _core.OBJECT_CALLS.index("reduce")
-cdef int OBJ_ALLREDUCE = _core.OBJECT_CALLS.index("allreduce")
-cdef int OBJ_SCAN = _core.OBJECT_CALLS.index("scan")
-cdef int OBJ_EXSCAN = _core.OBJECT_CALLS.index("exscan")
-
 include "_pickled.pxi"
-
-
-cdef inline bint _enter_object_call(Context ctx, int which):
-    """Mark ctx's calls as `which`'s, unless inside another object call
-    (allreduce runs allgather); True if marked (then _leave_object_call)."""
-    if ctx.obj_call:
-        return False
-    ctx.obj_call = which
-    return True
-
-
-cdef inline void _leave_object_call(Context ctx, bint marked):
-    if marked:
-        ctx.obj_call = 0
 
 
 cdef inline int _any(int source):
