@@ -8,8 +8,8 @@ known moment, and prints a markdown table: per fault and transport, what
 each rank raised and how long after the fault (the median over --repeat
 runs, [min-max]). README's fault table is made with it. The link cut, the
 launcher's death and hostile bytes need namespaces or foreign processes:
-tests/test_link_cut.py, tests/test_run.py and tests/test_fuzz_wire.py
-measure and check those.
+tests/system/test_link_cut.py, tests/system/test_run.py and
+tests/unit/test_fuzz_wire.py measure and check those.
 """
 
 import argparse

@@ -1,5 +1,6 @@
 """The optional peers some tests compare with or launch under: torch
-(torch.distributed, torchrun) and mpi4py on MPICH (mpiexec).
+(torch.distributed, torchrun), mpi4py on MPICH (mpiexec), and a real
+redis-server (RedisServer: the store tests and the ranks meeting through it).
 
 The suite passes without them (`pip install -e ".[test]"`); a test that
 needs one skips, saying what to install. `.ci/run` installs them all.
@@ -8,7 +9,10 @@ needs one skips, saying what to install. `.ci/run` installs them all.
 import importlib.util
 import os
 import shutil
+import socket
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -34,3 +38,66 @@ TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 needs_torch = pytest.mark.skipif(not installed("torch"), reason=f"needs {TORCH}")
 needs_mpi = pytest.mark.skipif(not installed("mpi4py") or mpiexec() is None,
                                reason=f"needs {MPI}")
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- a real redis-server --------------------------------------------------------
+
+REDIS_SERVER = shutil.which("redis-server")
+
+
+def redis_cmd(port, *args, password=None, db=0):
+    """One command on a fresh connection (hiredis over a socket)."""
+    import hiredis
+
+    cmds = ([("AUTH", password)] if password else []) + ([("SELECT", db)] if db else [])
+    cmds.append(args)
+    reader = hiredis.Reader(notEnoughData=Ellipsis)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"".join(hiredis.pack_command(c) for c in cmds))
+        replies = []
+        while len(replies) < len(cmds):
+            reply = reader.gets()
+            if reply is Ellipsis:
+                reader.feed(s.recv(65536))
+            else:
+                replies.append(reply)
+    for r in replies:
+        if isinstance(r, hiredis.ReplyError):
+            raise r
+    return replies[-1]
+
+
+class RedisServer:
+    """A redis-server of its own on a free loopback port, until stop()."""
+
+    def __init__(self, tmp, *extra):
+        for _ in range(3):  # the free port may be taken before redis binds it
+            self.port = free_port()
+            self.proc = subprocess.Popen(
+                [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port),
+                 "--save", "", "--appendonly", "no", "--dir", str(tmp), *extra],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline and self.proc.poll() is None:
+                try:
+                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                        return
+                except OSError:
+                    time.sleep(0.02)
+            self.stop()
+        raise RuntimeError("could not start redis-server")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()

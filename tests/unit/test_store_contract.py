@@ -6,8 +6,6 @@ started here on a free loopback port.
 """
 
 import os
-import shutil
-import socket
 import subprocess
 import sys
 import threading
@@ -20,70 +18,12 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from gloocy.errors import RendezvousError, RendezvousTimeout
 from gloocy.rendezvous import (FileStore, HashStore, PrefixStore, Store, TCPStore,
                                TCPStoreServer, connect)
+from peers import REDIS_SERVER, RedisServer, free_port, redis_cmd
 
 SECRET = b"contract-secret-0123456789abcdef"
-REDIS_SERVER = shutil.which("redis-server")
 needs_redis = pytest.mark.skipif(
     REDIS_SERVER is None,
     reason="redis-server is not installed (apt-get install -y redis-server)")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-# -- a real redis-server --------------------------------------------------------
-
-def redis_cmd(port, *args, password=None, db=0):
-    """One command on a fresh connection (hiredis over a socket)."""
-    import hiredis
-
-    cmds = ([("AUTH", password)] if password else []) + ([("SELECT", db)] if db else [])
-    cmds.append(args)
-    reader = hiredis.Reader(notEnoughData=Ellipsis)
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
-        s.sendall(b"".join(hiredis.pack_command(c) for c in cmds))
-        replies = []
-        while len(replies) < len(cmds):
-            reply = reader.gets()
-            if reply is Ellipsis:
-                reader.feed(s.recv(65536))
-            else:
-                replies.append(reply)
-    for r in replies:
-        if isinstance(r, hiredis.ReplyError):
-            raise r
-    return replies[-1]
-
-
-class RedisServer:
-    def __init__(self, tmp, *extra):
-        for _ in range(3):  # the free port may be taken before redis binds it
-            self.port = free_port()
-            self.proc = subprocess.Popen(
-                [REDIS_SERVER, "--bind", "127.0.0.1", "--port", str(self.port),
-                 "--save", "", "--appendonly", "no", "--dir", str(tmp), *extra],
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            deadline = time.monotonic() + 10
-            while time.monotonic() < deadline and self.proc.poll() is None:
-                try:
-                    with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                        return
-                except OSError:
-                    time.sleep(0.02)
-            self.stop()
-        raise RuntimeError("could not start redis-server")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
 
 
 @pytest.fixture(scope="module")
@@ -485,7 +425,7 @@ def test_processes_by_url(backend):
         return
     n = 3
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]
+        [os.path.abspath(os.path.join(os.path.dirname(__file__), os.pardir, os.pardir))]
         + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
     procs = [subprocess.Popen([sys.executable, "-c", CHILD, backend.url, str(i),
                                SECRET.decode()], stdout=subprocess.PIPE,

@@ -34,8 +34,8 @@ from gloocy.bench.collectives import make_case
 from gloocy.bench.impls import GloocyImpl
 from gloocy.bench.worker import verified_call
 from gloocy.rendezvous import TCPStore, TCPStoreServer
+from peers import REDIS_SERVER, RedisServer, redis_cmd
 from test_bootstrap import clean_env, free_port
-from test_store_contract import REDIS_SERVER, RedisServer, redis_cmd
 
 LAUNCHER = [sys.executable, "-m", "gloocy.run"]
 

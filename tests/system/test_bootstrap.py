@@ -10,7 +10,8 @@ import textwrap
 import pytest
 
 from gloocy.rendezvous.env import detect, first_host
-from peers import TORCHRUN, mpiexec, needs_mpi, needs_torch
+from peers import (REDIS_SERVER, TORCHRUN, RedisServer, mpiexec, needs_mpi, needs_torch,
+                   redis_cmd)
 
 PROGRAM = textwrap.dedent("""
     import sys
@@ -230,7 +231,6 @@ def test_ranks_meet_through_a_file_store(tmp_path):
 
 
 def test_ranks_meet_through_redis_and_leave_no_keys(tmp_path):
-    from test_store_contract import REDIS_SERVER, RedisServer, redis_cmd
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed (apt-get install -y redis-server)")
     srv = RedisServer(tmp_path)

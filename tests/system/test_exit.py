@@ -1,10 +1,10 @@
 """Leaving the job: a clean exit never fails a peer, an early one is named.
 
-Each run is a real `gloocy-run -n 4` job of tests/programs/exit_race.py, so
-that every rank really exits (atexit, Finalize, interpreter shutdown) while
-its peers may still be finishing the same calls. The exit races are rare
-(README's example failed 4 times in 40 before the fix), so the loop runs
-RUNS times per variant and transport: a few by default, 200 under --long.
+Each run is a real `gloocy-run -n 4` job of tests/system/programs/exit_race.py,
+so that every rank really exits (atexit, Finalize, interpreter shutdown)
+while its peers may still be finishing the same calls. The exit races are
+rare (README's example failed 4 times in 40 before the fix), so the loop
+runs RUNS times per variant and transport: a few by default, 200 under --long.
 """
 
 import os

@@ -14,7 +14,7 @@ import pytest
 
 from gloocy.run import GRACE
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]   # the clone (tests/system/ is two below)
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 LAUNCHER = [sys.executable, "-m", "gloocy.run"]
 

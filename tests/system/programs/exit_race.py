@@ -1,6 +1,6 @@
 """Leave the job right after finishing its calls, while derived
 communicators are still alive: a peer still finishing the same calls must
-not see an error (tests/test_exit.py runs it many times).
+not see an error (tests/system/test_exit.py runs it many times).
 
     gloocy-run -n 4 python exit_race.py VARIANT [mix]
 

@@ -1,8 +1,8 @@
 """gloocy.MPI as a drop-in for mpi4py (issue 5): a differential test.
 
-Every program in tests/mpi_programs/ is an ordinary mpi4py program whose
-import switches to ``from gloocy import MPI`` when USE_GLOOCY is set. Each
-runs twice per world size N:
+Every program in tests/system/mpi_programs/ is an ordinary mpi4py program
+whose import switches to ``from gloocy import MPI`` when USE_GLOOCY is set.
+Each runs twice per world size N:
 
   reference   mpiexec -n N python prog.py                 (real mpi4py on MPICH)
   candidate   gloocy-run -n N python prog.py, USE_GLOOCY=1 (gloocy.MPI)
@@ -14,7 +14,7 @@ is stripped. A world of one started without any launcher is compared the
 same way (plain ``python prog.py`` for both).
 
 N = 4 (oversubscribed on small machines) carries the ``slow`` mark:
-``pytest -m "not slow" tests/test_mpi_dropin.py`` leaves it out.
+``pytest -m "not slow" tests/system/test_mpi_dropin.py`` leaves it out.
 """
 
 import difflib
