@@ -1,5 +1,6 @@
 # The buffer layer: any object with the buffer protocol, C-contiguous,
-# writable when it receives, with a format that maps to a gloocy dtype.
+# writable when it receives, with a format that maps to a gloocy dtype; and
+# the core's own allocations (_alloc).
 
 import re
 
@@ -176,3 +177,14 @@ cdef bint _is_bfloat16(object obj):
     """An ml_dtypes.bfloat16 NumPy array (its buffer has no format)."""
     dtype = getattr(obj, "dtype", None)
     return dtype is not None and getattr(dtype, "name", None) == "bfloat16"
+
+
+cdef int _raise_nomem() except -1 with gil:
+    raise MemoryError()
+
+
+cdef void *_alloc(int64_t nbytes) except? NULL nogil:
+    cdef void *p = malloc(<size_t>(nbytes if nbytes > 0 else 1))
+    if p is NULL:
+        _raise_nomem()
+    return p

@@ -25,6 +25,17 @@ include "_frames.pxi"
 include "_pair.pxi"
 include "_links.pxi"
 include "_context.pxi"
-include "_collectives.pxi"
+
+# The collectives. All run without the GIL; each Xfer they post stays
+# alive (stack or heap) until waited for, and heap memory is freed on every
+# path. Where a step both sends and receives, the send is posted first: it
+# leaves at once, and a peer that finds a mismatch in what we sent still
+# gets our frame to find it too.
+include "_select.pxi"         # which algorithm runs
+include "_exchanges.pxi"      # patterns several collectives share
+include "_barrier_bcast.pxi"
+include "_allreduce.pxi"
+include "_reduce.pxi"
+include "_gather.pxi"
 include "_node.pxi"
 include "_node_exchange.pxi"
