@@ -1,6 +1,6 @@
-# Allreduce algorithms: recursive doubling, the pipelined ring,
-# halving-doubling (Rabenseifner) and bcube; the node segment's is
-# node_allreduce (_node.pxi).
+# Allreduce: Context.allreduce (call_allreduce) and its algorithms:
+# recursive doubling, the pipelined ring, halving-doubling (Rabenseifner)
+# and bcube; the node segment's is node_allreduce (_node.pxi).
 
 
 cdef enum:
@@ -8,6 +8,44 @@ cdef enum:
     # bases up to 4); a world size with a prime factor above 4 still gets a
     # group of that size (5, 7: one group, a direct exchange).
     BCUBE_BASE = 4
+
+
+cdef object call_allreduce(Context ctx, object sendbuf, object recvbuf, int op,
+                           object timeout, object algorithm):
+    cdef Coll c
+    cdef Buf sb = None
+    cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
+    rb.require_dtype()
+    cdef reduce_fn fn = kernel_for(op, rb.dtype)
+    cdef int algo = _algorithm("allreduce", algorithm, ctx.env_algorithms)
+    cdef bint on_node
+    if sendbuf is not None:
+        sb = get_buffer(sendbuf, "sendbuf", False)
+        _same_layout(sb, rb)
+    ctx.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)
+    try:
+        c.fn = fn
+        on_node = node_choice(ctx, algo, rb.nbytes, NODE_ALWAYS) == ALGO_SHM
+        if on_node:
+            ctx.last_algorithm = "shm"
+        else:
+            algo = pick_allreduce(ctx, rb.count, c.itemsize,
+                                  ALGO_AUTO if algo == ALGO_SHM else algo)
+            ctx.last_algorithm = ALGORITHM_NAMES[algo]
+        with nogil:
+            if sb is not None and sb.ptr != rb.ptr:
+                memmove(rb.ptr, sb.ptr, rb.nbytes)
+            if on_node:
+                node_allreduce(ctx, &c, rb.ptr, rb.count)
+            else:
+                run_allreduce(ctx, &c, rb.ptr, rb.count, algo)
+        if on_node:
+            ctx.sweep(&c)
+    except BaseException as e:
+        fail(ctx, e, &c)
+        raise
+    finally:
+        ctx.end()
 
 
 cdef int run_allreduce(Context ctx, Coll *c, char *buf, int64_t count,
@@ -40,13 +78,13 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
     rem = n - p
     if r < 2 * rem:
         if r % 2 == 0:
-            ctx.post_send(c, &xs[0], r + 1, 0, buf, nbytes)
-            ctx.wait(c, &xs[0])
-            ctx.post_recv(c, &xs[1], r + 1, TAG_FOLD_OUT, buf, nbytes)
-            ctx.wait(c, &xs[1])
+            post_send(ctx, c, &xs[0], r + 1, 0, buf, nbytes)
+            wait_xfer(ctx, c, &xs[0])
+            post_recv(ctx, c, &xs[1], r + 1, TAG_FOLD_OUT, buf, nbytes)
+            wait_xfer(ctx, c, &xs[1])
             return 0
-        ctx.post_recv(c, &xs[0], r - 1, 0, tmp, nbytes)
-        ctx.wait(c, &xs[0])
+        post_recv(ctx, c, &xs[0], r - 1, 0, tmp, nbytes)
+        wait_xfer(ctx, c, &xs[0])
         _reduce_ordered(c, buf, tmp, count, nbytes, True)
         newrank = r // 2
     else:
@@ -55,15 +93,15 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
     while mask < p:
         pn = newrank ^ mask
         peer = pn * 2 + 1 if pn < rem else pn + rem
-        ctx.post_send(c, &xs[1], peer, level, buf, nbytes)
-        ctx.post_recv(c, &xs[0], peer, level, tmp, nbytes)
-        ctx.waitall(c, xs, 2)
+        post_send(ctx, c, &xs[1], peer, level, buf, nbytes)
+        post_recv(ctx, c, &xs[0], peer, level, tmp, nbytes)
+        waitall(ctx, c, xs, 2)
         _reduce_ordered(c, buf, tmp, count, nbytes, peer < r)
         mask <<= 1
         level += 1
     if r < 2 * rem:
-        ctx.post_send(c, &xs[0], r - 1, TAG_FOLD_OUT, buf, nbytes)
-        ctx.wait(c, &xs[0])
+        post_send(ctx, c, &xs[0], r - 1, TAG_FOLD_OUT, buf, nbytes)
+        wait_xfer(ctx, c, &xs[0])
     return 0
 
 
@@ -108,22 +146,22 @@ cdef int allreduce_halving_doubling(Context ctx, Coll *c, char *buf,
         for i in range(p + 1):
             bo[i] = (count // p) * i + min(<int64_t>i, count % p)
         if r < 2 * rem and r % 2 == 0:
-            ctx.post_send(c, &x, r + 1, TAG_FOLD_IN, buf, nbytes)
-            ctx.wait(c, &x)
-            ctx.post_recv(c, &x, r + 1, TAG_FOLD_OUT, buf, nbytes)
-            ctx.wait(c, &x)
+            post_send(ctx, c, &x, r + 1, TAG_FOLD_IN, buf, nbytes)
+            wait_xfer(ctx, c, &x)
+            post_recv(ctx, c, &x, r + 1, TAG_FOLD_OUT, buf, nbytes)
+            wait_xfer(ctx, c, &x)
             return 0
         need = _radix_scratch(p, vr, radix, k, bo)
         tmp = ctx.scratch(max(need, count if rem else 0) * isz)
         if r < 2 * rem:
-            ctx.post_recv(c, &x, r - 1, TAG_FOLD_IN, tmp, nbytes)
-            ctx.wait(c, &x)
+            post_recv(ctx, c, &x, r - 1, TAG_FOLD_IN, tmp, nbytes)
+            wait_xfer(ctx, c, &x)
             c.fn(buf, tmp, count)
         radix_exchange(ctx, c, buf, isz, p, vr, rem, radix, k, bo, tmp,
                        True, True)
         if r < 2 * rem:
-            ctx.post_send(c, &x, r - 1, TAG_FOLD_OUT, buf, nbytes)
-            ctx.wait(c, &x)
+            post_send(ctx, c, &x, r - 1, TAG_FOLD_OUT, buf, nbytes)
+            wait_xfer(ctx, c, &x)
     finally:
         free(bo)
     return 0

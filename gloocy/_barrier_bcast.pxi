@@ -1,10 +1,54 @@
-# Barrier and broadcast algorithms: a dissemination barrier; a pipelined
-# binomial tree and scatter + ring allgather for bcast (the node segment's
-# are in _node.pxi).
+# Barrier and broadcast: Context.barrier and Context.bcast (call_*), and
+# their algorithms: a dissemination barrier; a pipelined binomial tree and
+# scatter + ring allgather for bcast (the node segment's are in _node.pxi).
 
 
 cdef enum:
     MAX_CHILDREN = 64
+
+
+cdef object call_barrier(Context ctx, object timeout):
+    cdef Coll c
+    ctx.begin(&c, KIND_BARRIER, OP_NONE, DT_BYTES, -1, 0, timeout)
+    try:
+        if ctx.node is not None:
+            with nogil:
+                node_barrier(ctx, &c)
+            ctx.sweep(&c)
+        else:
+            with nogil:
+                run_barrier(ctx, &c)
+    except BaseException as e:
+        fail(ctx, e, &c)
+        raise
+    finally:
+        ctx.end()
+
+
+cdef object call_bcast(Context ctx, object buf, int root, object timeout,
+                       object algorithm):
+    cdef Coll c
+    ctx._check_root(root)
+    cdef Buf b = get_buffer(buf, "buf", ctx.rank != root)
+    cdef int algo = _algorithm("bcast", algorithm, ctx.env_algorithms)
+    ctx.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
+    try:
+        algo = node_choice(ctx, algo, b.nbytes, NODE_ALWAYS)
+        if algo == ALGO_SHM:
+            ctx.last_algorithm = "shm"
+            with nogil:
+                node_bcast(ctx, &c, b.ptr, b.nbytes, root)
+            ctx.sweep(&c)
+            return
+        algo = pick_bcast(ctx, b.nbytes, algo)
+        ctx.last_algorithm = ALGORITHM_NAMES[algo]
+        with nogil:
+            run_bcast(ctx, &c, b.ptr, b.nbytes, algo)
+    except BaseException as e:
+        fail(ctx, e, &c)
+        raise
+    finally:
+        ctx.end()
 
 
 cdef int run_barrier(Context ctx, Coll *c) except -1 nogil:
@@ -14,9 +58,9 @@ cdef int run_barrier(Context ctx, Coll *c) except -1 nogil:
     cdef int n = ctx.size, r = ctx.rank, k = 1
     cdef uint64_t tag = 0
     while k < n:
-        ctx.post_send(c, &xs[1], (r + k) % n, tag, NULL, 0)
-        ctx.post_recv(c, &xs[0], (r - k + n) % n, tag, NULL, 0)
-        ctx.waitall(c, xs, 2)
+        post_send(ctx, c, &xs[1], (r + k) % n, tag, NULL, 0)
+        post_recv(ctx, c, &xs[0], (r - k + n) % n, tag, NULL, 0)
+        waitall(ctx, c, xs, 2)
         k <<= 1
         tag += 1
     return 0
@@ -52,17 +96,17 @@ cdef int bcast_scatter_allgather(Context ctx, Coll *c, char *buf,
         if r == root:
             for v in range(1, n):
                 q = (root + v) % n
-                ctx.post_send(c, &xs[q], q, TAG_SCATTER, buf + offs[q],
-                              sizes[q])
+                post_send(ctx, c, &xs[q], q, TAG_SCATTER, buf + offs[q],
+                          sizes[q])
         else:
-            ctx.post_recv(c, &xs[r], root, TAG_SCATTER, buf + offs[r],
-                          sizes[r])
-            ctx.wait(c, &xs[r])
+            post_recv(ctx, c, &xs[r], root, TAG_SCATTER, buf + offs[r],
+                      sizes[r])
+            wait_xfer(ctx, c, &xs[r])
         allgather_ring(ctx, c, buf, offs, sizes)
         if r == root:
             for q in range(n):
                 if q != root:
-                    ctx.wait(c, &xs[q])
+                    wait_xfer(ctx, c, &xs[q])
     finally:
         free(offs)
         free(xs)
@@ -102,16 +146,16 @@ cdef int bcast_binomial(Context ctx, Coll *c, char *buf,
             for s in range(nseg):
                 off = s * seg
                 length = min(seg, nbytes - off)
-                ctx.post_recv(c, &recvs[s], parent, s, buf + off, length)
+                post_recv(ctx, c, &recvs[s], parent, s, buf + off, length)
         for s in range(nseg):
             off = s * seg
             length = min(seg, nbytes - off)
             if vr != 0:
-                ctx.wait(c, &recvs[s])
+                wait_xfer(ctx, c, &recvs[s])
             for k in range(nchild):
-                ctx.post_send(c, &sends[s * nchild + k], children[k], s,
-                              buf + off, length)
-        ctx.waitall(c, sends, nseg * nchild)
+                post_send(ctx, c, &sends[s * nchild + k], children[k], s,
+                          buf + off, length)
+        waitall(ctx, c, sends, nseg * nchild)
     finally:
         free(recvs)
     return 0

@@ -4,18 +4,8 @@
 # the ring allgather, and reduction in a fixed operand order.
 
 
-cdef enum:
-    # Tags of the steps outside an algorithm's numbered ones (one list, so
-    # that they stay distinct).
-    TAG_FOLD_OUT = 0xffffffff     # recursive doubling: result back to a folded rank
-    TAG_GATHER = 0xfffffffe      # reduce: reduced chunks sent to the root
-    TAG_SCATTER = 0xfffffffd     # bcast scatter_allgather: the root's chunks
-    TAG_FOLD_IN = 0xfffffffc     # halving: a folded rank's input to its partner
-    MAX_RADICES = 64             # digits of a rank in a hypercube (log2 of 2^63)
-
-
-cdef inline void _reduce_ordered(Coll *c, char *buf, char *tmp, int64_t count,
-                                 int64_t nbytes, bint tmp_first) noexcept nogil:
+cdef void _reduce_ordered(Coll *c, char *buf, char *tmp, int64_t count,
+                          int64_t nbytes, bint tmp_first) noexcept nogil:
     """buf = tmp <op> buf when tmp came from a lower rank, else buf <op> tmp:
     both partners then combine the same operands in the same order, so every
     rank ends with the same bits (MIN of 0.0 and -0.0, NaN payloads...)."""
@@ -26,7 +16,7 @@ cdef inline void _reduce_ordered(Coll *c, char *buf, char *tmp, int64_t count,
         c.fn(buf, tmp, count)
 
 
-cdef inline int _real_rank(int64_t v, int rem) noexcept nogil:
+cdef int _real_rank(int64_t v, int rem) noexcept nogil:
     """Real rank of virtual rank v when the first 2*rem ranks fold in pairs
     (virtual rank v < rem is the odd one of the pair)."""
     return <int>(2 * v + 1 if v < rem else v + rem)
@@ -91,17 +81,17 @@ cdef int radix_exchange(Context ctx, Coll *c, char *buf, int64_t isz, int vn,
                     jj = (d + j) % b
                     lo = bo[base + jj * w]
                     ln = bo[base + (jj + 1) * w] - lo
-                    ctx.post_send(c, &xs[j - 1], _real_rank(vr + (jj - d) * w, rem),
-                                  tag, buf + lo * isz, ln * isz)
+                    post_send(ctx, c, &xs[j - 1], _real_rank(vr + (jj - d) * w, rem),
+                              tag, buf + lo * isz, ln * isz)
                 for j in range(1, b):
                     jj = (d + j) % b
-                    ctx.post_recv(c, &xs[b - 2 + j],
-                                  _real_rank(vr + (jj - d) * w, rem), tag,
-                                  tmp + (j - 1) * mln * isz, mln * isz)
+                    post_recv(ctx, c, &xs[b - 2 + j],
+                              _real_rank(vr + (jj - d) * w, rem), tag,
+                              tmp + (j - 1) * mln * isz, mln * isz)
                 for j in range(1, b):
-                    ctx.wait(c, &xs[b - 2 + j])
+                    wait_xfer(ctx, c, &xs[b - 2 + j])
                     c.fn(buf + mlo * isz, tmp + (j - 1) * mln * isz, mln)
-                ctx.waitall(c, xs, b - 1)
+                waitall(ctx, c, xs, b - 1)
         if allgather:
             for i in range(k - 1, -1, -1):
                 b, d, w, base = radix[i], digits[i], ws[i], bases[i]
@@ -110,16 +100,16 @@ cdef int radix_exchange(Context ctx, Coll *c, char *buf, int64_t isz, int vn,
                 mln = bo[base + (d + 1) * w] - mlo
                 for j in range(1, b):
                     jj = (d + j) % b
-                    ctx.post_send(c, &xs[j - 1], _real_rank(vr + (jj - d) * w, rem),
-                                  tag, buf + mlo * isz, mln * isz)
+                    post_send(ctx, c, &xs[j - 1], _real_rank(vr + (jj - d) * w, rem),
+                              tag, buf + mlo * isz, mln * isz)
                 for j in range(1, b):
                     jj = (d + j) % b
                     lo = bo[base + jj * w]
                     ln = bo[base + (jj + 1) * w] - lo
-                    ctx.post_recv(c, &xs[b - 2 + j],
-                                  _real_rank(vr + (jj - d) * w, rem), tag,
-                                  buf + lo * isz, ln * isz)
-                ctx.waitall(c, xs, 2 * (b - 1))
+                    post_recv(ctx, c, &xs[b - 2 + j],
+                              _real_rank(vr + (jj - d) * w, rem), tag,
+                              buf + lo * isz, ln * isz)
+                waitall(ctx, c, xs, 2 * (b - 1))
     finally:
         free(xs)
     return 0
@@ -177,51 +167,51 @@ cdef int ring_reduce_scatter(Context ctx, Coll *c, char *buf,
     try:
         for j in range(nseg):
             _chunk_segment(offs, lens, _mod(r - 1, n), j, seg_el, &lo, &ln)
-            ctx.post_send(c, &rs_send[j], right, j, buf + lo * isz, ln * isz)
+            post_send(ctx, c, &rs_send[j], right, j, buf + lo * isz, ln * isz)
             _chunk_segment(offs, lens, _mod(r - 2, n), j, seg_el, &lo, &ln)
-            ctx.post_recv(c, &rs_recv[j], left, j, tmp + j * seg_el * isz,
-                          ln * isz)
+            post_recv(ctx, c, &rs_recv[j], left, j, tmp + j * seg_el * isz,
+                      ln * isz)
         for s in range(steps):
             cur = tmp + (s % ntmp) * longest * isz
             for j in range(nseg):
                 _chunk_segment(offs, lens, _mod(r - s - 2, n), j, seg_el, &lo, &ln)
-                ctx.wait(c, &rs_recv[s * nseg + j])
+                wait_xfer(ctx, c, &rs_recv[s * nseg + j])
                 c.fn(buf + lo * isz, cur + j * seg_el * isz, ln)
                 if s + 1 < steps:
-                    ctx.post_send(c, &rs_send[(s + 1) * nseg + j], right,
-                                  (s + 1) * nseg + j, buf + lo * isz, ln * isz)
+                    post_send(ctx, c, &rs_send[(s + 1) * nseg + j], right,
+                              (s + 1) * nseg + j, buf + lo * isz, ln * isz)
                     _chunk_segment(offs, lens, _mod(r - s - 3, n), j, seg_el,
                                    &lo2, &ln2)
-                    ctx.post_recv(c, &rs_recv[(s + 1) * nseg + j], left,
-                                  (s + 1) * nseg + j,
-                                  tmp + ((s + 1) % ntmp) * longest * isz
-                                  + j * seg_el * isz, ln2 * isz)
+                    post_recv(ctx, c, &rs_recv[(s + 1) * nseg + j], left,
+                              (s + 1) * nseg + j,
+                              tmp + ((s + 1) % ntmp) * longest * isz
+                              + j * seg_el * isz, ln2 * isz)
                 elif allgather:
                     # Segment j of our chunk r is complete: start passing it
                     # round, and expect chunk r-1 from the left.
-                    ctx.post_send(c, &ag_send[j], right, per + j,
-                                  buf + lo * isz, ln * isz)
+                    post_send(ctx, c, &ag_send[j], right, per + j,
+                              buf + lo * isz, ln * isz)
                     _chunk_segment(offs, lens, _mod(r - 1, n), j, seg_el,
                                    &lo2, &ln2)
-                    ctx.post_recv(c, &ag_recv[j], left, per + j,
-                                  buf + lo2 * isz, ln2 * isz)
+                    post_recv(ctx, c, &ag_recv[j], left, per + j,
+                              buf + lo2 * isz, ln2 * isz)
         if allgather:
             for t in range(steps):
                 for j in range(nseg):
-                    ctx.wait(c, &ag_recv[t * nseg + j])
+                    wait_xfer(ctx, c, &ag_recv[t * nseg + j])
                     if t + 1 < steps:
                         _chunk_segment(offs, lens, _mod(r - t - 1, n), j,
                                        seg_el, &lo, &ln)
-                        ctx.post_send(c, &ag_send[(t + 1) * nseg + j], right,
-                                      per + (t + 1) * nseg + j,
-                                      buf + lo * isz, ln * isz)
+                        post_send(ctx, c, &ag_send[(t + 1) * nseg + j], right,
+                                  per + (t + 1) * nseg + j,
+                                  buf + lo * isz, ln * isz)
                         _chunk_segment(offs, lens, _mod(r - t - 2, n), j,
                                        seg_el, &lo2, &ln2)
-                        ctx.post_recv(c, &ag_recv[(t + 1) * nseg + j], left,
-                                      per + (t + 1) * nseg + j,
-                                      buf + lo2 * isz, ln2 * isz)
-            ctx.waitall(c, ag_send, per)
-        ctx.waitall(c, rs_send, per)
+                        post_recv(ctx, c, &ag_recv[(t + 1) * nseg + j], left,
+                                  per + (t + 1) * nseg + j,
+                                  buf + lo2 * isz, ln2 * isz)
+            waitall(ctx, c, ag_send, per)
+        waitall(ctx, c, rs_send, per)
     finally:
         free(xs)
     return 0
@@ -240,7 +230,7 @@ cdef int allgather_ring(Context ctx, Coll *c, char *buf, const int64_t *offs,
     for t in range(n - 1):
         sb = (r - t + n) % n
         rb = (r - t - 1 + n) % n
-        ctx.post_send(c, &xs[1], (r + 1) % n, t, buf + offs[sb], sizes[sb])
-        ctx.post_recv(c, &xs[0], (r - 1 + n) % n, t, buf + offs[rb], sizes[rb])
-        ctx.waitall(c, xs, 2)
+        post_send(ctx, c, &xs[1], (r + 1) % n, t, buf + offs[sb], sizes[sb])
+        post_recv(ctx, c, &xs[0], (r - 1 + n) % n, t, buf + offs[rb], sizes[rb])
+        waitall(ctx, c, xs, 2)
     return 0

@@ -1,23 +1,10 @@
 # Which algorithm a collective runs. Each collective with a choice has a
 # table of algorithm names (below), an environment override
 # GLOOCY_ALGORITHM_<COLLECTIVE> and an automatic choice by world size and
-# bytes (auto_*; bench/README.md "Algorithm selection"). The def methods in
-# _context.pxi resolve the name (_algorithm), pick (pick_*), record
-# Context.last_algorithm and call run_* (in each collective's file).
-
-
-cdef enum:
-    # Algorithm codes (one namespace for every collective; see the tables).
-    ALGO_AUTO = 0
-    ALGO_RING = 1
-    ALGO_RECURSIVE_DOUBLING = 2
-    ALGO_HALVING_DOUBLING = 3
-    ALGO_BCUBE = 4
-    ALGO_BINOMIAL = 5
-    ALGO_SCATTER_ALLGATHER = 6
-    ALGO_HALVING = 7
-    ALGO_SHM = 8                 # through the node segment (_node.pxi): one host
-    ALGO_DIRECT = 9              # gather, scatter, alltoall: straight to each peer
+# bytes (auto_*; bench/README.md "Algorithm selection"). Each call_* (the
+# body of a Context entry point, in its family's file) resolves the name
+# (_algorithm), picks (pick_*), records Context.last_algorithm and calls
+# its run_*.
 
 
 # Automatic choice (algorithm=None or "auto"): thresholds measured with
