@@ -1,5 +1,7 @@
 # The buffer layer: any object with the buffer protocol, C-contiguous,
-# writable when it receives, with a format that maps to a gloocy dtype.
+# writable when it receives, with a format that maps to a gloocy dtype; the
+# core's own allocations (_alloc); and the block layouts of the vector
+# collectives (I64 arrays of counts and offsets, checked against a buffer).
 
 import re
 
@@ -177,3 +179,110 @@ cdef bint _is_bfloat16(object obj):
     """An ml_dtypes.bfloat16 NumPy array (its buffer has no format)."""
     dtype = getattr(obj, "dtype", None)
     return dtype is not None and getattr(dtype, "name", None) == "bfloat16"
+
+
+cdef int _raise_nomem() except -1 with gil:
+    raise MemoryError()
+
+
+cdef void *_alloc(int64_t nbytes) except? NULL nogil:
+    cdef void *p = malloc(<size_t>(nbytes if nbytes > 0 else 1))
+    if p is NULL:
+        _raise_nomem()
+    return p
+
+
+# -- block layouts: counts and displacements of the vector collectives -------
+
+cdef class I64:
+    """A malloc'd array of int64 (counts, offsets) that frees itself."""
+
+    def __cinit__(self, values):
+        self.n = len(values)
+        self.v = <int64_t *>malloc(max(self.n, 1) * sizeof(int64_t))
+        if self.v is NULL:
+            raise MemoryError()
+        for i, x in enumerate(values):
+            self.v[i] = x
+
+    def __dealloc__(self):
+        free(self.v)
+
+    @staticmethod
+    cdef I64 zeros(Py_ssize_t n):
+        cdef I64 z = I64(())
+        free(z.v)
+        z.v = <int64_t *>calloc(max(n, 1), sizeof(int64_t))
+        if z.v is NULL:
+            raise MemoryError()
+        z.n = n
+        return z
+
+    cdef int64_t total(self):
+        cdef int64_t t = 0
+        for i in range(self.n):
+            t += self.v[i]
+        return t
+
+    cdef I64 prefix(self):
+        """Offsets of blocks of these sizes laid end to end."""
+        out, at = [], 0
+        for i in range(self.n):
+            out.append(at)
+            at += self.v[i]
+        return I64(out)
+
+
+cdef list _counts(object counts, int size, str name, str what=""):
+    """`size` non-negative ints; errors name them as `name what`."""
+    try:
+        values = [int(n) for n in counts]
+    except (TypeError, ValueError):
+        raise TypeError(f"{_label(name, what)}: expected {size} integers, "
+                        f"got {counts!r}") from None
+    if len(values) != size:
+        raise ValueError(f"{_label(name, what)}: expected {size} entries, "
+                         f"got {len(values)}")
+    for n in values:
+        if n < 0:
+            raise ValueError(f"{_label(name, what)}: counts must not be "
+                             "negative")
+    return values
+
+
+cdef str _label(str name, str what):
+    return f"{name} {what}" if what else name
+
+
+cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
+    """(sizes, offsets) in bytes of `size` blocks inside buffer b (offsets
+    default: end to end), checked to lie inside it."""
+    cdef I64 sizes = I64(_counts(counts, size, name, "counts"))
+    cdef I64 offs
+    cdef int i
+    if displs is None:
+        offs = I64.zeros(size)
+        for i in range(1, size):
+            offs.v[i] = offs.v[i - 1] + sizes.v[i - 1]
+    else:
+        offs = I64(_counts(displs, size, name, "displacements"))
+    for i in range(size):
+        if offs.v[i] > b.nbytes or sizes.v[i] > b.nbytes - offs.v[i]:
+            raise ValueError(f"{name}: block {i} ({sizes.v[i]} bytes at "
+                             f"{offs.v[i]}) ends past the buffer's "
+                             f"{b.nbytes} bytes")
+    return sizes, offs
+
+
+cdef int _same_dtype(Buf a, Buf b) except -1:
+    if a.dtype != b.dtype:
+        raise ValueError(f"{a.name} is {a.format!r} but {b.name} is "
+                         f"{b.format!r}: the datatypes differ")
+    return 0
+
+
+cdef int _same_layout(Buf a, Buf b) except -1:
+    if a.nbytes != b.nbytes:
+        raise ValueError(f"{a.name} has {a.nbytes} bytes but {b.name} has "
+                         f"{b.nbytes}")
+    return _same_dtype(a, b)

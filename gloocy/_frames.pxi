@@ -136,7 +136,7 @@ cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil:
     its reason (the root cause, not the echo of a peer giving up). The
     error's `origin` is that rank, `_abort` what fail() passes on."""
     # A timeout's payload also lists, after a NUL, the world ranks the peer
-    # was waiting for (see Context.trace_timeout).
+    # was waiting for (see trace_timeout).
     raw, _, waits = u.buf[:u.nbytes].partition(b"\0")
     why = raw.decode("utf-8", "replace")
     cdef int origin = peer if u.hdr.tag == 0 or u.hdr.tag > 1 << 30 else <int>u.hdr.tag - 1

@@ -2,7 +2,6 @@
 # pointers. The (op, dtype) pair is resolved once per collective into a
 # function pointer from KERNELS; loops never branch on the op.
 
-cimport cython
 from libc.stdint cimport (int8_t, int16_t, int32_t, int64_t,
                           uint8_t, uint16_t, uint32_t, uint64_t)
 
@@ -426,3 +425,16 @@ def divide(buf, int64_t by):
         raise ValueError(f"by: must be positive, got {by}")
     with nogil:
         _divide(b.ptr, b.count, b.dtype, by)
+
+
+def reduce_into(src, acc, int op):
+    """acc = src <op> acc elementwise, in place (MPI_Reduce_local): both
+    buffers of one dtype and size."""
+    cdef Buf sb = get_buffer(src, "inbuf", False)
+    cdef Buf ab = get_buffer(acc, "inoutbuf", True)
+    ab.require_dtype()
+    _same_layout(sb, ab)
+    cdef reduce_fn fn = kernel_for(op, ab.dtype)
+    with nogil:
+        if ab.count:
+            fn(ab.ptr, sb.ptr, ab.count)

@@ -2,25 +2,6 @@
 # them. Frames carry their communicator's id, so a Dup or Split costs no
 # socket: only an agreement on a fresh id (see Context.derive).
 
-cdef extern from "<pthread.h>" nogil:
-    int pthread_mutex_init(pthread_mutex_t *m, void *attr)
-    int pthread_mutex_destroy(pthread_mutex_t *m)
-    int pthread_mutex_lock(pthread_mutex_t *m)
-    int pthread_mutex_trylock(pthread_mutex_t *m)
-    int pthread_mutex_unlock(pthread_mutex_t *m)
-
-cdef extern from "<sys/eventfd.h>" nogil:
-    int eventfd(unsigned int initval, int flags)
-    enum:
-        EFD_CLOEXEC
-        EFD_NONBLOCK
-
-cdef extern from "<unistd.h>" nogil:
-    ssize_t c_write "write"(int fd, const void *buf, size_t n)
-    ssize_t c_read "read"(int fd, void *buf, size_t n)
-    int c_close "close"(int fd)
-
-
 cdef class Links:
     """The pairs to every other process, a lock, and what the communicators
     over them share: the any-source receives and the next free id."""

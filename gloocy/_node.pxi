@@ -132,7 +132,7 @@ cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
     while node_behind(ctx.node, phase) >= 0:
         node_progress(ctx)
         if now_ns() < spin_until:
-            ctx.pause()
+            pause(ctx)
             continue
         left = c.deadline - now_ns()
         if left <= 0:
@@ -155,7 +155,7 @@ cdef int node_progress(Context ctx) except -1 nogil:
 
 
 cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
-    """poll(2) the pairs as block() does, with our `sleeping` flag up so
+    """poll(2) the pairs as block_poll() does, with our `sleeping` flag up so
     that arriving ranks poke us. The flag goes up after the pairs drained
     their pokes, so a poke that comes before the poll still wakes it."""
     cdef pollfd fds[64]

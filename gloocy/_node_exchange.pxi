@@ -14,25 +14,6 @@
 # [s*room, (s+1)*room) of every stream, room being a slot less its head.
 
 cdef enum:
-    # When "auto" goes through the segment (node_choice's auto_min): each
-    # algorithm forced through Context calls, node and pair interleaved,
-    # medians of 9 runs per rank, slowest rank, on the project's 2-core
-    # machine at n = 2-4 (figures below are node vs pair):
-    # - allreduce, bcast, allgather(v), alltoall(v), reduce_scatter: at
-    #   every size (alltoall and reduce_scatter tie with the pair
-    #   algorithms up to 64 KiB and win from 1 MiB: 57 vs 120 us, 86 vs
-    #   131 us at n = 2);
-    NODE_ALWAYS = 0
-    # - reduce: from this many bytes (below, the binomial tree wins: its
-    #   leaves send and go on, where a node step waits for every rank,
-    #   which costs most when ranks outnumber cores: 12 vs 9 us at 64 KiB,
-    #   n = 2; 31 vs 37 us at 256 KiB, 497 vs 806 us at n = 4);
-    NODE_REDUCE_MIN = 256 << 10
-    # - gather(v), scatter(v): only when forced. Every rank would have to
-    #   choose alike, and a rank knows only its own block's size; at small
-    #   sizes the direct sends tie at n = 2 and win 2-13x when ranks
-    #   outnumber cores, for the same reason as reduce's.
-    NODE_FORCED_ONLY = -1
     # Smallest room (slot bytes after the head) worth a node exchange; a
     # world so large that its heads leave less uses the pair algorithms.
     NODE_MIN_ROOM = 1024

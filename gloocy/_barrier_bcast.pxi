@@ -1,0 +1,161 @@
+# Barrier and broadcast: Context.barrier and Context.bcast (call_*), and
+# their algorithms: a dissemination barrier; a pipelined binomial tree and
+# scatter + ring allgather for bcast (the node segment's are in _node.pxi).
+
+
+cdef enum:
+    MAX_CHILDREN = 64
+
+
+cdef object call_barrier(Context ctx, object timeout):
+    cdef Coll c
+    ctx.begin(&c, KIND_BARRIER, OP_NONE, DT_BYTES, -1, 0, timeout)
+    try:
+        if ctx.node is not None:
+            with nogil:
+                node_barrier(ctx, &c)
+            ctx.sweep(&c)
+        else:
+            with nogil:
+                run_barrier(ctx, &c)
+    except BaseException as e:
+        fail(ctx, e, &c)
+        raise
+    finally:
+        ctx.end()
+
+
+cdef object call_bcast(Context ctx, object buf, int root, object timeout,
+                       object algorithm):
+    cdef Coll c
+    ctx._check_root(root)
+    cdef Buf b = get_buffer(buf, "buf", ctx.rank != root)
+    cdef int algo = _algorithm("bcast", algorithm, ctx.env_algorithms)
+    ctx.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
+    try:
+        algo = node_choice(ctx, algo, b.nbytes, NODE_ALWAYS)
+        if algo == ALGO_SHM:
+            ctx.last_algorithm = "shm"
+            with nogil:
+                node_bcast(ctx, &c, b.ptr, b.nbytes, root)
+            ctx.sweep(&c)
+            return
+        algo = pick_bcast(ctx, b.nbytes, algo)
+        ctx.last_algorithm = ALGORITHM_NAMES[algo]
+        with nogil:
+            run_bcast(ctx, &c, b.ptr, b.nbytes, algo)
+    except BaseException as e:
+        fail(ctx, e, &c)
+        raise
+    finally:
+        ctx.end()
+
+
+cdef int run_barrier(Context ctx, Coll *c) except -1 nogil:
+    """Dissemination: in round k every rank signals rank+2^k and hears from
+    rank-2^k; after ceil(log2 n) rounds everyone has heard from everyone."""
+    cdef Xfer xs[2]
+    cdef int n = ctx.size, r = ctx.rank, k = 1
+    cdef uint64_t tag = 0
+    while k < n:
+        post_send(ctx, c, &xs[1], (r + k) % n, tag, NULL, 0)
+        post_recv(ctx, c, &xs[0], (r - k + n) % n, tag, NULL, 0)
+        waitall(ctx, c, xs, 2)
+        k <<= 1
+        tag += 1
+    return 0
+
+
+cdef int run_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
+                   int algo=ALGO_AUTO) except -1 nogil:
+    if ctx.size == 1:
+        return 0
+    if pick_bcast(ctx, nbytes, algo) == ALGO_SCATTER_ALLGATHER:
+        return bcast_scatter_allgather(ctx, c, buf, nbytes)
+    return bcast_binomial(ctx, c, buf, nbytes)
+
+
+cdef int bcast_scatter_allgather(Context ctx, Coll *c, char *buf,
+                                 int64_t nbytes) except -1 nogil:
+    """The root sends rank q its n-th of the buffer (chunk (q - root) mod
+    n, chunks in buffer order), then a ring allgather gives every rank every
+    chunk (van de Geijn's long-message broadcast). The root sends about 2B
+    in all instead of B per child (B log2 n), and every link carries a
+    share; but every rank sends, so more bytes move in all."""
+    cdef int n = ctx.size, r = ctx.rank, root = c.proto.root, q, v
+    cdef int64_t per = nbytes // n, extra = nbytes % n
+    cdef int64_t *offs = <int64_t *>_alloc(2 * n * sizeof(int64_t))
+    cdef int64_t *sizes = offs + n
+    cdef Xfer *xs = NULL
+    try:
+        for q in range(n):
+            v = (q - root + n) % n             # chunk v, in buffer order
+            sizes[q] = per + (1 if v < extra else 0)
+            offs[q] = per * v + min(<int64_t>v, extra)
+        xs = <Xfer *>_alloc(n * sizeof(Xfer))
+        if r == root:
+            for v in range(1, n):
+                q = (root + v) % n
+                post_send(ctx, c, &xs[q], q, TAG_SCATTER, buf + offs[q],
+                          sizes[q])
+        else:
+            post_recv(ctx, c, &xs[r], root, TAG_SCATTER, buf + offs[r],
+                      sizes[r])
+            wait_xfer(ctx, c, &xs[r])
+        allgather_ring(ctx, c, buf, offs, sizes)
+        if r == root:
+            for q in range(n):
+                if q != root:
+                    wait_xfer(ctx, c, &xs[q])
+    finally:
+        free(offs)
+        free(xs)
+    return 0
+
+
+cdef int bcast_binomial(Context ctx, Coll *c, char *buf,
+                        int64_t nbytes) except -1 nogil:
+    """Binomial tree rooted at c.proto.root, pipelined in segments: a rank
+    forwards each segment to its children as soon as it has it."""
+    cdef int n = ctx.size, root = c.proto.root
+    cdef int vr = (ctx.rank - root + n) % n          # rank relative to root
+    cdef int children[MAX_CHILDREN]
+    cdef int nchild = 0, mask, k, parent
+    cdef int64_t seg = ctx.segment, s, off, length
+    cdef int64_t nseg = (nbytes + seg - 1) // seg if nbytes > 0 else 1
+    cdef Xfer *recvs
+    cdef Xfer *sends
+    if n == 1:
+        return 0
+    # Children are vr + 2^k for 2^k below vr's lowest set bit (any for the
+    # root), largest subtree first.
+    mask = 1
+    while mask < n and not (vr & mask):
+        mask <<= 1
+    mask >>= 1
+    while mask > 0:
+        if vr + mask < n:
+            children[nchild] = (vr + mask + root) % n
+            nchild += 1
+        mask >>= 1
+    parent = ((vr & (vr - 1)) + root) % n
+    recvs = <Xfer *>_alloc(nseg * (nchild + 1) * sizeof(Xfer))
+    sends = recvs + nseg
+    try:
+        if vr != 0:
+            for s in range(nseg):
+                off = s * seg
+                length = min(seg, nbytes - off)
+                post_recv(ctx, c, &recvs[s], parent, s, buf + off, length)
+        for s in range(nseg):
+            off = s * seg
+            length = min(seg, nbytes - off)
+            if vr != 0:
+                wait_xfer(ctx, c, &recvs[s])
+            for k in range(nchild):
+                post_send(ctx, c, &sends[s * nchild + k], children[k], s,
+                          buf + off, length)
+        waitall(ctx, c, sends, nseg * nchild)
+    finally:
+        free(recvs)
+    return 0

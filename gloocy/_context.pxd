@@ -1,0 +1,77 @@
+# The Context (_context.pxi): its fields, its lifecycle and the bookkeeping
+# of one call. Its entry points are thin: each calls call_<name> in its
+# family's file.
+
+cdef class Context:
+    cdef readonly Node node           # the node segment, or None
+    cdef readonly Links links         # the connections, shared with Dups
+    cdef int *_world                  # links rank of each of our ranks
+    cdef int *_local                  # our rank of each links rank (-1: none)
+    cdef int _efd                     # eventfd others wake us by (-1: none yet)
+    cdef bint has_efd(self) noexcept nogil
+    cdef readonly int rank            # this process's rank
+    cdef readonly int size            # number of ranks
+    cdef readonly uint32_t comm_id    # tags every frame of this context
+    cdef readonly uint64_t seq        # collectives issued so far
+    cdef public double timeout        # default deadline of a call, seconds
+    cdef readonly object error        # first fatal error; set => poisoned
+    cdef readonly bint closed         # close() was called
+    cdef list _pairs                  # Pair per rank (None at our own rank)
+    cdef void **_pair_ptrs            # borrowed _pairs items, for nogil use
+    cdef public int64_t segment       # pipeline segment size in bytes
+    cdef public int64_t spin_ns       # how long to spin before blocking
+    cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
+    cdef int obj_call                 # object collective running (OBJECT_CALLS index)
+    cdef dict env_algorithms          # GLOOCY_ALGORITHM_* at creation
+    cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
+    cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
+    cdef list _to_self                # (tag, bytes) messages sent to our own rank
+    cdef set _requests                # unfinished Isend/Irecv handles: their
+                                      # Xfers are posted, so they must live
+    cdef char *_space[2]              # temporary space kept between calls:
+    cdef int64_t _space_size[2]       # [0] scratch(), [1] work()
+
+    cdef char *space(self, int slot, int64_t nbytes) except NULL nogil
+    # For an algorithm's own temporaries.
+    cdef char *scratch(self, int64_t nbytes) except NULL nogil
+    # For a copy of the caller's input that the algorithm may clobber.
+    cdef char *work(self, int64_t nbytes) except NULL nogil
+
+    # Check we may run, stamp the call and take the links' lock (held until
+    # end(); only block_poll() drops it meanwhile).
+    cdef int begin(self, Coll *c, int kind, int op, int dtype, int root,
+                   uint64_t count, object timeout) except -1
+    cdef void end(self) noexcept
+    cdef int check_usable(self) except -1
+    cdef int check_stale(self, Coll *c, uint64_t seq) except -1
+    cdef int sweep(self, Coll *c) except -1
+    cdef int stamp(self, Coll *c, int kind, int op, int dtype, int root,
+                   uint64_t count, double t) except -1
+    cdef int begin_p2p(self, Coll *c, object timeout) except -1
+    cdef int _check_root(self, int root) except -1
+    cdef int _check_peer(self, int rank, str name, bint any_ok) except -1
+    cdef void _linger(self, int64_t deadline) noexcept nogil
+
+    # Entry points (cpdef: the API calls them in C; Python may pass keywords).
+    # Buffers are objects with the buffer protocol or Bufs (see get_buffer).
+    cpdef barrier(self, timeout=*)
+    cpdef bcast(self, buf, int root, timeout=*, algorithm=*)
+    cpdef allreduce(self, sendbuf, recvbuf, int op, timeout=*, algorithm=*)
+    cpdef allgatherv(self, sendbuf, recvbuf, counts, displs=*, timeout=*,
+                     algorithm=*)
+    cpdef reduce(self, sendbuf, recvbuf, int op, int root, timeout=*,
+                 algorithm=*)
+    cpdef reduce_scatter(self, sendbuf, recvbuf, counts, int op, timeout=*,
+                         algorithm=*)
+    cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=*, timeout=*)
+    cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,
+                  algorithm=*)
+    cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,
+                   algorithm=*)
+    cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
+                    recvcounts, recvdispls, timeout=*, algorithm=*)
+    cpdef send(self, buf, int dest, int tag=*, timeout=*)
+    cpdef recv(self, buf, int source=*, int tag=*, timeout=*)
+    cpdef isend(self, buf, int dest, int tag=*)
+    cpdef irecv(self, buf, int source=*, int tag=*)
+    cpdef probe(self, int source=*, int tag=*, bint block=*, timeout=*)

@@ -1,0 +1,165 @@
+# The progress engine: post a call's transfers, then drive every pair
+# without the GIL until they are done: spin briefly (cheap when ranks <=
+# cores), then block in poll(2) in slices so Ctrl-C and deadlines work.
+# The links' lock is held throughout, and dropped only to sleep or, between
+# spins, to let other threads at the links.
+
+
+cdef int post_send(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
+                   const char *buf, int64_t n) except -1 nogil:
+    x.buf = <char *>buf
+    x.nbytes = n
+    x.done = 0
+    x.hdr = c.proto
+    x.hdr.tag = tag
+    x.hdr.length = <uint64_t>n
+    x.next = NULL
+    x.flags = 0
+    x.state = XFER_POSTED
+    return (<Pair>ctx._pair_ptrs[peer]).post_send(x)
+
+
+cdef int post_recv(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
+                   char *buf, int64_t n) except -1 nogil:
+    x.buf = buf
+    x.nbytes = n
+    x.done = 0
+    x.hdr = c.proto
+    x.hdr.tag = tag
+    x.hdr.length = <uint64_t>n
+    x.next = NULL
+    x.flags = 0
+    x.state = XFER_POSTED
+    return (<Pair>ctx._pair_ptrs[peer]).post_recv(x)
+
+
+cdef int progress_all(Context ctx) except -1 nogil:
+    cdef int i, moved = 0
+    cdef bint everyone = ctx.links.wild_head is not NULL  # any source may send
+    for i in range(ctx.size):
+        if i != ctx.rank and (everyone or (<Pair>ctx._pair_ptrs[i]).busy()):
+            moved |= (<Pair>ctx._pair_ptrs[i]).progress()
+    if moved and ctx.links.nsleepers:
+        ctx.links.wake()
+    return moved
+
+
+cdef int wait_xfer(Context ctx, Coll *c, Xfer *x) except -1 nogil:
+    cdef int64_t spin_until = 0
+    while x.state != XFER_DONE:
+        if progress_all(ctx):
+            spin_until = 0
+            continue
+        if x.state == XFER_DONE:
+            break
+        if spin_until == 0:
+            spin_until = now_ns() + ctx.spin_ns
+        if now_ns() < spin_until:
+            pause(ctx)
+            continue
+        block_poll(ctx, c)
+        spin_until = 0
+    return 0
+
+
+cdef int waitall(Context ctx, Coll *c, Xfer *xs, int64_t n) except -1 nogil:
+    cdef int64_t i
+    for i in range(n):
+        wait_xfer(ctx, c, &xs[i])
+    return 0
+
+
+cdef int pause(Context ctx) except -1 nogil:
+    """Between two spins: let another thread at the links, and stop if
+    one of them failed (our transfers are forgotten then)."""
+    if ctx.links.users > 1:
+        ctx.links.leave()
+        ctx.links.enter()
+    if ctx.links.failed:
+        return _raise_links_failed(ctx)
+    return 0
+
+
+cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
+    """Sleep in poll(2) until some pair can move, another thread wakes
+    us (it moved bytes, maybe ours), a slice passes or the deadline
+    comes; then give pending signals (Ctrl-C) a chance. The links' lock
+    is dropped meanwhile."""
+    cdef pollfd fds[65]
+    cdef int at[65]
+    cdef pollfd *pfds = fds
+    cdef int *pairs_at = at
+    cdef int i, n = 0, r, err
+    cdef uint64_t drained
+    cdef bint sleeping = False
+    cdef short events
+    cdef int64_t left = c.deadline - now_ns()
+    if left <= 0:
+        return _raise_timeout(ctx, c)
+    if ctx.size > 64:
+        pfds = <pollfd *>malloc((ctx.size + 1) * sizeof(pollfd))
+        pairs_at = <int *>malloc((ctx.size + 1) * sizeof(int))
+        if pfds is NULL or pairs_at is NULL:
+            free(pfds)
+            free(pairs_at)
+            with gil:
+                raise MemoryError()
+    try:
+        for i in range(ctx.size):
+            if i == ctx.rank:
+                continue
+            events = (<Pair>ctx._pair_ptrs[i]).wait_events()
+            if events:
+                pfds[n].fd = (<Pair>ctx._pair_ptrs[i]).wait_fd()
+                pfds[n].events = events
+                pfds[n].revents = 0
+                pairs_at[n] = i
+                n += 1
+        if ctx.links.users > 1:
+            # Others may move our bytes while we sleep: let them wake us.
+            if ctx.has_efd() and ctx.links.add_sleeper(ctx._efd):
+                sleeping = True
+                pfds[n].fd = ctx._efd
+                pfds[n].events = POLLIN
+                pfds[n].revents = 0
+                pairs_at[n] = -1
+                n += 1
+            elif n == 0:
+                left = 1          # cannot be woken: nap, look again
+        ctx.links.leave()
+        r = poll(pfds, n, <int>min(POLL_SLICE_MS, left // 1000000 + 1))
+        err = errno
+        ctx.links.enter()
+        if sleeping:
+            ctx.links.drop_sleeper(ctx._efd)
+            c_read(ctx._efd, &drained, sizeof(drained))
+        if ctx.links.failed:
+            return _raise_links_failed(ctx)
+        if r < 0 and err != EINTR:
+            return _raise_poll_error(err)
+        if r <= 0:
+            ctx.links.leave()
+            try:
+                _check_signals()
+            finally:
+                ctx.links.enter()
+        else:
+            # Pairs with nothing posted are polled only to notice a peer
+            # that hangs up; let them read what woke them.
+            for i in range(n):
+                if (pairs_at[i] >= 0 and pfds[i].revents
+                        and not (<Pair>ctx._pair_ptrs[pairs_at[i]]).busy()):
+                    (<Pair>ctx._pair_ptrs[pairs_at[i]]).progress()
+    finally:
+        if pfds is not fds:
+            free(pfds)
+            free(pairs_at)
+    return 0
+
+
+cdef int _raise_poll_error(int err) except -1 with gil:
+    raise OSError(err, "poll failed")
+
+
+cdef int _check_signals() except -1 with gil:
+    return PyErr_CheckSignals()

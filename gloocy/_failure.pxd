@@ -1,0 +1,10 @@
+# Failure (_failure.pxi): poisoning after an error and naming its root
+# cause. Python name: TRACE_GRACE.
+
+# Something raised mid-call: poison the context and its links, tell the
+# peers why, forget the call's transfers. With the links' lock held.
+cdef int fail(Context ctx, BaseException exc, Coll *c) except -1
+# CollectiveTimeout naming the ranks we wait for.
+cdef int _raise_timeout(Context ctx, Coll *c) except -1 with gil
+# ContextPoisoned: a call over the same links failed.
+cdef int _raise_links_failed(Context ctx) except -1 with gil

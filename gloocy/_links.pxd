@@ -1,0 +1,34 @@
+# Links (_links.pxi): one process's connections, shared by every
+# communicator derived from them.
+
+cdef enum:
+    MAX_SLEEPERS = 64             # threads blocked at once that can be woken
+
+
+# The connections of one process to the others, shared by every communicator
+# derived from them (frames carry their communicator's id). Threads take
+# `lock` to touch the pairs, and drop it to block; whoever moves bytes wakes
+# the sleepers, whose transfer it may have finished.
+cdef class Links:
+    cdef readonly int rank            # our rank among all the linked processes
+    cdef readonly int size            # number of linked processes
+    cdef readonly list pairs          # Pair per rank (None at our own rank)
+    cdef pthread_mutex_t lock
+    cdef Xfer *wild_head              # posted any-source receives of every
+    cdef Xfer *wild_tail              # communicator, oldest first
+    cdef uint64_t order               # p2p receives posted so far
+    cdef readonly uint32_t next_id    # lowest communicator id never used here
+    cdef int users                    # open contexts on these links
+    cdef readonly bint closed         # closed for good (every context over them)
+    cdef readonly object error        # first fatal error; poisons them all
+    cdef bint failed                  # error is set (readable without the GIL)
+    cdef int sleepers[MAX_SLEEPERS]   # eventfds of threads blocked in poll(2)
+    cdef int nsleepers
+
+    cdef void enter(self) noexcept nogil
+    cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free
+    cdef void leave(self) noexcept nogil
+    # Wake every sleeper (after moving bytes that may finish its transfer).
+    cdef void wake(self) noexcept nogil
+    cdef bint add_sleeper(self, int efd) noexcept nogil
+    cdef void drop_sleeper(self, int efd) noexcept nogil

@@ -1,0 +1,37 @@
+# Algorithm choice (_select.pxi): the algorithms of each collective by
+# name, the GLOOCY_ALGORITHM_* overrides and the automatic choice. Python
+# names: ALLREDUCE_ALGORITHMS, BCAST_ALGORITHMS, ALLGATHER_ALGORITHMS,
+# REDUCE_SCATTER_ALGORITHMS, REDUCE_ALGORITHMS, GATHER_ALGORITHMS,
+# SCATTER_ALGORITHMS, ALLTOALL_ALGORITHMS, ALGORITHMS, ALGORITHM_TABLES,
+# ALGORITHM_ENV, ALGORITHM_NAMES, ALGORITHM_THRESHOLDS, auto_algorithm.
+
+cdef enum:
+    # Algorithm codes (one namespace for every collective; see the tables).
+    ALGO_AUTO = 0
+    ALGO_RING = 1
+    ALGO_RECURSIVE_DOUBLING = 2
+    ALGO_HALVING_DOUBLING = 3
+    ALGO_BCUBE = 4
+    ALGO_BINOMIAL = 5
+    ALGO_SCATTER_ALLGATHER = 6
+    ALGO_HALVING = 7
+    ALGO_SHM = 8                 # through the node segment (_node.pxi): one host
+    ALGO_DIRECT = 9              # gather, scatter, alltoall: straight to each peer
+
+# {collective: name} of the GLOOCY_ALGORITHM_* variables set now (None: none).
+cdef dict env_algorithms()
+# The code of `collective`'s algorithm `name` (None: env's, else automatic).
+cdef int _algorithm(str collective, object name, dict env) except -1
+
+# The algorithm a call runs: `algo` unless ALGO_AUTO (then the automatic
+# choice for the world size and bytes); pick_allgather also falls back from
+# recursive doubling to the ring where it cannot run.
+cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) noexcept nogil
+cdef int pick_allreduce(Context ctx, int64_t count, int64_t itemsize,
+                        int algo) noexcept nogil
+cdef int pick_reduce(Context ctx, int64_t count, int64_t itemsize,
+                     int algo) noexcept nogil
+cdef int pick_reduce_scatter(Context ctx, int64_t total_bytes,
+                             int algo) noexcept nogil
+cdef int pick_allgather(Context ctx, const int64_t *offs, const int64_t *sizes,
+                        int algo) noexcept nogil

@@ -1,0 +1,278 @@
+# Which algorithm a collective runs. Each collective with a choice has a
+# table of algorithm names (below), an environment override
+# GLOOCY_ALGORITHM_<COLLECTIVE> and an automatic choice by world size and
+# bytes (auto_*; bench/README.md "Algorithm selection"). Each call_* (the
+# body of a Context entry point, in its family's file) resolves the name
+# (_algorithm), picks (pick_*), records Context.last_algorithm and calls
+# its run_*.
+
+
+# Automatic choice (algorithm=None or "auto"): thresholds measured with
+# gloocy-bench (and a reduce micro-benchmark) on the project's 2-core
+# machine, world sizes 2-8, each algorithm forced by its GLOOCY_ALGORITHM_*
+# variable in interleaved runs; figures and method in bench/README.md,
+# "Algorithm selection". Sizes are bytes per rank unless said otherwise.
+# Allreduce's small-message bound is Context.small_allreduce
+# (GLOOCY_SMALL_ALLREDUCE_BYTES, 64 KiB): recursive doubling was fastest up
+# to 64 KiB at every size 2-8.
+cdef enum:
+    # allreduce, n <= 3: recursive doubling stays fastest up to this many
+    # times small_allreduce (256 KiB: 292 vs 397-413 us at n=2, 477 vs
+    # 632-809 us at n=3); from n=4 halving-doubling takes over above 64 KiB.
+    AUTO_ALLREDUCE_DOUBLING_SMALL_WORLD = 4
+    # allreduce, n >= 4: halving-doubling up to here (4 MiB: 11.1 vs 13.9 ms
+    # for the ring at n=4, 15.2 vs 20.1 ms at n=7), the pipelined ring
+    # above (16 MiB+: the ring ties or wins at n=4, 5, 7, 8).
+    AUTO_ALLREDUCE_HALVING_MAX = 4 << 20
+    # bcast: scatter + ring allgather only from this many ranks and bytes
+    # (n=8: tie at 16 MiB, 145 vs 160 ms at 64 MiB). Below, the pipelined
+    # binomial tree wins (it moves fewer bytes in all, which is what counts
+    # when every rank shares one host's memory bandwidth).
+    AUTO_BCAST_SCATTER_MIN_RANKS = 8
+    AUTO_BCAST_SCATTER_MIN = 16 << 20
+    # allgather: recursive doubling (power-of-two n, blocks end to end) up
+    # to this many gathered bytes (n=4: 1.16 vs 1.45 ms at 1 MiB, 6.2 vs
+    # 6.4 ms at 4 MiB; the ring wins from 16 MiB: 19.8 vs 37.2 ms).
+    AUTO_ALLGATHER_DOUBLING_MAX = 4 << 20
+    # reduce_scatter: recursive halving up to this many input bytes (it won
+    # or tied up to 4 MiB at every n in 2-7; the ring won at 16 MiB for
+    # n=3, 5, 6, 7).
+    AUTO_REDUCE_SCATTER_HALVING_MAX = 4 << 20
+    # reduce: the ring (reduce-scatter + gather) only from this many ranks
+    # and bytes (n=8: 57 vs 66 ms at 16 MiB, 398 vs 435 ms at 64 MiB); the
+    # binomial tree won everywhere at n=2-6 up to 64 MiB.
+    AUTO_REDUCE_RING_MIN_RANKS = 8
+    AUTO_REDUCE_RING_MIN = 16 << 20
+
+
+# One table per collective: name -> code. "auto" (or None) is the automatic
+# choice; the keyword wins over the GLOOCY_ALGORITHM_<COLLECTIVE> variable.
+# "shm" is the node segment's algorithm (_node.pxi, _node_exchange.pxi),
+# which "auto" picks where it wins when every rank is on one host; forced
+# where there is no segment, it falls back to the automatic pair choice.
+ALLREDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
+                        "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
+                        "halving_doubling": ALGO_HALVING_DOUBLING,
+                        "bcube": ALGO_BCUBE, "shm": ALGO_SHM}
+BCAST_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
+                    "scatter_allgather": ALGO_SCATTER_ALLGATHER,
+                    "shm": ALGO_SHM}
+ALLGATHER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
+                        "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
+                        "shm": ALGO_SHM}
+REDUCE_SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
+                             "halving": ALGO_HALVING, "shm": ALGO_SHM}
+# "recursive_doubling" is the old name of the binomial tree (kept working).
+REDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
+                     "ring": ALGO_RING,
+                     "recursive_doubling": ALGO_BINOMIAL, "shm": ALGO_SHM}
+GATHER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
+SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
+ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
+ALGORITHMS = ALLREDUCE_ALGORITHMS      # the name before there were others
+ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
+                    "bcast": BCAST_ALGORITHMS,
+                    "allgather": ALLGATHER_ALGORITHMS,
+                    "reduce_scatter": REDUCE_SCATTER_ALGORITHMS,
+                    "reduce": REDUCE_ALGORITHMS,
+                    "gather": GATHER_ALGORITHMS,
+                    "scatter": SCATTER_ALGORITHMS,
+                    "alltoall": ALLTOALL_ALGORITHMS}
+ALGORITHM_ENV = {name: f"GLOOCY_ALGORITHM_{name.upper()}"
+                 for name in ALGORITHM_TABLES}
+# code -> the name Context.last_algorithm reports
+ALGORITHM_NAMES = {ALGO_AUTO: "auto", ALGO_RING: "ring",
+                   ALGO_RECURSIVE_DOUBLING: "recursive_doubling",
+                   ALGO_HALVING_DOUBLING: "halving_doubling",
+                   ALGO_BCUBE: "bcube", ALGO_BINOMIAL: "binomial",
+                   ALGO_SCATTER_ALLGATHER: "scatter_allgather",
+                   ALGO_HALVING: "halving", ALGO_SHM: "shm",
+                   ALGO_DIRECT: "direct"}
+
+
+from libc.stdlib cimport getenv
+
+
+cdef dict _ENV_NAMES = {c: v.encode() for c, v in ALGORITHM_ENV.items()}
+
+
+cdef dict env_algorithms():
+    """{collective: name} of the GLOOCY_ALGORITHM_* variables set now (read
+    when a context is made, not on every call). C getenv: os.environ.get
+    costs a microsecond; os.environ's writes reach the C environment
+    (putenv), so both agree."""
+    cdef dict found = None
+    cdef const char *value
+    for collective, name in _ENV_NAMES.items():
+        value = getenv(<bytes>name)
+        if value is not NULL and value[0] != 0:
+            if found is None:
+                found = {}
+            found[collective] = value.decode("utf-8", "replace")
+    return found
+
+
+cdef int _algorithm(str collective, object name, dict env) except -1:
+    """The code of `collective`'s algorithm `name`; None: the one `env`
+    names (see env_algorithms), else automatic."""
+    what = "algorithm"
+    if name is None:
+        if not env or collective not in env:
+            return ALGO_AUTO
+        what = ALGORITHM_ENV[collective]
+        name = env[collective]
+    cdef dict table = ALGORITHM_TABLES[collective]
+    try:
+        return table[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"{what}: {name!r} is not a {collective} algorithm "
+                         f"(one of {', '.join(table)})") from None
+
+
+# -- automatic choice (the table in bench/README.md) -----------------------------
+
+cdef int auto_allreduce(int n, int64_t small, int64_t count,
+                        int64_t itemsize) noexcept nogil:
+    cdef int64_t nbytes = count * itemsize
+    if nbytes <= small or count < n:
+        return ALGO_RECURSIVE_DOUBLING
+    if n <= 3:
+        if nbytes <= small * AUTO_ALLREDUCE_DOUBLING_SMALL_WORLD:
+            return ALGO_RECURSIVE_DOUBLING
+        return ALGO_RING
+    if nbytes <= AUTO_ALLREDUCE_HALVING_MAX:
+        return ALGO_HALVING_DOUBLING
+    return ALGO_RING
+
+
+cdef int auto_bcast(int n, int64_t nbytes) noexcept nogil:
+    if n >= AUTO_BCAST_SCATTER_MIN_RANKS and nbytes >= AUTO_BCAST_SCATTER_MIN:
+        return ALGO_SCATTER_ALLGATHER
+    return ALGO_BINOMIAL
+
+
+cdef int auto_allgather(int n, int64_t total) noexcept nogil:
+    """`total`: bytes gathered. Recursive doubling where it may run (see
+    pick_allgather) and the buffer is small."""
+    if total <= AUTO_ALLGATHER_DOUBLING_MAX:
+        return ALGO_RECURSIVE_DOUBLING
+    return ALGO_RING
+
+
+cdef int auto_reduce_scatter(int n, int64_t total_bytes) noexcept nogil:
+    if total_bytes <= AUTO_REDUCE_SCATTER_HALVING_MAX:
+        return ALGO_HALVING
+    return ALGO_RING
+
+
+cdef int auto_reduce(int n, int64_t count, int64_t itemsize) noexcept nogil:
+    if (n >= AUTO_REDUCE_RING_MIN_RANKS and count >= n
+            and count * itemsize >= AUTO_REDUCE_RING_MIN):
+        return ALGO_RING
+    return ALGO_BINOMIAL
+
+
+# The thresholds above, for documentation and tests.
+ALGORITHM_THRESHOLDS = {
+    "allreduce_small": 1 << 16,        # Context.small_allreduce's default
+    "allreduce_doubling_small_world": AUTO_ALLREDUCE_DOUBLING_SMALL_WORLD,
+    "allreduce_halving_max": AUTO_ALLREDUCE_HALVING_MAX,
+    "bcast_scatter_min_ranks": AUTO_BCAST_SCATTER_MIN_RANKS,
+    "bcast_scatter_min": AUTO_BCAST_SCATTER_MIN,
+    "allgather_doubling_max": AUTO_ALLGATHER_DOUBLING_MAX,
+    "reduce_scatter_halving_max": AUTO_REDUCE_SCATTER_HALVING_MAX,
+    "reduce_ring_min_ranks": AUTO_REDUCE_RING_MIN_RANKS,
+    "reduce_ring_min": AUTO_REDUCE_RING_MIN,
+    "node_reduce_min": NODE_REDUCE_MIN,     # with a node segment (_node_exchange.pxi)
+}
+
+
+def auto_algorithm(str collective, int size, int64_t nbytes, *,
+                   int64_t itemsize=4, int64_t small_allreduce=1 << 16,
+                   bint node=False):
+    """The name of the algorithm "auto" picks for `collective` at world size
+    `size` and `nbytes` (allreduce, reduce, bcast: the buffer; allgather:
+    the gathered total in equal blocks laid end to end; reduce_scatter:
+    each rank's input; gather, scatter, alltoall: any). `node`: every rank
+    is on one host (a world of 2 or more with a node segment)."""
+    cdef int code
+    if size < 1 or nbytes < 0 or itemsize < 1:
+        raise ValueError("size, nbytes and itemsize must be positive")
+    if node and size > 1:
+        if collective in ("allreduce", "bcast", "allgather", "alltoall",
+                          "reduce_scatter") or (
+                collective == "reduce" and nbytes >= NODE_REDUCE_MIN):
+            return "shm"
+    if collective in ("gather", "scatter", "alltoall"):
+        return "direct"
+    if collective == "allreduce":
+        code = auto_allreduce(size, small_allreduce, nbytes // itemsize, itemsize)
+    elif collective == "reduce":
+        code = auto_reduce(size, nbytes // itemsize, itemsize)
+    elif collective == "bcast":
+        code = auto_bcast(size, nbytes)
+    elif collective == "allgather":
+        code = auto_allgather(size, nbytes)
+        if size & (size - 1):
+            code = ALGO_RING
+    elif collective == "reduce_scatter":
+        code = auto_reduce_scatter(size, nbytes)
+    else:
+        raise ValueError(f"collective: {collective!r} is not one of "
+                         f"{', '.join(ALGORITHM_TABLES)}")
+    return ALGORITHM_NAMES[code]
+
+
+# -- the choice a call makes (`algo` unless automatic) -----------------------
+
+cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) noexcept nogil:
+    """The algorithm a bcast of `nbytes` runs (`algo` unless automatic)."""
+    return algo if algo != ALGO_AUTO else auto_bcast(ctx.size, nbytes)
+
+
+cdef int pick_allreduce(Context ctx, int64_t count, int64_t itemsize,
+                        int algo) noexcept nogil:
+    """The algorithm an allreduce of `count` elements runs."""
+    if algo != ALGO_AUTO:
+        return algo
+    return auto_allreduce(ctx.size, ctx.small_allreduce, count, itemsize)
+
+
+cdef int pick_reduce(Context ctx, int64_t count, int64_t itemsize,
+                     int algo) noexcept nogil:
+    """The algorithm a reduce of `count` elements runs."""
+    if algo != ALGO_AUTO:
+        return algo
+    return auto_reduce(ctx.size, count, itemsize)
+
+
+cdef int pick_reduce_scatter(Context ctx, int64_t total_bytes,
+                             int algo) noexcept nogil:
+    """The algorithm a reduce_scatter of `total_bytes` per rank runs."""
+    return algo if algo != ALGO_AUTO else auto_reduce_scatter(ctx.size, total_bytes)
+
+
+cdef bint _end_to_end(int n, const int64_t *offs,
+                      const int64_t *sizes) noexcept nogil:
+    cdef int i
+    for i in range(n - 1):
+        if offs[i] + sizes[i] != offs[i + 1]:
+            return False
+    return True
+
+
+cdef int pick_allgather(Context ctx, const int64_t *offs, const int64_t *sizes,
+                        int algo) noexcept nogil:
+    """The algorithm an allgatherv of blocks (offs, sizes) runs: recursive
+    doubling needs a power-of-two size and blocks laid end to end in rank
+    order (each step moves one contiguous range); otherwise the ring."""
+    cdef int n = ctx.size, i
+    cdef int64_t total = 0
+    cdef bint doubling_ok = (n & (n - 1)) == 0 and _end_to_end(n, offs, sizes)
+    for i in range(n):
+        total += sizes[i]
+    if algo == ALGO_AUTO:
+        algo = auto_allgather(n, total)
+    if algo == ALGO_RECURSIVE_DOUBLING and not doubling_ok:
+        algo = ALGO_RING
+    return algo
