@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 from gloocy.bench import report, runner
+from gloocy.bench.progress import Progress, say
 from gloocy.bench.collectives import COLLECTIVES, canonical
 from gloocy.bench.impls import IMPLS, expand, parse_spec
 
@@ -106,41 +107,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _say(message: str) -> None:
-    print(f"gloocy-bench: {message}", file=sys.stderr, flush=True)
-
-
-class _Progress:
-    """tqdm over the jobs when available and wanted, else nothing."""
-
-    def __init__(self, total: int, quiet: bool) -> None:
-        self.bar = None
-        if not quiet:
-            try:
-                from tqdm import tqdm
-                self.bar = tqdm(total=total, unit="job", dynamic_ncols=True)
-            except ImportError:
-                _say("tqdm is not installed: no progress bar")
-
-    def status(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.set_postfix_str(text, refresh=True)
-
-    def write(self, text: str) -> None:
-        if self.bar is not None:
-            self.bar.write(text, file=sys.stderr)
-        else:
-            _say(text)
-
-    def step(self) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
 def _sweep(args: argparse.Namespace, out: Path) -> dict:
     """Run every job, append to results.jsonl; return run.json's content."""
     try:
@@ -160,16 +126,16 @@ def _sweep(args: argparse.Namespace, out: Path) -> dict:
         have = [] if why else list(impl.collectives())
         meta["impls"].append(dict(label=impl.label, missing=why, collectives=have))
         if why:
-            _say(f"missing: {impl.label}: {why}")
+            say(f"missing: {impl.label}: {why}")
         else:
             runnable.append(impl)
             lacking = [c for c in args.collective if c not in have]
             if lacking:
-                _say(f"{impl.label} has no {', '.join(lacking)} (n/a in the tables)")
+                say(f"{impl.label} has no {', '.join(lacking)} (n/a in the tables)")
     jobs = runner.plan(runnable, args.n, args.rounds, args.collective, args.sizes)
     results = out / "results.jsonl"
     results.write_text("")
-    progress = _Progress(len(jobs), args.quiet)
+    progress = Progress(len(jobs), args.quiet)
     try:
         for job in jobs:
             timeout = args.job_timeout or 120 + job.points * (2 * args.budget + 5)
@@ -216,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{meta['date']}\n")
     print(text)
     if not args.quiet:
-        _say("wrote " + ", ".join(str(f) for f in [out / "results.jsonl", *files]))
+        say("wrote " + ", ".join(str(f) for f in [out / "results.jsonl", *files]))
     bad = meta["failures"] or any(not r["verified"] for r in rows)
     return 1 if bad else 0
 

@@ -345,8 +345,8 @@ def _summary(impl: str, per_round: list[dict]) -> dict:
 
 def _measure(args: argparse.Namespace, argv: list[str]) -> dict:
     import gloocy
-    from gloocy.bench.__main__ import _Progress
     from gloocy.bench.impls import _no_module
+    from gloocy.bench.progress import Progress
 
     start = time.monotonic()
     root = Path(gloocy.__file__).resolve().parent.parent
@@ -367,7 +367,7 @@ def _measure(args: argparse.Namespace, argv: list[str]) -> dict:
             _say(f"missing: {x}: {missing[x]}")
     meta["implementations"]["gloocy"].update(git)
     raw: dict[str, list[dict]] = {x: [] for x in impls}
-    progress = _Progress(args.rounds * len(impls), args.quiet)
+    progress = Progress(args.rounds * len(impls), args.quiet)
     try:
         for r in range(args.rounds):
             order = impls if r % 2 == 0 else impls[::-1]
