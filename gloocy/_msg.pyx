@@ -88,6 +88,8 @@ cdef tuple _dense(object datatype):
         probe = get_buffer(np.zeros(1, h.elem.np), "datatype", False)
         if probe.dtype >= 0:
             found = (probe.dtype, probe.itemsize, h.offsets.size, h.ub - h.lb)
+    if len(_DENSE) >= 1024:             # derived types made in a loop
+        _DENSE.clear()
     _DENSE[h] = found
     return found
 
@@ -150,13 +152,18 @@ cdef Message message(object spec, str name, bint readonly=False,
         b = get_buffer(spec[0], name, not readonly)
     except Exception:
         return _slow(spec, name, readonly, allow_in_place, blocks)
+    if extent <= 0:
+        return _slow(spec, name, readonly, allow_in_place, blocks)
     if count < 0:                       # the buffer's whole items
-        if extent <= 0 or b.nbytes % extent:
+        if b.nbytes % extent:
             return _slow(spec, name, readonly, allow_in_place, blocks)
         count = b.nbytes // extent
+    elif count > b.nbytes // extent // blocks:
+        return _slow(spec, name, readonly, allow_in_place, blocks)
     else:
         count *= blocks
-    if extent < 0 or displ * extent + count * extent > b.nbytes:
+    # in the buffer (compared without overflow), else bufspec says why
+    if displ > b.nbytes // extent or count > b.nbytes // extent - displ:
         return _slow(spec, name, readonly, allow_in_place, blocks)
     b.ptr += displ * extent
     b.nbytes = count * extent

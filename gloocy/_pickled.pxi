@@ -21,8 +21,9 @@ cdef int OBJ_EXSCAN = _core.OBJECT_CALLS.index("exscan")
 
 
 cdef inline bint _enter_object_call(Context ctx, int which):
-    """Mark ctx's calls as `which`'s, unless inside another object call
-    (allreduce runs allgather); True if marked (then _leave_object_call)."""
+    """Mark ctx's calls as `which`'s (the object collectives below do, for
+    the byte collectives they make), unless inside another object call;
+    True if marked (then _leave_object_call)."""
     if ctx.obj_call:
         return False
     ctx.obj_call = which
@@ -54,6 +55,14 @@ cdef inline void _write64(char *p, int64_t i, int64_t value) noexcept:
 
 
 cdef object bcast_object(Context ctx, obj, int root, timeout):
+    cdef bint marked = _enter_object_call(ctx, OBJ_BCAST)
+    try:
+        return _bcast_object(ctx, obj, root, timeout)
+    finally:
+        _leave_object_call(ctx, marked)
+
+
+cdef object _bcast_object(Context ctx, obj, int root, timeout):
     """root's `obj` on every rank (a copy at root too, as mpi4py)."""
     cdef bytearray slot = bytearray(SLOT)
     cdef char *p = slot
@@ -98,7 +107,15 @@ cdef object bcast_object(Context ctx, obj, int root, timeout):
     return pickle.loads(memoryview(whole)[nbufs * INT64:], buffers=buffers)
 
 
-cdef list allgather_objects(Context ctx, obj, timeout):
+cdef list allgather_objects(Context ctx, obj, timeout, int which):
+    cdef bint marked = _enter_object_call(ctx, which)
+    try:
+        return _allgather_objects(ctx, obj, timeout)
+    finally:
+        _leave_object_call(ctx, marked)
+
+
+cdef list _allgather_objects(Context ctx, obj, timeout):
     """Every rank's `obj`, in rank order."""
     cdef int size = ctx.size, i
     cdef bytes data = _dumps(obj)
@@ -130,7 +147,15 @@ cdef list allgather_objects(Context ctx, obj, timeout):
     return out
 
 
-cdef object gather_objects(Context ctx, obj, int root, timeout):
+cdef object gather_objects(Context ctx, obj, int root, timeout, int which):
+    cdef bint marked = _enter_object_call(ctx, which)
+    try:
+        return _gather_objects(ctx, obj, root, timeout)
+    finally:
+        _leave_object_call(ctx, marked)
+
+
+cdef object _gather_objects(Context ctx, obj, int root, timeout):
     """Every rank's `obj` in rank order at root; None elsewhere."""
     cdef int size = ctx.size
     cdef bint at_root = ctx.rank == root
@@ -145,6 +170,14 @@ cdef object gather_objects(Context ctx, obj, int root, timeout):
 
 
 cdef object scatter_objects(Context ctx, objs, int root, timeout):
+    cdef bint marked = _enter_object_call(ctx, OBJ_SCATTER)
+    try:
+        return _scatter_objects(ctx, objs, root, timeout)
+    finally:
+        _leave_object_call(ctx, marked)
+
+
+cdef object _scatter_objects(Context ctx, objs, int root, timeout):
     """objs[i] of root's sequence (one per rank) to rank i."""
     cdef int size = ctx.size
     sizes = data = counts = None
@@ -165,6 +198,14 @@ cdef object scatter_objects(Context ctx, objs, int root, timeout):
 
 
 cdef list alltoall_objects(Context ctx, objs, timeout):
+    cdef bint marked = _enter_object_call(ctx, OBJ_ALLTOALL)
+    try:
+        return _alltoall_objects(ctx, objs, timeout)
+    finally:
+        _leave_object_call(ctx, marked)
+
+
+cdef list _alltoall_objects(Context ctx, objs, timeout):
     """objs[i] to rank i; what each rank sent us, in rank order."""
     cdef int size = ctx.size
     objs = list(objs)

@@ -490,92 +490,52 @@ cdef class Communicator:
 
     def bcast(self, obj=None, root=0, *, timeout=None):
         """Return root's `obj` on every rank."""
-        cdef Context ctx = self.live()
-        cdef bint marked = _enter_object_call(ctx, OBJ_BCAST)
-        try:
-            return bcast_object(ctx, obj, root, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        return bcast_object(self.live(), obj, root, timeout)
 
     def allgather(self, obj, *, timeout=None):
         """List of every rank's `obj`, in rank order."""
-        cdef Context ctx = self.live()
-        cdef bint marked = _enter_object_call(ctx, OBJ_ALLGATHER)
-        try:
-            return allgather_objects(ctx, obj, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        return allgather_objects(self.live(), obj, timeout, OBJ_ALLGATHER)
 
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
         """op applied to every rank's `obj` in rank order (AVG: the sum
         divided by the number of ranks)."""
         cdef Context ctx = self.live()
         _check_callable(op)
-        cdef bint marked = _enter_object_call(ctx, OBJ_ALLREDUCE)
-        try:
-            return fold_objects(allgather_objects(ctx, obj, timeout), op)
-        finally:
-            _leave_object_call(ctx, marked)
+        return fold_objects(allgather_objects(ctx, obj, timeout, OBJ_ALLREDUCE),
+                            op)
 
     def gather(self, obj, root=0, *, timeout=None):
         """List of every rank's `obj` at root, None elsewhere."""
-        cdef Context ctx = self.live()
-        cdef bint marked = _enter_object_call(ctx, OBJ_GATHER)
-        try:
-            return gather_objects(ctx, obj, root, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        return gather_objects(self.live(), obj, root, timeout, OBJ_GATHER)
 
     def scatter(self, objs, root=0, *, timeout=None):
         """objs[i] of root's list (len == size) to rank i."""
-        cdef Context ctx = self.live()
-        cdef bint marked = _enter_object_call(ctx, OBJ_SCATTER)
-        try:
-            return scatter_objects(ctx, objs, root, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        return scatter_objects(self.live(), objs, root, timeout)
 
     def alltoall(self, objs, *, timeout=None):
         """objs[i] to rank i; returns the list of what each rank sent us."""
-        cdef Context ctx = self.live()
-        cdef bint marked = _enter_object_call(ctx, OBJ_ALLTOALL)
-        try:
-            return alltoall_objects(ctx, objs, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        return alltoall_objects(self.live(), objs, timeout)
 
     def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
         """op applied to every rank's `obj` in rank order, at root (None
         elsewhere)."""
         cdef Context ctx = self.live()
         _check_callable(op)
-        cdef bint marked = _enter_object_call(ctx, OBJ_REDUCE)
-        try:
-            objs = gather_objects(ctx, obj, root, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        objs = gather_objects(ctx, obj, root, timeout, OBJ_REDUCE)
         return None if objs is None else fold_objects(objs, op)
 
     def scan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank, in rank order."""
         cdef Context ctx = self.live()
         _check_scan_op(op)
-        cdef bint marked = _enter_object_call(ctx, OBJ_SCAN)
-        try:
-            objs = allgather_objects(ctx, obj, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        objs = allgather_objects(ctx, obj, timeout, OBJ_SCAN)
         return fold_objects(objs[:ctx.rank + 1], op)
 
     def exscan(self, obj, op=_ops.SUM, *, timeout=None):
         """op over the objs of ranks 0..rank-1; None on rank 0."""
         cdef Context ctx = self.live()
         _check_scan_op(op)
-        cdef bint marked = _enter_object_call(ctx, OBJ_EXSCAN)
-        try:
-            objs = allgather_objects(ctx, obj, timeout)
-        finally:
-            _leave_object_call(ctx, marked)
+        objs = allgather_objects(ctx, obj, timeout, OBJ_EXSCAN)
         return fold_objects(objs[:ctx.rank], op) if ctx.rank else None
 
     # -- nonblocking -----------------------------------------------------------
