@@ -1,0 +1,225 @@
+# The state every communicator has, its identity, attributes and
+# lifetime: the root of the Communicator's classes (one file per role:
+# this, _comm_p2p.pxi, _comm_collectives.pxi, then communicator.pyx,
+# which makes new communicators).
+
+
+cdef class _CommBase:
+    """What every communicator is: a core Context (or the null one), its
+    processes, name, attributes, and how it ends."""
+
+    cdef public object _ctx       # the core Context, or _NULL_CONTEXT
+    cdef Context ctx              # the same, typed; None when null
+    cdef public tuple _procs      # our ranks' processes, by world rank
+    cdef public str _name
+    cdef public bint _predefined  # COMM_WORLD, COMM_SELF: never freed
+    cdef public object _errhandler
+    cdef public object _info
+    cdef public object _shadow    # Dup running the nonblocking collectives
+    cdef public object _worker
+    cdef dict __dict__            # users may hang attributes on a communicator
+
+    def __init__(self, context=None, *, procs=None, name=""):
+        """A communicator running on a core Context; with another
+        Communicator, a second handle on it (equal to it); with nothing,
+        a null one (equal to COMM_NULL)."""
+        if isinstance(context, _CommBase):
+            procs, name = context._procs, context._name
+            context = context._ctx
+        elif context is None:
+            context, procs = _NULL_CONTEXT, ()
+            name = name or "MPI_COMM_NULL"
+        elif not isinstance(context, Context):
+            raise TypeError(f"expected a communicator, got {context!r}")
+        self._bind(context)
+        self._procs = tuple(range(context.size) if procs is None else procs)
+        self._name = name
+        self._predefined = False
+        self._errhandler = None
+        self._info = None
+        self._shadow = None
+        self._worker = None
+
+    cdef _bind(self, context):
+        self._ctx = context
+        self.ctx = context if isinstance(context, Context) else None
+
+    cdef Context live(self):
+        """The Context; ArgumentError (ERR_COMM) on a null communicator."""
+        if self.ctx is None:
+            _NULL_CONTEXT.rank
+        return self.ctx
+
+    # -- identity ----------------------------------------------------------
+
+    @property
+    def rank(self):
+        """This process's rank, 0 <= rank < size."""
+        return self.live().rank
+
+    @property
+    def size(self):
+        """Number of ranks."""
+        return self.live().size
+
+    def Get_rank(self):
+        return self.live().rank
+
+    def Get_size(self):
+        return self.live().size
+
+    @property
+    def timeout(self):
+        """Default deadline of every call, in seconds."""
+        return self._ctx.timeout
+
+    @timeout.setter
+    def timeout(self, seconds):
+        if not seconds > 0:
+            raise ValueError(f"timeout must be positive, got {seconds!r}")
+        self._ctx.timeout = float(seconds)
+
+    def __repr__(self):
+        if not self:
+            return "<gloocy.Communicator NULL>"
+        return f"<gloocy.Communicator rank {self.rank} of {self.size}>"
+
+    def Get_group(self):
+        return Group(self._procs, self._procs[self.rank])
+
+    group = property(Get_group)
+
+    def Compare(self, comm):
+        """IDENT (the same communicator), CONGRUENT (same ranks), SIMILAR
+        (same processes, other ranks) or UNEQUAL."""
+        self._ctx.rank, comm._ctx.rank      # COMM_NULL raises here
+        if comm is self or comm._ctx is self._ctx:
+            return IDENT
+        result = self.Get_group().Compare(comm.Get_group())
+        return CONGRUENT if result == IDENT else result
+
+    def Get_name(self):
+        return self._name
+
+    def Set_name(self, name):
+        self._name = str(name)
+
+    name = property(Get_name, Set_name)
+
+    def Is_inter(self):
+        return False
+
+    def Is_intra(self):
+        return True
+
+    is_inter = property(Is_inter)
+    is_intra = property(Is_intra)
+
+    def Get_topology(self):
+        return UNDEFINED
+
+    topology = property(Get_topology)
+
+    def Get_attr(self, keyval):
+        """TAG_UB: the largest tag; other MPI attributes: None."""
+        self._ctx.rank                      # COMM_NULL raises here
+        if keyval == KEYVAL_INVALID:
+            raise ArgumentError("keyval: KEYVAL_INVALID", ERR_KEYVAL)
+        return 2**31 - 1 if keyval == TAG_UB else None
+
+    def Get_info(self):
+        return self._info if self._info is not None else Info()
+
+    def Set_info(self, info):
+        self._info = info
+
+    info = property(Get_info, Set_info)
+
+    def Dup_with_info(self, info, *, timeout=None):
+        dup = self.Dup(timeout=timeout)
+        dup.Set_info(info)
+        return dup
+
+    def _mpi4(self, *args, **kwargs):
+        raise NotImplementedError("this MPI-4 operation is not in gloocy yet")
+
+    Idup = Idup_with_info = Attach_buffer = Detach_buffer = _mpi4
+    Flush_buffer = Iflush_buffer = _mpi4
+
+    def Set_errhandler(self, errhandler):
+        """Accepted for mpi4py code; errors are always exceptions here."""
+        self._ctx.rank                      # COMM_NULL raises here
+        self._errhandler = errhandler
+
+    def Get_errhandler(self):
+        self._ctx.rank                      # COMM_NULL raises here
+        return self._errhandler
+
+    def Abort(self, errorcode=0):
+        """End the whole job now (the launcher stops the other ranks)."""
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(int(errorcode) & 0xFF or 1)
+
+    # -- lifetime ------------------------------------------------------------
+
+    def Free(self):
+        """Forget this communicator; the connections close with the last
+        one over them (peers are told this rank left cleanly). It is
+        COMM_NULL afterwards."""
+        if self._predefined:
+            raise ArgumentError(f"cannot free {self._name or 'a predefined communicator'}",
+                                ERR_COMM)
+        self._close()
+
+    def _close(self):
+        if self._worker is not None:
+            self._worker.stop()
+            self._worker = None
+        if self._shadow is not None:
+            self._shadow.Free()
+            self._shadow = None
+        self._ctx.close()
+        self._bind(_NULL_CONTEXT)
+
+    def _leave(self):
+        """This process leaves the job (exit, Finalize): the nonblocking
+        collectives it started finish, then the connections under this
+        communicator close with a goodbye, whatever communicators derived
+        from it are still alive (they are closed with them)."""
+        _requests.stop_workers()
+        ctx = self._ctx
+        if ctx is _NULL_CONTEXT:
+            return                      # left already (Finalize, then exit)
+        self._close()
+        if isinstance(ctx, _core.Context):
+            ctx.close_all()
+
+    @property
+    def closed(self):
+        return self._ctx.closed
+
+    def __bool__(self):
+        return self._ctx is not _NULL_CONTEXT
+
+    def __reduce__(self):
+        """COMM_WORLD, COMM_SELF and COMM_NULL unpickle as themselves; other
+        communicators cannot travel."""
+        name = {"MPI_COMM_WORLD": "COMM_WORLD", "MPI_COMM_SELF": "COMM_SELF",
+                "MPI_COMM_NULL": "COMM_NULL"}.get(self._name)
+        if not self._predefined or name is None:
+            raise ValueError(f"cannot pickle {self!r}")
+        return name
+
+    def __eq__(self, other):
+        if not isinstance(other, _CommBase):
+            return NotImplemented
+        return self._ctx is other._ctx
+
+    __hash__ = object.__hash__
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.Free()

@@ -1,0 +1,354 @@
+# Collectives: buffers (the core moves them), objects (the pickle layer,
+# _pickled.pxi) and nonblocking (a worker thread runs them over a shadow
+# communicator, see requests).
+
+
+cdef class _Collectives(_PointToPoint):
+
+    # -- buffer collectives --------------------------------------------------
+
+    def Barrier(self, *, timeout=None):
+        """Return only when every rank has called Barrier."""
+        self.live().barrier(timeout)
+
+    def Bcast(self, buf, root=0, *, timeout=None, algorithm=None):
+        """Copy `buf` from `root` into `buf` on every other rank."""
+        cdef Context ctx = self.live()
+        cdef Message m = message(buf, "buf", ctx.rank == root)
+        ctx.bcast(m.buf, root, timeout, algorithm)
+        m.unpack()
+
+    def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
+                  algorithm=None):
+        """recvbuf = op(sendbuf of every rank); sendbuf may be IN_PLACE."""
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if code == OP_USER:
+            _reduce_user(ctx, sendbuf, recvbuf, op, None, timeout)
+            return
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if op is AVG:
+            _core.check_floating(r.buf)
+        ctx.allreduce(None if s is None else s.buf, r.buf, code, timeout,
+                      algorithm)
+        if op is AVG:
+            _core.divide(r.buf, ctx.size)
+        r.unpack()
+
+    def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
+               algorithm=None):
+        """recvbuf at root = op(sendbuf of every rank); recvbuf is ignored
+        elsewhere; the root's sendbuf may be IN_PLACE."""
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if code == OP_USER:
+            _reduce_user(ctx, sendbuf, recvbuf, op, root, timeout)
+            return
+        cdef bint at_root = ctx.rank == root
+        cdef Message r = message(recvbuf, "recvbuf") if at_root else None
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if r is None and s is None:
+            raise ArgumentError("sendbuf: only the root may reduce in place",
+                                ERR_BUFFER)
+        if op is AVG:
+            _core.check_floating((r or s).buf)
+        ctx.reduce(None if s is None else s.buf, None if r is None else r.buf,
+                   code, root, timeout, algorithm)
+        if at_root:
+            if op is AVG:
+                _core.divide(r.buf, ctx.size)
+            r.unpack()
+
+    def Allgather(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        """Every rank's sendbuf, in rank order, into every recvbuf."""
+        cdef Context ctx = self.live()
+        cdef Message r = message(recvbuf, "recvbuf", False, False, ctx.size)
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.allgatherv(None if s is None else s.buf, r.buf,
+                       _blocks(r, ctx.size, "recvbuf"), None, timeout,
+                       algorithm)
+        r.unpack()
+
+    def Allgatherv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        """recvbuf is [buf, counts] or [buf, (counts, displs)] (elements)."""
+        cdef Context ctx = self.live()
+        cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.allgatherv(None if s is None else s.buf, r.buf, r.sizes,
+                       r.offsets, timeout, algorithm)
+        r.unpack()
+
+    def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None,
+               algorithm=None):
+        """Every rank's sendbuf, in rank order, into recvbuf at root."""
+        cdef Context ctx = self.live()
+        cdef Message r = None
+        sizes = None
+        if ctx.rank == root:
+            r = message(recvbuf, "recvbuf", False, False, ctx.size)
+            sizes = _blocks(r, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.gatherv(None if s is None else s.buf, None if r is None else r.buf,
+                    sizes, None, root, timeout, algorithm)
+        if r is not None:
+            r.unpack()
+
+    def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                algorithm=None):
+        cdef Context ctx = self.live()
+        cdef Message r = None
+        if ctx.rank == root:
+            r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        ctx.gatherv(None if s is None else s.buf,
+                    None if r is None else r.buf,
+                    None if r is None else r.sizes,
+                    None if r is None else r.offsets, root, timeout,
+                    algorithm)
+        if r is not None:
+            r.unpack()
+
+    def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                algorithm=None):
+        """Block i of root's sendbuf into rank i's recvbuf."""
+        cdef Context ctx = self.live()
+        cdef Message s = None
+        sizes = None
+        if ctx.rank == root:
+            s = message(sendbuf, "sendbuf", True, False, ctx.size)
+            sizes = _blocks(s, ctx.size, "sendbuf")
+        cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
+        ctx.scatterv(None if s is None else s.buf,
+                     None if r is None else r.buf, sizes, None, root, timeout,
+                     algorithm)
+        if r is not None:
+            r.unpack()
+
+    def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                 algorithm=None):
+        cdef Context ctx = self.live()
+        cdef Message s = None
+        if ctx.rank == root:
+            s = vector_message(sendbuf, ctx.size, "sendbuf", True)
+        cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
+        ctx.scatterv(None if s is None else s.buf,
+                     None if r is None else r.buf,
+                     None if s is None else s.sizes,
+                     None if s is None else s.offsets, root, timeout,
+                     algorithm)
+        if r is not None:
+            r.unpack()
+
+    def Alltoall(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        """Block i of sendbuf to rank i; rank i's block for us into block i
+        of recvbuf."""
+        cdef Context ctx = self.live()
+        cdef int size = ctx.size
+        cdef Message r = message(recvbuf, "recvbuf", False, False, size)
+        cdef Message s = message(sendbuf, "sendbuf", True, True, size)
+        rsizes = _blocks(r, size, "recvbuf")
+        ssizes = None if s is None else _blocks(s, size, "sendbuf")
+        ctx.alltoallv(None if s is None else s.buf, ssizes, None, r.buf,
+                      rsizes, None, timeout, algorithm)
+        r.unpack()
+
+    def Alltoallv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        cdef Context ctx = self.live()
+        cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = None
+        if sendbuf is not IN_PLACE and sendbuf is not None:
+            s = vector_message(sendbuf, ctx.size, "sendbuf", True)
+        ctx.alltoallv(None if s is None else s.buf,
+                      None if s is None else s.sizes,
+                      None if s is None else s.offsets, r.buf, r.sizes,
+                      r.offsets, timeout, algorithm)
+        r.unpack()
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
+                       timeout=None, algorithm=None):
+        """Reduce sendbuf over the ranks; rank i gets recvcounts[i] items
+        (default: each rank's recvbuf size; in place: recvbuf holds the
+        whole input, by default in equal blocks, and gets our block at its
+        start)."""
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if recvcounts is None and s is None:   # recvbuf splits evenly
+            counts = [r.count // ctx.size] * ctx.size
+        elif recvcounts is None:
+            every = np.empty(ctx.size, np.int64)
+            ctx.allgatherv(np.array([r.count], np.int64), every,
+                           [8] * ctx.size, None, timeout, None)
+            counts = every.tolist()
+        else:
+            counts = [int(n) for n in recvcounts]
+        self._reduce_scatter(ctx, r, s, counts, op, code, timeout, algorithm)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
+                             timeout=None, algorithm=None):
+        """Reduce sendbuf (size x block) over the ranks; rank i gets block i."""
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        block = r.count // ctx.size if s is None else r.count
+        self._reduce_scatter(ctx, r, s, [block] * ctx.size, op, code, timeout,
+                             algorithm)
+
+    cdef _reduce_scatter(self, Context ctx, Message r, Message s, list counts,
+                         op, int code, timeout, algorithm):
+        if code == OP_USER:
+            _reduce_scatter_user(ctx, IN_PLACE if s is None else s.spec,
+                                 r.spec, counts, op, timeout)
+            return
+        items = r.buf.count // r.count if r.count else 1    # elements per item
+        if op is AVG:
+            _core.check_floating(r.buf)
+        ctx.reduce_scatter(None if s is None else s.buf, r.buf,
+                           [n * items for n in counts], code, timeout,
+                           algorithm)
+        if op is AVG:
+            _core.divide(r.data[:counts[ctx.rank] * items], ctx.size)
+        r.unpack()
+
+    def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+        """recvbuf on rank r = op over the sendbufs of ranks 0..r."""
+        self._scan(sendbuf, recvbuf, op, False, timeout)
+
+    def Exscan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+        """recvbuf on rank r > 0 = op over ranks 0..r-1 (rank 0: untouched)."""
+        self._scan(sendbuf, recvbuf, op, True, timeout)
+
+    def _scan(self, sendbuf, recvbuf, op, exclusive, timeout):
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if op is AVG:
+            raise TypeError("op: AVG is not defined for scans")
+        if code == OP_USER:
+            _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
+            return
+        cdef Message rm = message(recvbuf, "recvbuf")
+        cdef Message sm = message(sendbuf, "sendbuf", True, True)
+        ctx.scan(None if sm is None else sm.buf, rm.buf, code, exclusive,
+                 timeout)
+        rm.unpack()
+
+    # -- object collectives (the pickle layer: _pickled.pxi) -------------------
+
+    def barrier(self, *, timeout=None):
+        self.Barrier(timeout=timeout)
+
+    def bcast(self, obj=None, root=0, *, timeout=None):
+        """Return root's `obj` on every rank."""
+        return bcast_object(self.live(), obj, root, timeout)
+
+    def allgather(self, obj, *, timeout=None):
+        """List of every rank's `obj`, in rank order."""
+        return allgather_objects(self.live(), obj, timeout, OBJ_ALLGATHER)
+
+    def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
+        """op applied to every rank's `obj` in rank order (AVG: the sum
+        divided by the number of ranks)."""
+        cdef Context ctx = self.live()
+        _check_callable(op)
+        return fold_objects(allgather_objects(ctx, obj, timeout, OBJ_ALLREDUCE),
+                            op)
+
+    def gather(self, obj, root=0, *, timeout=None):
+        """List of every rank's `obj` at root, None elsewhere."""
+        return gather_objects(self.live(), obj, root, timeout, OBJ_GATHER)
+
+    def scatter(self, objs, root=0, *, timeout=None):
+        """objs[i] of root's list (len == size) to rank i."""
+        return scatter_objects(self.live(), objs, root, timeout)
+
+    def alltoall(self, objs, *, timeout=None):
+        """objs[i] to rank i; returns the list of what each rank sent us."""
+        return alltoall_objects(self.live(), objs, timeout)
+
+    def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
+        """op applied to every rank's `obj` in rank order, at root (None
+        elsewhere)."""
+        cdef Context ctx = self.live()
+        _check_callable(op)
+        objs = gather_objects(ctx, obj, root, timeout, OBJ_REDUCE)
+        return None if objs is None else fold_objects(objs, op)
+
+    def scan(self, obj, op=_ops.SUM, *, timeout=None):
+        """op over the objs of ranks 0..rank, in rank order."""
+        cdef Context ctx = self.live()
+        _check_scan_op(op)
+        objs = allgather_objects(ctx, obj, timeout, OBJ_SCAN)
+        return fold_objects(objs[:ctx.rank + 1], op)
+
+    def exscan(self, obj, op=_ops.SUM, *, timeout=None):
+        """op over the objs of ranks 0..rank-1; None on rank 0."""
+        cdef Context ctx = self.live()
+        _check_scan_op(op)
+        objs = allgather_objects(ctx, obj, timeout, OBJ_EXSCAN)
+        return fold_objects(objs[:ctx.rank], op) if ctx.rank else None
+
+    # -- nonblocking collectives ---------------------------------------------------
+
+    def _start(self, method, *args, **kwargs):
+        """Run collective `method` of the shadow communicator on the worker.
+        The first call builds both, locally: the shadow's id is ours with
+        the shadow bit set, so no rank waits for another to start."""
+        if self._shadow is None:
+            self._shadow = Communicator(
+                self._ctx.derive(range(self.size), self._ctx.comm_id | SHADOW),
+                procs=self._procs)
+            self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
+        call = getattr(self._shadow, method)
+        return self._worker.submit(lambda: call(*args, **kwargs),
+                                   _requests.CollectiveRequest())
+
+    def Ibarrier(self):
+        return self._start("Barrier")
+
+    def Ibcast(self, buf, root=0):
+        return self._start("Bcast", buf, root)
+
+    def Iallreduce(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Allreduce", sendbuf, recvbuf, op)
+
+    def Ireduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0):
+        return self._start("Reduce", sendbuf, recvbuf, op, root)
+
+    def Iallgather(self, sendbuf, recvbuf):
+        return self._start("Allgather", sendbuf, recvbuf)
+
+    def Iallgatherv(self, sendbuf, recvbuf):
+        return self._start("Allgatherv", sendbuf, recvbuf)
+
+    def Igather(self, sendbuf, recvbuf, root=0):
+        return self._start("Gather", sendbuf, recvbuf, root)
+
+    def Igatherv(self, sendbuf, recvbuf, root=0):
+        return self._start("Gatherv", sendbuf, recvbuf, root)
+
+    def Iscatter(self, sendbuf, recvbuf, root=0):
+        return self._start("Scatter", sendbuf, recvbuf, root)
+
+    def Iscatterv(self, sendbuf, recvbuf, root=0):
+        return self._start("Scatterv", sendbuf, recvbuf, root)
+
+    def Ialltoall(self, sendbuf, recvbuf):
+        return self._start("Alltoall", sendbuf, recvbuf)
+
+    def Ialltoallv(self, sendbuf, recvbuf):
+        return self._start("Alltoallv", sendbuf, recvbuf)
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM):
+        return self._start("Reduce_scatter", sendbuf, recvbuf, recvcounts, op)
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
+
+    def Iscan(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Scan", sendbuf, recvbuf, op)
+
+    def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Exscan", sendbuf, recvbuf, op)
