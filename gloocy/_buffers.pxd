@@ -30,6 +30,8 @@ cdef class I64:
     cdef Py_ssize_t n
     @staticmethod
     cdef I64 zeros(Py_ssize_t n)
+    @staticmethod
+    cdef I64 filled(Py_ssize_t n, int64_t value)
     cdef int64_t total(self)
     # Offsets of blocks of these sizes laid end to end.
     cdef I64 prefix(self)
@@ -37,7 +39,8 @@ cdef class I64:
 # `size` non-negative ints from `counts`; errors name them as `name what`.
 cdef list _counts(object counts, int size, str name, str what=*)
 # (sizes, offsets) in bytes of `size` blocks inside buffer b (offsets
-# default: end to end), checked to lie inside it.
+# default: end to end), checked to lie inside it. Counts and displacements
+# are sequences of ints or an I64 (the message layer hands those over).
 cdef tuple _layout(object counts, object displs, int size, Buf b, str name)
 # ValueError unless a and b have one dtype (and, _same_layout, one size).
 cdef int _same_dtype(Buf a, Buf b) except -1

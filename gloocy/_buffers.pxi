@@ -218,6 +218,14 @@ cdef class I64:
         z.n = n
         return z
 
+    @staticmethod
+    cdef I64 filled(Py_ssize_t n, int64_t value):
+        cdef I64 z = I64.zeros(n)
+        cdef Py_ssize_t i
+        for i in range(n):
+            z.v[i] = value
+        return z
+
     cdef int64_t total(self):
         cdef int64_t t = 0
         for i in range(self.n):
@@ -250,6 +258,23 @@ cdef list _counts(object counts, int size, str name, str what=""):
     return values
 
 
+cdef I64 _int64s(object counts, int size, str name, str what):
+    """_counts as an I64; an I64 (the message layer's) passes through."""
+    cdef I64 given
+    cdef Py_ssize_t i
+    if type(counts) is not I64:
+        return I64(_counts(counts, size, name, what))
+    given = counts
+    if given.n != size:
+        raise ValueError(f"{_label(name, what)}: expected {size} entries, "
+                         f"got {given.n}")
+    for i in range(size):
+        if given.v[i] < 0:
+            raise ValueError(f"{_label(name, what)}: counts must not be "
+                             "negative")
+    return given
+
+
 cdef str _label(str name, str what):
     return f"{name} {what}" if what else name
 
@@ -257,7 +282,7 @@ cdef str _label(str name, str what):
 cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
     """(sizes, offsets) in bytes of `size` blocks inside buffer b (offsets
     default: end to end), checked to lie inside it."""
-    cdef I64 sizes = I64(_counts(counts, size, name, "counts"))
+    cdef I64 sizes = _int64s(counts, size, name, "counts")
     cdef I64 offs
     cdef int i
     if displs is None:
@@ -265,7 +290,7 @@ cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
         for i in range(1, size):
             offs.v[i] = offs.v[i - 1] + sizes.v[i - 1]
     else:
-        offs = I64(_counts(displs, size, name, "displacements"))
+        offs = _int64s(displs, size, name, "displacements")
     for i in range(size):
         if offs.v[i] > b.nbytes or sizes.v[i] > b.nbytes - offs.v[i]:
             raise ValueError(f"{name}: block {i} ({sizes.v[i]} bytes at "

@@ -43,6 +43,7 @@ cdef class Context:
                    uint64_t count, object timeout) except -1
     cdef void end(self) noexcept
     cdef int check_usable(self) except -1
+    cdef double seconds(self, object timeout) except -1
     cdef int check_stale(self, Coll *c, uint64_t seq) except -1
     cdef int sweep(self, Coll *c) except -1
     cdef int stamp(self, Coll *c, int kind, int op, int dtype, int root,

@@ -193,10 +193,7 @@ cdef class Context:
     cdef int begin(self, Coll *c, int kind, int op, int dtype, int root,
                    uint64_t count, object timeout) except -1:
         """Check we may run, then stamp the call's header and deadline."""
-        self.check_usable()
-        cdef double t = self.timeout if timeout is None else timeout
-        if not t > 0:
-            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        cdef double t = self.seconds(timeout)
         if not self.links.try_enter():      # free almost always: keep the GIL
             with nogil:
                 self.links.enter()
@@ -206,6 +203,15 @@ cdef class Context:
             self.links.leave()
             raise
         return 0
+
+    cdef double seconds(self, object timeout) except -1:
+        """The deadline of a call, in seconds from now, once the context is
+        known to be usable."""
+        self.check_usable()
+        cdef double t = self.timeout if timeout is None else timeout
+        if not t > 0:
+            raise ValueError(f"timeout must be positive, got {timeout!r}")
+        return t
 
     cdef void end(self) noexcept:
         self.links.leave()

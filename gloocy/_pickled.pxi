@@ -158,15 +158,17 @@ cdef object gather_objects(Context ctx, obj, int root, timeout, int which):
 cdef object _gather_objects(Context ctx, obj, int root, timeout):
     """Every rank's `obj` in rank order at root; None elsewhere."""
     cdef int size = ctx.size
-    cdef bint at_root = ctx.rank == root
-    data = _dumps(obj)
-    sizes = bytearray(INT64 * size) if at_root else None
-    ctx.gatherv(len(data).to_bytes(INT64, "little"), sizes, [INT64] * size,
-                None, root, timeout)
-    counts = _int64s(sizes) if at_root else None
-    out = bytearray(sum(counts)) if at_root else None
-    ctx.gatherv(data, out, counts, None, root, timeout)
-    return _loads_all(out, counts) if at_root else None
+    cdef bytes data = _dumps(obj)
+    cdef bytearray lengths = bytearray(INT64 * size) if ctx.rank == root else None
+    ctx.gatherv(_length(data), lengths, I64.filled(size, INT64), None, root,
+                timeout, None)
+    if lengths is None:
+        ctx.gatherv(data, None, None, None, root, timeout, None)
+        return None
+    cdef I64 counts = _lengths(lengths, size)
+    cdef bytearray out = bytearray(counts.total())
+    ctx.gatherv(data, out, counts, None, root, timeout, None)
+    return _loads_all(out, counts)
 
 
 cdef object scatter_objects(Context ctx, objs, int root, timeout):
@@ -179,21 +181,26 @@ cdef object scatter_objects(Context ctx, objs, int root, timeout):
 
 cdef object _scatter_objects(Context ctx, objs, int root, timeout):
     """objs[i] of root's sequence (one per rank) to rank i."""
-    cdef int size = ctx.size
-    sizes = data = counts = None
+    cdef int size = ctx.size, i
+    cdef bytearray lengths = None
+    cdef I64 counts = None
+    data = None
     if ctx.rank == root:
         objs = list(objs)
         if len(objs) != size:
             raise ValueError(f"objs: expected {size} items at the root, "
                              f"got {len(objs)}")
         parts = [_dumps(o) for o in objs]
-        counts = [len(part) for part in parts]
+        counts = I64.zeros(size)
+        for i in range(size):
+            counts.v[i] = len(parts[i])
+        lengths = _raw(counts)
         data = b"".join(parts)
-        sizes = b"".join([n.to_bytes(INT64, "little") for n in counts])
-    mine = bytearray(INT64)
-    ctx.scatterv(sizes, mine, [INT64] * size, None, root, timeout)
-    out = bytearray(int.from_bytes(mine, "little"))
-    ctx.scatterv(data, out, counts, None, root, timeout)
+    cdef bytearray mine = bytearray(INT64)
+    ctx.scatterv(lengths, mine, I64.filled(size, INT64), None, root, timeout,
+                 None)
+    out = bytearray(_read64(mine, 0))
+    ctx.scatterv(data, out, counts, None, root, timeout, None)
     return pickle.loads(out)
 
 
@@ -207,31 +214,50 @@ cdef list alltoall_objects(Context ctx, objs, timeout):
 
 cdef list _alltoall_objects(Context ctx, objs, timeout):
     """objs[i] to rank i; what each rank sent us, in rank order."""
-    cdef int size = ctx.size
+    cdef int size = ctx.size, i
     objs = list(objs)
     if len(objs) != size:
         raise ValueError(f"objs: expected {size} items, got {len(objs)}")
     parts = [_dumps(o) for o in objs]
-    ssizes = [len(part) for part in parts]
-    rsizes = bytearray(INT64 * size)
-    ctx.alltoallv(b"".join([n.to_bytes(INT64, "little") for n in ssizes]),
-                  [INT64] * size, None, rsizes, [INT64] * size, None, timeout)
-    counts = _int64s(rsizes)
-    out = bytearray(sum(counts))
-    ctx.alltoallv(b"".join(parts), ssizes, None, out, counts, None, timeout)
+    cdef I64 sent = I64.zeros(size), eight = I64.filled(size, INT64)
+    for i in range(size):
+        sent.v[i] = len(parts[i])
+    cdef bytearray lengths = bytearray(INT64 * size)
+    ctx.alltoallv(_raw(sent), eight, None, lengths, eight, None, timeout, None)
+    cdef I64 counts = _lengths(lengths, size)
+    cdef bytearray out = bytearray(counts.total())
+    ctx.alltoallv(b"".join(parts), sent, None, out, counts, None, timeout, None)
     return _loads_all(out, counts)
 
 
-cdef list _int64s(data):
-    return [int.from_bytes(data[i:i + INT64], "little")
-            for i in range(0, len(data), INT64)]
+cdef bytearray _length(bytes data):
+    """len(data) as the 8 bytes an exchange of lengths carries."""
+    cdef bytearray out = bytearray(INT64)
+    _write64(out, 0, len(data))
+    return out
 
 
-cdef list _loads_all(data, counts):
-    view, objs, at = memoryview(data), [], 0
-    for n in counts:
-        objs.append(pickle.loads(view[at:at + n]))
-        at += n
+cdef bytearray _raw(I64 values):
+    """The bytes of `values` (to send them)."""
+    cdef bytearray out = bytearray(values.n * INT64)
+    memcpy(<char *>out, values.v, values.n * INT64)
+    return out
+
+
+cdef I64 _lengths(bytearray data, int size):
+    """The `size` lengths an exchange of lengths brought."""
+    cdef I64 out = I64.zeros(size)
+    memcpy(out.v, <char *>data, size * INT64)
+    return out
+
+
+cdef list _loads_all(bytearray data, I64 counts):
+    cdef list objs = []
+    cdef int64_t at = 0, i
+    view = memoryview(data)
+    for i in range(counts.n):
+        objs.append(pickle.loads(view[at:at + counts.v[i]]))
+        at += counts.v[i]
     return objs
 
 

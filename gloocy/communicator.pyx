@@ -10,13 +10,14 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport Context
+from gloocy._core cimport Context, I64
 from gloocy._msg cimport Message, message, vector_message
 
 import os
 import pickle
 import sys
 import zlib
+from array import array
 
 import numpy as np
 
@@ -54,12 +55,12 @@ def _proc_null(status):
     return True
 
 
-cdef list _blocks(m, int size, str name):
+cdef I64 _blocks(Message m, int size, str name):
     """Byte sizes of `size` equal blocks filling message m (end to end)."""
     if m.count % size:
         raise ArgumentError(f"{name}: {m.count} items do not split into "
                             f"{size} equal blocks", ERR_COUNT)
-    return [m.nbytes // size] * size
+    return I64.filled(size, m.buf.nbytes // size)
 
 
 include "_comm_base.pxi"
