@@ -14,7 +14,7 @@ import time
 
 import gloocy as _gloocy
 from gloocy import _core, errors as _errors, ops as _ops
-from gloocy.communicator import COMM_NULL, Communicator
+from gloocy.communicator import COMM_NULL, Comm, Intracomm
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM, COMM_TYPE_SHARED,
                               IN_PLACE, KEYVAL_INVALID, PROC_NULL, TAG_UB)
 from gloocy.status import Status
@@ -35,14 +35,9 @@ globals().update({k: v for k, v in vars(_errors).items()
                   if k == "SUCCESS" or k.startswith("ERR_")})
 
 MPIException = Exception
-Comm = Communicator
 
 
-class Intracomm(Communicator):
-    """What COMM_WORLD, COMM_SELF and the communicators made from them are."""
-
-
-class Intercomm(Communicator):
+class Intercomm(Comm):
     """Intercommunicators are not supported: only the null one exists (its
     methods raise ERR_COMM, as on any null communicator)."""
 

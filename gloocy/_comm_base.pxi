@@ -1,7 +1,7 @@
 # The state every communicator has, its identity, attributes and
-# lifetime: the root of the Communicator's classes (one file per role:
-# this, _comm_p2p.pxi, _comm_collectives.pxi, then communicator.pyx,
-# which makes new communicators).
+# lifetime: the root of the communicator classes, one file per role: this,
+# _comm_p2p.pxi, _comm_collectives.pxi, then communicator.pyx (Comm: new
+# communicators; Intracomm: what only one group has, the scans).
 
 
 cdef class _CommBase:

@@ -213,28 +213,6 @@ cdef class _Collectives(_PointToPoint):
             _core.divide(r.data[:counts[ctx.rank] * items], ctx.size)
         r.unpack()
 
-    def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
-        """recvbuf on rank r = op over the sendbufs of ranks 0..r."""
-        self._scan(sendbuf, recvbuf, op, False, timeout)
-
-    def Exscan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
-        """recvbuf on rank r > 0 = op over ranks 0..r-1 (rank 0: untouched)."""
-        self._scan(sendbuf, recvbuf, op, True, timeout)
-
-    def _scan(self, sendbuf, recvbuf, op, exclusive, timeout):
-        cdef Context ctx = self.live()
-        cdef int code = _op_code(op)
-        if op is AVG:
-            raise TypeError("op: AVG is not defined for scans")
-        if code == OP_USER:
-            _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
-            return
-        cdef Message rm = message(recvbuf, "recvbuf")
-        cdef Message sm = message(sendbuf, "sendbuf", True, True)
-        ctx.scan(None if sm is None else sm.buf, rm.buf, code, exclusive,
-                 timeout)
-        rm.unpack()
-
     # -- object collectives (the pickle layer: _pickled.pxi) -------------------
 
     def barrier(self, *, timeout=None):
@@ -276,20 +254,6 @@ cdef class _Collectives(_PointToPoint):
         objs = gather_objects(ctx, obj, root, timeout, OBJ_REDUCE)
         return None if objs is None else fold_objects(objs, op)
 
-    def scan(self, obj, op=_ops.SUM, *, timeout=None):
-        """op over the objs of ranks 0..rank, in rank order."""
-        cdef Context ctx = self.live()
-        _check_scan_op(op)
-        objs = allgather_objects(ctx, obj, timeout, OBJ_SCAN)
-        return fold_objects(objs[:ctx.rank + 1], op)
-
-    def exscan(self, obj, op=_ops.SUM, *, timeout=None):
-        """op over the objs of ranks 0..rank-1; None on rank 0."""
-        cdef Context ctx = self.live()
-        _check_scan_op(op)
-        objs = allgather_objects(ctx, obj, timeout, OBJ_EXSCAN)
-        return fold_objects(objs[:ctx.rank], op) if ctx.rank else None
-
     # -- nonblocking collectives ---------------------------------------------------
 
     def _start(self, method, *args, **kwargs):
@@ -297,7 +261,7 @@ cdef class _Collectives(_PointToPoint):
         The first call builds both, locally: the shadow's id is ours with
         the shadow bit set, so no rank waits for another to start."""
         if self._shadow is None:
-            self._shadow = Communicator(
+            self._shadow = Intracomm(
                 self._ctx.derive(range(self.size), self._ctx.comm_id | SHADOW),
                 procs=self._procs)
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
@@ -346,9 +310,3 @@ cdef class _Collectives(_PointToPoint):
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
         return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
-
-    def Iscan(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Scan", sendbuf, recvbuf, op)
-
-    def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Exscan", sendbuf, recvbuf, op)

@@ -34,7 +34,7 @@ from gloocy.info import Info
 from gloocy.status import Status
 from gloocy.transport.shm import host_identity
 
-__all__ = ["Communicator", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
+__all__ = ["Communicator", "Comm", "Intracomm", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
 
 cdef int MAX_CODE = _ops.MAX.code
@@ -68,13 +68,9 @@ include "_comm_p2p.pxi"
 include "_comm_collectives.pxi"
 
 
-cdef class Communicator(_Collectives):
-    """A group of ranks that run collectives together.
-
-    Every rank must call the same collectives in the same order. Each call
-    takes a keyword-only ``timeout`` (seconds); the default is the
-    communicator's ``timeout``.
-    """
+cdef class Comm(_Collectives):
+    """Any communicator (mpi4py's Comm): point-to-point, collectives, and
+    new communicators made from it."""
 
     # -- new communicators -----------------------------------------------------
 
@@ -127,6 +123,65 @@ cdef class Communicator(_Collectives):
                           procs=[self._procs[m] for m in members])
 
 
+cdef class Intracomm(Comm):
+    """A group of ranks that run collectives together (gloocy.Communicator;
+    mpi4py's Intracomm): what COMM_WORLD, COMM_SELF and the communicators
+    made from them are.
+
+    Every rank must call the same collectives in the same order. Each call
+    takes a keyword-only ``timeout`` (seconds); the default is the
+    communicator's ``timeout``.
+    """
+
+    # -- scans (only within one group) -------------------------------------------
+
+    def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+        """recvbuf on rank r = op over the sendbufs of ranks 0..r."""
+        self._scan(sendbuf, recvbuf, op, False, timeout)
+
+    def Exscan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+        """recvbuf on rank r > 0 = op over ranks 0..r-1 (rank 0: untouched)."""
+        self._scan(sendbuf, recvbuf, op, True, timeout)
+
+    def _scan(self, sendbuf, recvbuf, op, exclusive, timeout):
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if op is AVG:
+            raise TypeError("op: AVG is not defined for scans")
+        if code == OP_USER:
+            _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
+            return
+        cdef Message rm = message(recvbuf, "recvbuf")
+        cdef Message sm = message(sendbuf, "sendbuf", True, True)
+        ctx.scan(None if sm is None else sm.buf, rm.buf, code, exclusive,
+                 timeout)
+        rm.unpack()
+
+    def scan(self, obj, op=_ops.SUM, *, timeout=None):
+        """op over the objs of ranks 0..rank, in rank order."""
+        cdef Context ctx = self.live()
+        _check_scan_op(op)
+        objs = allgather_objects(ctx, obj, timeout, OBJ_SCAN)
+        return fold_objects(objs[:ctx.rank + 1], op)
+
+    def exscan(self, obj, op=_ops.SUM, *, timeout=None):
+        """op over the objs of ranks 0..rank-1; None on rank 0."""
+        cdef Context ctx = self.live()
+        _check_scan_op(op)
+        objs = allgather_objects(ctx, obj, timeout, OBJ_EXSCAN)
+        return fold_objects(objs[:ctx.rank], op) if ctx.rank else None
+
+    def Iscan(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Scan", sendbuf, recvbuf, op)
+
+    def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
+        return self._start("Exscan", sendbuf, recvbuf, op)
+
+
+# gloocy's own name for it: a communicator of one group of ranks.
+Communicator = Intracomm
+
+
 class _NullContext:
     """What a freed communicator (and COMM_NULL) runs on: nothing."""
 
@@ -138,5 +193,5 @@ class _NullContext:
 
 
 _NULL_CONTEXT = _NullContext()
-COMM_NULL = Communicator(name="MPI_COMM_NULL")
+COMM_NULL = Comm(name="MPI_COMM_NULL")
 COMM_NULL._predefined = True
