@@ -91,13 +91,21 @@ class Session:
 
 
 class Win:
-    """One-sided communication is not supported."""
+    """One-sided communication is not supported: only the null window
+    exists (WIN_NULL)."""
 
     @classmethod
     def Create(cls, *args, **kwargs):
         raise NotImplementedError("gloocy has no one-sided communication")
 
     Allocate = Allocate_shared = Create_dynamic = Create
+    Create_keyval = Create
+
+    def __bool__(self):
+        return False
+
+
+WIN_NULL = Win()
 
 
 class _Pickle:

@@ -17,15 +17,19 @@ cdef class _CommBase:
     cdef public object _info
     cdef public object _shadow    # Dup running the nonblocking collectives
     cdef public object _worker
+    cdef public object _attrs     # Attributes (keyvals), made when first needed
     cdef dict __dict__            # users may hang attributes on a communicator
 
     def __init__(self, context=None, *, procs=None, name=""):
         """A communicator running on a core Context; with another
         Communicator, a second handle on it (equal to it); with nothing,
         a null one (equal to COMM_NULL)."""
+        cdef _CommBase other
         if isinstance(context, _CommBase):
-            procs, name = context._procs, context._name
-            context = context._ctx
+            other = context
+            procs, name = other._procs, other._name
+            self._attrs = other.attributes()      # shared, as the handle is
+            context = other._ctx
         elif context is None:
             context, procs = _NULL_CONTEXT, ()
             name = name or "MPI_COMM_NULL"
@@ -39,6 +43,11 @@ cdef class _CommBase:
         self._info = None
         self._shadow = None
         self._worker = None
+
+    cdef attributes(self):
+        if self._attrs is None:
+            self._attrs = Attributes()
+        return self._attrs
 
     cdef _bind(self, context):
         self._ctx = context
@@ -120,12 +129,37 @@ cdef class _CommBase:
 
     topology = property(Get_topology)
 
+    # -- attributes (see gloocy.attributes) ---------------------------------
+
+    @classmethod
+    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython=False):
+        """A key for Set_attr: `copy_fn` says what a Dup gets, `delete_fn`
+        sees values go."""
+        return create_keyval(copy_fn, delete_fn, nopython)
+
+    @classmethod
+    def Free_keyval(cls, keyval):
+        return free_keyval(keyval)
+
     def Get_attr(self, keyval):
-        """TAG_UB: the largest tag; other MPI attributes: None."""
+        """The value under `keyval`, None if none. MPI's own keyvals:
+        TAG_UB, the largest tag; the others have no value here."""
         self._ctx.rank                      # COMM_NULL raises here
         if keyval == KEYVAL_INVALID:
             raise ArgumentError("keyval: KEYVAL_INVALID", ERR_KEYVAL)
-        return 2**31 - 1 if keyval == TAG_UB else None
+        if keyval == TAG_UB:
+            return 2**31 - 1
+        if keyval >= MPI_KEYVALS:           # MPI's others (HOST, IO...)
+            return None
+        return self.attributes().get(keyval)
+
+    def Set_attr(self, keyval, attrval):
+        self._ctx.rank                      # COMM_NULL raises here
+        self.attributes().set(self, keyval, attrval)
+
+    def Delete_attr(self, keyval):
+        self._ctx.rank                      # COMM_NULL raises here
+        self.attributes().delete(self, keyval)
 
     def Get_info(self):
         return self._info if self._info is not None else Info()
@@ -170,6 +204,8 @@ cdef class _CommBase:
         if self._predefined:
             raise ArgumentError(f"cannot free {self._name or 'a predefined communicator'}",
                                 ERR_COMM)
+        if self._attrs is not None:
+            self._attrs.clear(self)
         self._close()
 
     def _close(self):

@@ -30,6 +30,7 @@ from gloocy.constants import UNDEFINED
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
+from gloocy.attributes import Attributes, MPI_KEYVALS, create_keyval, free_keyval
 from gloocy.info import Info
 from gloocy.status import Status
 from gloocy.transport.shm import host_identity
@@ -78,7 +79,14 @@ cdef class Comm(_Collectives):
         """A communicator of the same ranks, over the same connections (its
         messages never mix with ours). Collective."""
         cdef Context ctx = self.live()
-        return self._derived(range(ctx.size), _new_id(ctx, timeout))
+        dup = self._derived(range(ctx.size), _new_id(ctx, timeout))
+        if self._attrs is not None and self._attrs.values:
+            try:
+                dup._attrs = self._attrs.copy(self)   # the keys' copy_fns
+            except BaseException:
+                dup.Free()
+                raise
+        return dup
 
     Clone = Dup
 
