@@ -180,14 +180,28 @@ cdef class _CommBase:
     Idup = Idup_with_info = Attach_buffer = Detach_buffer = _mpi4
     Flush_buffer = Iflush_buffer = _mpi4
 
+    # -- error handlers (see gloocy.errhandler) ------------------------------
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn):
+        """An error handler running ``errhandler_fn(comm, errorcode)``."""
+        return _errhandlers.create(errhandler_fn)
+
     def Set_errhandler(self, errhandler):
-        """Accepted for mpi4py code; errors are always exceptions here."""
+        """What Call_errhandler runs; gloocy's calls raise their errors as
+        exceptions whatever the handler."""
         self._ctx.rank                      # COMM_NULL raises here
-        self._errhandler = errhandler
+        self._errhandler = _errhandlers.checked(errhandler)
 
     def Get_errhandler(self):
+        """A new handle on this communicator's error handler."""
         self._ctx.rank                      # COMM_NULL raises here
-        return self._errhandler
+        return _errhandlers.Errhandler(self._errhandler or ERRORS_RETURN)
+
+    def Call_errhandler(self, errorcode):
+        """Run this communicator's error handler on `errorcode`."""
+        self._ctx.rank                      # COMM_NULL raises here
+        _errhandlers.call(self._errhandler or ERRORS_RETURN, self, errorcode)
 
     def Abort(self, errorcode=0):
         """End the whole job now (the launcher stops the other ranks)."""

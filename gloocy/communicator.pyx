@@ -32,6 +32,8 @@ from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
 from gloocy.groups import Group, IDENT, CONGRUENT
 from gloocy.attributes import Attributes, MPI_KEYVALS, create_keyval, free_keyval
 from gloocy.info import Info
+from gloocy import errhandler as _errhandlers
+from gloocy.errhandler import ERRORS_RETURN
 from gloocy.status import Status
 from gloocy.transport.shm import host_identity
 
