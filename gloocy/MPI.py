@@ -136,12 +136,10 @@ pickle = _Pickle()
 
 COMM_WORLD = Intracomm(_gloocy.init())     # a second handle, as an Intracomm
 _gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
-COMM_WORLD._predefined = True
-COMM_WORLD.Set_name("MPI_COMM_WORLD")
+COMM_WORLD._predefine("COMM_WORLD")
 COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
-COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank],
-                      name="MPI_COMM_SELF")
-COMM_SELF._predefined = True
+COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank])
+COMM_SELF._predefine("COMM_SELF")
 COMM_SELF._errhandler = ERRORS_RETURN
 
 _state = {"finalized": False}

@@ -3,6 +3,9 @@
 # _comm_p2p.pxi, _comm_collectives.pxi, then communicator.pyx (Comm: new
 # communicators; Intracomm: what only one group has, the scans).
 
+# COMM_WORLD, COMM_SELF, COMM_NULL by name (see _predefine)
+cdef dict PREDEFINED = {}
+
 
 cdef class _CommBase:
     """What every communicator is: a core Context (or the null one), its
@@ -162,10 +165,17 @@ cdef class _CommBase:
         self.attributes().delete(self, keyval)
 
     def Get_info(self):
-        return self._info if self._info is not None else Info()
+        """A new Info holding this communicator's hints (the caller frees
+        it)."""
+        self._ctx.rank                      # COMM_NULL raises here
+        return Info() if self._info is None else self._info.Dup()
 
     def Set_info(self, info):
-        self._info = info
+        """Keep a copy of `info`'s hints (INFO_NULL: none)."""
+        self._ctx.rank                      # COMM_NULL raises here
+        if not isinstance(info, Info):
+            raise TypeError(f"info: expected an Info, got {info!r}")
+        self._info = info.Dup() if info else None
 
     info = property(Get_info, Set_info)
 
@@ -252,14 +262,22 @@ cdef class _CommBase:
     def __bool__(self):
         return self._ctx is not _NULL_CONTEXT
 
+    def _predefine(self, str name):
+        """Make this COMM_WORLD, COMM_SELF or COMM_NULL (`name` without
+        MPI_): never freed, pickled by name."""
+        self._predefined = True
+        self._name = "MPI_" + name
+        PREDEFINED[name] = self
+
     def __reduce__(self):
-        """COMM_WORLD, COMM_SELF and COMM_NULL unpickle as themselves; other
-        communicators cannot travel."""
-        name = {"MPI_COMM_WORLD": "COMM_WORLD", "MPI_COMM_SELF": "COMM_SELF",
-                "MPI_COMM_NULL": "COMM_NULL"}.get(self._name)
-        if not self._predefined or name is None:
+        """COMM_WORLD, COMM_SELF and COMM_NULL unpickle as themselves, other
+        handles on them as such handles; other communicators cannot
+        travel."""
+        name = self._name[4:] if self._name.startswith("MPI_") else None
+        predefined = PREDEFINED.get(name)
+        if predefined is None or self._ctx is not predefined._ctx:
             raise ValueError(f"cannot pickle {self!r}")
-        return name
+        return name if self is predefined else (type(self), (predefined,))
 
     def __eq__(self, other):
         if not isinstance(other, _CommBase):

@@ -143,6 +143,23 @@ cdef class Intracomm(Comm):
     communicator's ``timeout``.
     """
 
+    @classmethod
+    def Create_from_group(cls, group, stringtag="org.mpi4py", info=None,
+                          errhandler=None, *, timeout=None):
+        """A communicator of `group`'s processes, collective over them only
+        (MPI-4); `stringtag` keeps concurrent calls apart."""
+        world = PREDEFINED.get("COMM_WORLD")
+        if world is None:
+            raise NotImplementedError("Create_from_group needs gloocy.MPI's "
+                                      "COMM_WORLD (import gloocy.MPI)")
+        if not isinstance(stringtag, str):
+            raise TypeError(f"stringtag: expected a str, got {stringtag!r}")
+        comm = world.Create_group(group, zlib.crc32(stringtag.encode()),
+                                  timeout=timeout)
+        if comm and errhandler is not None:
+            comm.Set_errhandler(errhandler)
+        return comm
+
     # -- scans (only within one group) -------------------------------------------
 
     def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
@@ -203,5 +220,5 @@ class _NullContext:
 
 
 _NULL_CONTEXT = _NullContext()
-COMM_NULL = Comm(name="MPI_COMM_NULL")
-COMM_NULL._predefined = True
+COMM_NULL = Comm()
+COMM_NULL._predefine("COMM_NULL")
