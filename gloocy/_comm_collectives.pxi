@@ -310,3 +310,57 @@ cdef class _Collectives(_PointToPoint):
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
         return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
+
+    # -- persistent collectives (MPI-4): each Start() runs the nonblocking
+    # form again, on the buffers' contents of that moment; `info` is
+    # accepted and ignored --------------------------------------------------
+
+    def _persistent(self, str method, *args):
+        self.live()
+        started = getattr(self, method)
+        return _requests.Prequest(lambda: started(*args))
+
+    def Barrier_init(self, info=None):
+        return self._persistent("Ibarrier")
+
+    def Bcast_init(self, buf, root=0, info=None):
+        return self._persistent("Ibcast", buf, root)
+
+    def Reduce_init(self, sendbuf, recvbuf, op=_ops.SUM, root=0, info=None):
+        return self._persistent("Ireduce", sendbuf, recvbuf, op, root)
+
+    def Allreduce_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
+        return self._persistent("Iallreduce", sendbuf, recvbuf, op)
+
+    def Gather_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Igather", sendbuf, recvbuf, root)
+
+    def Gatherv_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Igatherv", sendbuf, recvbuf, root)
+
+    def Scatter_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Iscatter", sendbuf, recvbuf, root)
+
+    def Scatterv_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Iscatterv", sendbuf, recvbuf, root)
+
+    def Allgather_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Iallgather", sendbuf, recvbuf)
+
+    def Allgatherv_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Iallgatherv", sendbuf, recvbuf)
+
+    def Alltoall_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Ialltoall", sendbuf, recvbuf)
+
+    def Alltoallv_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Ialltoallv", sendbuf, recvbuf)
+
+    def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None,
+                            op=_ops.SUM, info=None):
+        return self._persistent("Ireduce_scatter", sendbuf, recvbuf,
+                                recvcounts, op)
+
+    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=_ops.SUM,
+                                  info=None):
+        return self._persistent("Ireduce_scatter_block", sendbuf, recvbuf, op)

@@ -204,6 +204,12 @@ cdef class Intracomm(Comm):
     def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
         return self._start("Exscan", sendbuf, recvbuf, op)
 
+    def Scan_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
+        return self._persistent("Iscan", sendbuf, recvbuf, op)
+
+    def Exscan_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
+        return self._persistent("Iexscan", sendbuf, recvbuf, op)
+
 
 # gloocy's own name for it: a communicator of one group of ranks.
 Communicator = Intracomm
