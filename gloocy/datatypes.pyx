@@ -164,13 +164,14 @@ cdef class Datatype:
     Python subclasses work everywhere a Datatype does.
     """
 
-    def __init__(self, datatype=None):
+    def __cinit__(self, datatype=None):
+        # in __cinit__ (not __init__): a subclass's __new__ calling
+        # Datatype.__new__(cls, t) gets t's handle, as in mpi4py
         if datatype is None:
-            self._h = None
-        elif isinstance(datatype, Datatype):
-            self._h = (<Datatype>datatype)._h
-        else:
+            return
+        if not isinstance(datatype, Datatype):
             raise TypeError(f"expected a Datatype, got {datatype!r}")
+        self._h = (<Datatype>datatype)._h
 
     @classmethod
     def _wrap(cls, Typemap handle):

@@ -29,18 +29,24 @@ cdef class Op:
     function (see `Op.Create`, `Op.create` and `Op.from_c`). Fields:
     ops.pxd. Python subclasses work everywhere an Op does."""
 
+    def __cinit__(self, name=None, *args, **kwargs):
+        # Op.__new__(cls, op) copies op (a subclass's __new__ may call it
+        # so, as in mpi4py); __init__ does the rest
+        if isinstance(name, Op):
+            self._copy(name)
+
+    cdef _copy(self, Op other):
+        self.name, self.code, self.commute = (other.name, other.code,
+                                              other.commute)
+        self._combine, self._fold = other._combine, other._fold
+        self.c_function, self.c_context = other.c_function, other.c_context
+        self.predefined = other.predefined   # as mpi4py: Op(SUM) too
+
     def __init__(self, name=None, combine=None, *, code=None, commute=True,
                  fold=None, c_function=0, c_context=0, predefined=False):
         """Op(): a null op (== OP_NULL); Op(op): a copy of op."""
-        cdef Op other
         if name is None or isinstance(name, Op):
-            other = OP_NULL if name is None else name
-            self.name, self.code, self.commute = (other.name, other.code,
-                                                  other.commute)
-            self._combine, self._fold = other._combine, other._fold
-            self.c_function, self.c_context = (other.c_function,
-                                               other.c_context)
-            self.predefined = other.predefined   # as mpi4py: Op(SUM) too
+            self._copy(OP_NULL if name is None else name)
             return
         self.name = name
         self.code = OP_CODES[name] if code is None else code
