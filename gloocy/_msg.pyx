@@ -91,13 +91,14 @@ cdef inline bint _is_spec_list(object spec):
     return type(spec) is list or type(spec) is tuple
 
 
+@cython.cdivision(True)     # by extents > 0 and block counts > 0 only
 cdef Message message(object spec, str name, bint readonly=False,
                      bint allow_in_place=False, int64_t blocks=1):
     cdef Message m
     cdef Buf b
     cdef Typemap dense
     cdef Py_ssize_t n
-    cdef int64_t count, displ, extent
+    cdef int64_t count, displ, extent, items
     if spec is None or spec is IN_PLACE:
         if allow_in_place:
             return None
@@ -138,16 +139,17 @@ cdef Message message(object spec, str name, bint readonly=False,
         b = get_buffer(spec[0], name, not readonly)
     except Exception:
         return _slow(spec, name, readonly, allow_in_place, blocks)
-    if count < 0:                       # the buffer's whole items
-        if b.nbytes % extent:
+    items = b.nbytes // extent          # whole items in the buffer
+    if count < 0:                       # all of them
+        if items * extent != b.nbytes:
             return _slow(spec, name, readonly, allow_in_place, blocks)
-        count = b.nbytes // extent
-    elif count > b.nbytes // extent // blocks:
-        return _slow(spec, name, readonly, allow_in_place, blocks)
-    else:
+        count = items
+    elif blocks != 1:
+        if blocks < 1 or count > items // blocks:
+            return _slow(spec, name, readonly, allow_in_place, blocks)
         count *= blocks
     # in the buffer (compared without overflow), else bufspec says why
-    if displ > b.nbytes // extent or count > b.nbytes // extent - displ:
+    if displ > items or count > items - displ:
         return _slow(spec, name, readonly, allow_in_place, blocks)
     b.ptr += displ * extent
     b.nbytes = count * extent
