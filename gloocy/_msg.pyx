@@ -136,7 +136,7 @@ cdef Message message(object spec, str name, bint readonly=False,
     if count < -1 or displ < 0 or (n > 2 and count < 0):
         return _slow(spec, name, readonly, allow_in_place, blocks)
     try:
-        b = get_buffer(spec[0], name, not readonly)
+        b = get_buffer(spec[0], name, not readonly, True)
     except Exception:
         return _slow(spec, name, readonly, allow_in_place, blocks)
     items = b.nbytes // extent          # whole items in the buffer
@@ -222,7 +222,7 @@ cdef Message vector_message(object spec, int size, str name,
         if displs is None:
             return _slow_vector(spec, size, name, readonly)
     try:
-        b = get_buffer(spec[0], name, not readonly)
+        b = get_buffer(spec[0], name, not readonly, dense is not None)
     except Exception:
         return _slow_vector(spec, size, name, readonly)
     if dense is None:
