@@ -242,3 +242,30 @@ def test_freed_datatype_is_refused(GM):
     t.Free()
     with pytest.raises(ValueError):
         GM.COMM_SELF.Allreduce(GM.IN_PLACE, [a, t])
+
+
+# -- a datatype in the spec overrides the buffer's own format ------------------
+
+def _reinterpreted(M):
+    """int32 memory holding float bit patterns, reduced as FLOAT (one rank:
+    the bytes are copied); then a pair of different datatypes."""
+    a = np.arange(1.0, 5.0, dtype=np.float32).view(np.int32)
+    b = np.zeros(4, np.int32)
+    M.COMM_SELF.Allreduce([a, M.FLOAT], [b, 4, M.FLOAT], op=M.SUM)
+    c = np.zeros(2, np.float64)
+    M.COMM_SELF.Allreduce([np.ones(4, np.float32), M.FLOAT], [c, "f"])
+    try:
+        M.COMM_SELF.Allreduce([a, M.FLOAT], [b, M.INT])
+    except ValueError as e:
+        error = type(e).__name__
+    return b.view(np.float32).tolist(), c.view(np.float32).tolist(), error
+
+
+def test_spec_datatype_overrides_the_buffer_format_like_mpi4py(GM):
+    assert _reinterpreted(GM) == _reinterpreted(MPI)
+
+
+def test_datatypes_differ_names_them(GM):
+    a = np.zeros(4, np.float32)
+    with pytest.raises(ValueError, match="'float32'.*'int32'"):
+        GM.COMM_SELF.Allreduce([a, GM.FLOAT], [np.zeros(4, np.float32), GM.INT])
