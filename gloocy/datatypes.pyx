@@ -623,22 +623,25 @@ def _named(table):
 
 
 _typedict_c = _named({
-    "?": "C_BOOL", "b": "SIGNED_CHAR", "h": "SHORT", "i": "INT", "l": "LONG",
-    "q": "LONG_LONG", "B": "UNSIGNED_CHAR", "H": "UNSIGNED_SHORT", "I": "UNSIGNED",
-    "L": "UNSIGNED_LONG", "Q": "UNSIGNED_LONG_LONG", "f": "FLOAT", "d": "DOUBLE",
+    "?": "C_BOOL", "b": "SIGNED_CHAR", "h": "SHORT", "i": "INT",
+    "l": "LONG", "q": "LONG_LONG", "B": "UNSIGNED_CHAR",
+    "H": "UNSIGNED_SHORT", "I": "UNSIGNED", "L": "UNSIGNED_LONG",
+    "Q": "UNSIGNED_LONG_LONG", "f": "FLOAT", "d": "DOUBLE",
     "g": "LONG_DOUBLE", "F": "C_FLOAT_COMPLEX", "D": "C_DOUBLE_COMPLEX",
-    "G": "C_LONG_DOUBLE_COMPLEX", "b1": "C_BOOL", "i1": "INT8_T", "i2": "INT16_T",
-    "i4": "INT32_T", "i8": "INT64_T", "u1": "UINT8_T", "u2": "UINT16_T",
-    "u4": "UINT32_T", "u8": "UINT64_T", "f2": "FLOAT16_T", "f4": "FLOAT",
-    "c8": "C_FLOAT_COMPLEX", "f8": "DOUBLE", "c16": "C_DOUBLE_COMPLEX",
-    "f16": "LONG_DOUBLE", "c32": "C_LONG_DOUBLE_COMPLEX",
+    "G": "C_LONG_DOUBLE_COMPLEX", "b1": "C_BOOL", "i1": "INT8_T",
+    "i2": "INT16_T", "i4": "INT32_T", "i8": "INT64_T", "u1": "UINT8_T",
+    "u2": "UINT16_T", "u4": "UINT32_T", "u8": "UINT64_T",
+    "f2": "FLOAT16_T", "f4": "FLOAT", "c8": "C_FLOAT_COMPLEX",
+    "f8": "DOUBLE", "c16": "C_DOUBLE_COMPLEX", "f16": "LONG_DOUBLE",
+    "c32": "C_LONG_DOUBLE_COMPLEX",
 })
 
 _typedict_f = _named({
-    "l": "LOGICAL", "i": "INTEGER", "r": "REAL", "s": "REAL", "d": "DOUBLE_PRECISION",
-    "c": "COMPLEX", "z": "DOUBLE_COMPLEX", "i1": "INTEGER1", "i2": "INTEGER2",
-    "i4": "INTEGER4", "i8": "INTEGER8", "r4": "REAL4", "r8": "REAL8", "r16": "REAL16",
-    "c8": "COMPLEX8", "c16": "COMPLEX16", "c32": "COMPLEX32",
+    "l": "LOGICAL", "i": "INTEGER", "r": "REAL", "s": "REAL",
+    "d": "DOUBLE_PRECISION", "c": "COMPLEX", "z": "DOUBLE_COMPLEX",
+    "i1": "INTEGER1", "i2": "INTEGER2", "i4": "INTEGER4", "i8": "INTEGER8",
+    "r4": "REAL4", "r8": "REAL8", "r16": "REAL16", "c8": "COMPLEX8",
+    "c16": "COMPLEX16", "c32": "COMPLEX32",
 })
 
 # Everything a buffer format may say: struct-module codes, NumPy type
@@ -648,8 +651,8 @@ _typedict.update(_named({
     "e": "FLOAT16_T", "Zf": "C_FLOAT_COMPLEX", "Zd": "C_DOUBLE_COMPLEX",
     "Zg": "C_LONG_DOUBLE_COMPLEX",
     "n": "COUNT", "N": "UNSIGNED_LONG", "p": "AINT", "P": "UNSIGNED_LONG",
-    "c": "CHAR", "a": "CHAR", "S": "CHAR", "S1": "CHAR", "s": "CHAR", "1s": "CHAR",
-    "U": "WCHAR", "U1": "WCHAR", "w": "WCHAR", "1w": "WCHAR",
+    "c": "CHAR", "a": "CHAR", "S": "CHAR", "S1": "CHAR", "s": "CHAR",
+    "1s": "CHAR", "U": "WCHAR", "U1": "WCHAR", "w": "WCHAR", "1w": "WCHAR",
     "u": "UINT16_T", "1u": "UINT16_T",
     "M": "INT64_T", "M8": "INT64_T", "m": "INT64_T", "m8": "INT64_T",
 }))
