@@ -17,6 +17,10 @@ JOBS = os.cpu_count() or 1
 extensions = [
     Extension("gloocy._core", ["gloocy/_core.pyx"], include_dirs=["gloocy"],
               extra_compile_args=CFLAGS),
+    Extension("gloocy.datatypes", ["gloocy/datatypes.pyx"],
+              include_dirs=["gloocy"], extra_compile_args=CFLAGS),
+    Extension("gloocy.ops", ["gloocy/ops.pyx"], include_dirs=["gloocy"],
+              extra_compile_args=CFLAGS),
     Extension("gloocy._msg", ["gloocy/_msg.pyx"], include_dirs=["gloocy"],
               extra_compile_args=CFLAGS),
     Extension("gloocy.communicator", ["gloocy/communicator.pyx"],

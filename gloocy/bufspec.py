@@ -30,8 +30,7 @@ import numpy as np
 
 from gloocy import errors
 from gloocy.constants import BOTTOM, IN_PLACE
-from gloocy.datatypes import (BFLOAT16_T, ERR_COUNT, ERR_TYPE, Datatype,
-                              _mpi_error, from_typecode)
+from gloocy.datatypes import BFLOAT16_T, Datatype, from_typecode
 from gloocy.datatypes import (DOUBLE_INT, FLOAT_INT, INT_INT, LONG_DOUBLE_INT,
                               LONG_INT, SHORT_INT)
 
@@ -402,7 +401,8 @@ def _memory(buf, datatype, name, readonly):
     if datatype is None:
         datatype = _inferred(key, name)
     if not datatype:
-        raise _mpi_error(f"{name}: the datatype is DATATYPE_NULL", ERR_TYPE)
+        raise errors.ArgumentError(f"{name}: the datatype is "
+                                  "DATATYPE_NULL", errors.ERR_TYPE)
     return mem, datatype
 
 
@@ -500,7 +500,8 @@ def vector_message(spec, size, *, name, readonly=False):
         counts = [q + (i < r) for i in range(size)]
     for n in counts:
         if n < 0:
-            raise _mpi_error(f"{name}: negative count {n}", ERR_COUNT)
+            raise errors.ArgumentError(f"{name}: negative count {n}",
+                                      errors.ERR_COUNT)
     if empty:
         _no_data(buf, counts, name)
     if displs is None:
