@@ -51,17 +51,34 @@ cdef class Request:
     """A nonblocking operation in flight. Once Wait or Test has seen it
     finish, it is inactive (== REQUEST_NULL), as in MPI: the multi-request
     functions skip it and waiting on it returns at once. ``Request()`` is a
-    null one."""
+    null one; ``Request(other)`` (or a Python subclass's) is a new handle on
+    other's operation, as in mpi4py."""
 
-    # -- the primitives (the base class: a null request) ---------------------
+    def __init__(self, request=None):
+        if request is None:
+            return
+        if not isinstance(request, Request):
+            raise TypeError(f"request: expected a Request, got {request!r}")
+        cdef Request other = <Request>request
+        self._active = other._active
+        if other._active:
+            self._of = other if other._of is None else other._of
+
+    # -- the primitives (the base class: null, or a copy of another) ---------
 
     cdef int _wait(self, status, object timeout) except -1:
+        if self._of is not None:
+            return self._of._wait(status, timeout)
         return 1
 
     cdef int _test(self, status) except -1:
+        if self._of is not None:
+            return self._of._test(status)
         return 1
 
     cdef object _value(self):
+        if self._of is not None:
+            return self._of._value()
         return None
 
     cdef bint _is_null(self):
@@ -125,6 +142,8 @@ cdef class Request:
         """Withdraw the operation if it can still be (a receive nothing
         has arrived for); otherwise no effect."""
         self._check_active()
+        if self._of is not None:
+            self._of.Cancel()
 
     def Free(self):
         """Forget the request (the operation itself completes anyway)."""
@@ -322,8 +341,20 @@ cdef class Prequest(Request):
     """A persistent request (Send_init, Recv_init): Start() runs the
     operation again; done, it is inactive but not REQUEST_NULL until Free."""
 
-    def __init__(self, start):
-        self._start = start
+    def __init__(self, start=None):
+        """start: () -> the Request of one run; or a Prequest to copy
+        (None or REQUEST_NULL: a null one)."""
+        cdef Prequest other
+        if isinstance(start, Prequest):
+            other = <Prequest>start
+            self._start, self._req = other._start, other._req
+            self._active, self._freed = other._active, other._freed
+        elif start is None or isinstance(start, Request):
+            if start is not None and not (<Request>start)._is_null():
+                raise TypeError("request: a Prequest copies only a Prequest")
+            self._freed = True
+        else:
+            self._start = start
 
     def Start(self):
         if self._freed:
