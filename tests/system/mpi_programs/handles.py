@@ -111,4 +111,56 @@ for i in range(2):
 rr.Free()
 sr.Free()
 say("Prequest freed", rr == MPI.REQUEST_NULL, sr == MPI.REQUEST_NULL)
+
+
+# --- subclasses built from an existing request, as mpi4py's own tests do
+class CopyRequest(MPI.Request):
+    def __new__(cls, request=None):
+        return super().__new__(cls, request)
+
+    def test(self):
+        return super(type(self), self).Test()
+
+    def wait(self):
+        return super(type(self), self).Wait()
+
+
+class CopyPrequest(MPI.Prequest):
+    def __new__(cls, request=None):
+        return super().__new__(cls, request)
+
+    def start(self):
+        return super(type(self), self).Start()
+
+    def test(self):
+        return super(type(self), self).Test()
+
+    def wait(self):
+        return super(type(self), self).Wait()
+
+
+for kind, base in ((CopyRequest, MPI.Request), (CopyPrequest, MPI.Prequest)):
+    r = kind(MPI.REQUEST_NULL)
+    say("from REQUEST_NULL", kind.__name__, type(r) is not base, isinstance(r, base),
+        r.test(), r == MPI.REQUEST_NULL)
+self_comm = MPI.COMM_SELF
+r = CopyRequest(self_comm.Isend(np.zeros(1), dest=MPI.PROC_NULL, tag=0))
+say("copy of an Isend", bool(r), r.test(), bool(r))
+p = CopyPrequest(self_comm.Send_init(np.zeros(1), dest=MPI.PROC_NULL, tag=0))
+for i in range(3):
+    p.start()
+    p.test()
+    p.start()
+    say("copy of a Send_init", i, p.wait(), p == MPI.REQUEST_NULL)
+p.Free()
+say("copy freed", p == MPI.REQUEST_NULL)
+out = np.zeros(1)
+s = comm.Isend(np.array([rank + 0.5]), right, 13)
+r = CopyRequest(comm.Irecv(out, left, 13))
+say("copy of an Irecv", bool(r), r.Wait(st), out.tolist() == [left + 0.5],
+    st.Get_source() == left, st.Get_tag(), bool(r), s.Wait())
+try:
+    MPI.Request(1)
+except TypeError:
+    say("Request(1): TypeError")
 comm.Barrier()
