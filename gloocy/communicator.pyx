@@ -10,7 +10,8 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport Context, I64
+from gloocy._core cimport Context, I64, call_recv_new
+from gloocy.requests cimport p2p_request
 from gloocy._msg cimport Message, message, vector_message
 
 import os
