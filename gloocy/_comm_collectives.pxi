@@ -165,6 +165,25 @@ cdef class _Collectives(_PointToPoint):
                       r.offsets, timeout, algorithm)
         r.unpack()
 
+    def Alltoallw(self, sendbuf, recvbuf, *, timeout=None):
+        """Alltoallv with a datatype per block and byte displacements
+        ([buf, (counts, displs), datatypes]): the blocks travel packed."""
+        n = self.Get_remote_size() if self.Is_inter() else self.live().size
+        rmem, rblocks = bufspec.w_blocks(recvbuf, n, name="recvbuf")
+        smem, sblocks = (rmem, rblocks) if sendbuf is IN_PLACE else \
+            bufspec.w_blocks(sendbuf, n, name="sendbuf", readonly=True)
+        packed = np.concatenate([d.pack(smem, c, at).view(np.uint8)
+                                 for c, at, d in sblocks])
+        ssizes = [c * d.size for c, _, d in sblocks]
+        rsizes = [c * d.size for c, _, d in rblocks]
+        received = np.empty(sum(rsizes), np.uint8)
+        self.Alltoallv([packed, (ssizes, _ends(ssizes)), BYTE],
+                       [received, (rsizes, _ends(rsizes)), BYTE], timeout=timeout)
+        start = 0
+        for (c, at, d), k in zip(rblocks, rsizes):
+            d.unpack(received[start:start + k].view(d.np_dtype), rmem, c, at)
+            start += k
+
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
                        timeout=None, algorithm=None):
         """Reduce sendbuf over the ranks; rank i gets recvcounts[i] items
@@ -305,6 +324,9 @@ cdef class _Collectives(_PointToPoint):
     def Ialltoallv(self, sendbuf, recvbuf):
         return self._start("Alltoallv", sendbuf, recvbuf)
 
+    def Ialltoallw(self, sendbuf, recvbuf):
+        return self._start("Alltoallw", sendbuf, recvbuf)
+
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM):
         return self._start("Reduce_scatter", sendbuf, recvbuf, recvcounts, op)
 
@@ -355,6 +377,9 @@ cdef class _Collectives(_PointToPoint):
 
     def Alltoallv_init(self, sendbuf, recvbuf, info=None):
         return self._persistent("Ialltoallv", sendbuf, recvbuf)
+
+    def Alltoallw_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Ialltoallw", sendbuf, recvbuf)
 
     def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None,
                             op=_ops.SUM, info=None):

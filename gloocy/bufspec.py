@@ -527,3 +527,34 @@ def vector_message(spec, size, *, name, readonly=False):
         return VectorMessage(data, counts, sizes, offsets, datatype)
     data = np.empty(sum(sizes) // k, dtype)
     return VectorMessage(data, counts, sizes, offsets, datatype, mem, starts)
+
+
+def w_blocks(spec, size, *, name, readonly=False):
+    """(uint8 memory, [(count, byte displacement, datatype)] per rank) of an
+    Alltoallw spec: [buf, (counts, displs), datatypes] or [buf, counts,
+    displs, datatypes]; displacements are in bytes, each rank's block has
+    its own datatype."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
+        raise TypeError(f"{name}: expected [buffer, (counts, displs), datatypes] "
+                        f"or [buffer, counts, displs, datatypes], got {spec!r}")
+    if len(spec) == 3:
+        buf, pair, datatypes = spec
+        counts, displs = _pair(pair, name, "counts, displs")
+    else:
+        buf, counts, displs, datatypes = spec
+    counts = _per_rank(counts, size, name, "counts")
+    displs = _per_rank(displs, size, name, "displs")
+    if counts is None or displs is None:
+        raise ValueError(f"{name}: Alltoallw needs counts and displacements")
+    if isinstance(datatypes, (Datatype, str)) or len(datatypes) != size:
+        raise ValueError(f"{name}: expected {size} datatypes, one per rank, "
+                         f"got {datatypes!r}")
+    datatypes = [_datatype(d, name) for d in datatypes]
+    mem = _memory(buf, datatypes[0], name, readonly)[0]
+    if buf is None or buf is BOTTOM:
+        _no_data(buf, counts, name)
+    for n, start, datatype in zip(counts, displs, datatypes):
+        if n < 0:
+            raise errors.ArgumentError(f"{name}: negative count {n}", errors.ERR_COUNT)
+        _check_span(mem, datatype, n, start, name)
+    return mem, list(zip(counts, displs, datatypes))

@@ -28,6 +28,7 @@ from gloocy import requests as _requests
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
                               KEYVAL_INVALID, PROC_NULL, TAG_UB)
 from gloocy.constants import UNDEFINED
+from gloocy.datatypes import BYTE
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
@@ -57,6 +58,16 @@ def _proc_null(status):
     if status is not None:
         status._set(PROC_NULL, ANY_TAG, 0)
     return True
+
+
+cdef list _ends(list sizes):
+    """Offsets of blocks of these sizes laid end to end."""
+    cdef list out = []
+    cdef int64_t at = 0
+    for n in sizes:
+        out.append(at)
+        at += n
+    return out
 
 
 cdef I64 _blocks(Message m, int size, str name):
