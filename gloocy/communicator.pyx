@@ -10,7 +10,7 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport Context, I64
+from gloocy._core cimport Context, I64, Links, _counts
 from gloocy._msg cimport Message, message, vector_message
 
 import os
@@ -26,7 +26,7 @@ from gloocy import ops as _ops
 from gloocy import requests as _requests
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
                               KEYVAL_INVALID, PROC_NULL, TAG_UB)
-from gloocy.constants import UNDEFINED
+from gloocy.constants import ROOT, UNDEFINED
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
@@ -34,7 +34,7 @@ from gloocy.info import Info
 from gloocy.status import Status
 from gloocy.transport.shm import host_identity
 
-__all__ = ["Communicator", "Comm", "Intracomm", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
+__all__ = ["Communicator", "Comm", "Intracomm", "Intercomm", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
 
 cdef int MAX_CODE = _ops.MAX.code
@@ -133,6 +133,30 @@ cdef class Intracomm(Comm):
     communicator's ``timeout``.
     """
 
+    def __init__(self, context=None, **kwargs):
+        if isinstance(context, Intercomm) and context:
+            raise TypeError(f"expected an intracommunicator, got {context!r}")
+        Comm.__init__(self, context, **kwargs)
+
+    # -- intercommunicators (_comm_inter.pxi) -----------------------------------
+
+    def Create_intercomm(self, local_leader, peer_comm, remote_leader, tag=0,
+                         *, timeout=None):
+        """The intercommunicator between this group and another one, made
+        through the leaders: our rank `local_leader`, and `remote_leader`,
+        the other group's leader's rank in `peer_comm` (a communicator
+        holding both leaders, significant at our leader only). Collective
+        over both groups."""
+        return _create_intercomm(self, local_leader, peer_comm, remote_leader,
+                                 tag, timeout)
+
+    @classmethod
+    def Create_from_group(cls, group, stringtag="org.mpi4py", info=None,
+                          errhandler=None):
+        raise NotImplementedError("Intracomm.Create_from_group (MPI-4 "
+                                  "sessions) is not in gloocy: use "
+                                  "Create_group or Create")
+
     # -- scans (only within one group) -------------------------------------------
 
     def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
@@ -180,6 +204,8 @@ cdef class Intracomm(Comm):
 
 # gloocy's own name for it: a communicator of one group of ranks.
 Communicator = Intracomm
+
+include "_comm_inter.pxi"
 
 
 class _NullContext:

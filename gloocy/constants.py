@@ -2,12 +2,13 @@
 nothing from gloocy, so anything may import it)."""
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "UNDEFINED", "IN_PLACE",
-           "BOTTOM", "COMM_TYPE_SHARED", "KEYVAL_INVALID", "TAG_UB"]
+           "BOTTOM", "COMM_TYPE_SHARED", "KEYVAL_INVALID", "TAG_UB", "ROOT"]
 
 # mpi4py's (MPICH's) values
 ANY_SOURCE = -2
 ANY_TAG = -1
 PROC_NULL = -1
+ROOT = -3                         # the root, in its group of an intercommunicator
 UNDEFINED = -32766
 COMM_TYPE_SHARED = 1
 KEYVAL_INVALID = -1
