@@ -13,7 +13,7 @@ import threading
 import time
 
 import gloocy as _gloocy
-from gloocy import _core, errors as _errors, ops as _ops
+from gloocy import _core, communicator as _communicator, errors as _errors, ops as _ops
 from gloocy.communicator import COMM_NULL, Comm, Intercomm, Intracomm
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM, COMM_TYPE_SHARED,
                               IN_PLACE, KEYVAL_INVALID, PROC_NULL, ROOT, TAG_UB)
@@ -112,6 +112,7 @@ _gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
 COMM_WORLD._predefined = True
 COMM_WORLD.Set_name("MPI_COMM_WORLD")
 COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
+_communicator._set_world(COMM_WORLD)       # what Create_from_group(s) run over
 COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank],
                       name="MPI_COMM_SELF")
 COMM_SELF._predefined = True

@@ -152,10 +152,11 @@ cdef class Intracomm(Comm):
 
     @classmethod
     def Create_from_group(cls, group, stringtag="org.mpi4py", info=None,
-                          errhandler=None):
-        raise NotImplementedError("Intracomm.Create_from_group (MPI-4 "
-                                  "sessions) is not in gloocy: use "
-                                  "Create_group or Create")
+                          errhandler=None, *, timeout=None):
+        """A communicator of the world's processes in `group`, with no
+        parent communicator. Collective over the group's members, which
+        all pass the same `stringtag`."""
+        return _create_from_group(group, stringtag, timeout)
 
     # -- scans (only within one group) -------------------------------------------
 
