@@ -130,6 +130,27 @@ def _create_intercomm(Intracomm comm, local_leader, peer_comm, remote_leader,
                       rprocs, mine[0] < theirs[0], uid)
 
 
+def _remote_ranks(method, dest_at, source_at):
+    """`method` (of Comm), with its argument dest (position dest_at) and
+    source (source_at) checked to be ranks of the remote group."""
+    def checked(self, *args, **kwargs):
+        n = len(self._rprocs)
+        for at, name, special in ((dest_at, "dest", (PROC_NULL,)),
+                                  (source_at, "source",
+                                   (PROC_NULL, ANY_SOURCE))):
+            if at is None:
+                continue
+            value = args[at] if len(args) > at else kwargs.get(name)
+            if value is not None and value not in special and not (
+                    0 <= value < n):
+                raise ArgumentError(f"{name}: {value} is not a rank of the "
+                                    f"remote group (size {n})", ERR_RANK)
+        return method(self, *args, **kwargs)
+    checked.__name__ = method.__name__
+    checked.__doc__ = method.__doc__
+    return checked
+
+
 def _not_on_intercomm(name):
     def refuse(self):
         raise AttributeError(f"{name} is not defined on an "
@@ -247,6 +268,40 @@ cdef class Intercomm(Comm):
         if found == {IDENT}:
             return CONGRUENT
         return UNEQUAL if UNEQUAL in found else SIMILAR
+
+    # Point-to-point: Comm's, over the point-to-point context, once dest
+    # and source are checked to name remote ranks (that context also holds
+    # this rank, after them).
+    Send = _remote_ranks(Comm.Send, 1, None)
+    Ssend = _remote_ranks(Comm.Ssend, 1, None)
+    Rsend = _remote_ranks(Comm.Rsend, 1, None)
+    Bsend = _remote_ranks(Comm.Bsend, 1, None)
+    Isend = _remote_ranks(Comm.Isend, 1, None)
+    Issend = _remote_ranks(Comm.Issend, 1, None)
+    Irsend = _remote_ranks(Comm.Irsend, 1, None)
+    Ibsend = _remote_ranks(Comm.Ibsend, 1, None)
+    Send_init = _remote_ranks(Comm.Send_init, 1, None)
+    Ssend_init = _remote_ranks(Comm.Ssend_init, 1, None)
+    Bsend_init = _remote_ranks(Comm.Bsend_init, 1, None)
+    Rsend_init = _remote_ranks(Comm.Rsend_init, 1, None)
+    send = _remote_ranks(Comm.send, 1, None)
+    ssend = _remote_ranks(Comm.ssend, 1, None)
+    bsend = _remote_ranks(Comm.bsend, 1, None)
+    isend = _remote_ranks(Comm.isend, 1, None)
+    issend = _remote_ranks(Comm.issend, 1, None)
+    ibsend = _remote_ranks(Comm.ibsend, 1, None)
+    Recv = _remote_ranks(Comm.Recv, None, 1)
+    Irecv = _remote_ranks(Comm.Irecv, None, 1)
+    Recv_init = _remote_ranks(Comm.Recv_init, None, 1)
+    recv = _remote_ranks(Comm.recv, None, 1)
+    irecv = _remote_ranks(Comm.irecv, None, 1)
+    Probe = _remote_ranks(Comm.Probe, None, 0)
+    Iprobe = _remote_ranks(Comm.Iprobe, None, 0)
+    probe = _remote_ranks(Comm.probe, None, 0)
+    iprobe = _remote_ranks(Comm.iprobe, None, 0)
+    Sendrecv = _remote_ranks(Comm.Sendrecv, 1, 4)
+    sendrecv = _remote_ranks(Comm.sendrecv, 1, 4)
+    Sendrecv_replace = _remote_ranks(Comm.Sendrecv_replace, 1, 3)
 
     Scan = _not_on_intercomm("Scan")
     Exscan = _not_on_intercomm("Exscan")

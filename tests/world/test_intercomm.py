@@ -355,6 +355,17 @@ def r_errors(comm):
                 call()
             except ArgumentError as e:
                 out.setdefault("root", []).append((e.error_class, str(e)))
+    out["peer"] = []
+    rs = ic.remote_size
+    for call in (lambda: ic.Send(np.zeros(1), rs), lambda: ic.send(1, dest=rs),
+                 lambda: ic.Isend(np.zeros(1), -3),
+                 lambda: ic.Recv(np.zeros(1), source=rs),
+                 lambda: ic.irecv(source=rs + 1), lambda: ic.Iprobe(rs),
+                 lambda: ic.Sendrecv(np.zeros(1), 0, 0, np.zeros(1), rs)):
+        try:
+            call()
+        except ArgumentError as e:
+            out["peer"].append((e.error_class, str(e)))
     out["scan"] = []
     for name in ("Scan", "Exscan", "scan", "exscan", "Iscan"):
         try:
@@ -385,6 +396,8 @@ def test_errors_are_clear_and_local(world, size):
         assert "remote_leader" in create[3][1]
         assert [c for c, _ in got["root"]] == [ERR_ROOT] * 9, p
         assert all("root" in m and "remote group" in m for _, m in got["root"])
+        assert [c for c, _ in got["peer"]] == [ERR_RANK] * 7, p
+        assert all("remote group" in m for _, m in got["peer"])
         assert len(got["scan"]) == 5 and all(
             "intercommunicator" in m for m in got["scan"])
         assert "intracommunicator" in got["intracomm"]
