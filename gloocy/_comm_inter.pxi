@@ -14,7 +14,6 @@
 # leaders (Create_intercomm) or over the union (Dup, Split, Create, Merge).
 
 from gloocy.errors import ERR_RANK, ERR_ROOT
-from gloocy.datatypes import Datatype
 from gloocy.groups import SIMILAR, UNEQUAL
 
 # Tags of the leaders' messages over the union context (internal only: user
@@ -602,16 +601,6 @@ cdef class Intercomm(Comm):
                    timeout)
         r.unpack()
 
-    def Alltoallw(self, sendbuf, recvbuf, *, timeout=None):
-        """Like Alltoallv, with a datatype per block and displacements in
-        bytes: [buf, (counts, displs), datatypes] or [buf, counts, displs,
-        datatypes] (dense datatypes only)."""
-        cdef int rs = len(self._rprocs)
-        self._local()
-        sview, ssizes, soffs = _w_blocks(sendbuf, rs, "sendbuf", False)
-        rview, rsizes, roffs = _w_blocks(recvbuf, rs, "recvbuf", True)
-        self._swap(sview, ssizes, soffs, rview, rsizes, roffs, timeout)
-
     # -- reductions: our group reduces to its leader, the leaders swap -----------
 
     cdef object _reduced(self, sendbuf, op, timeout):
@@ -793,7 +782,7 @@ cdef class Intercomm(Comm):
         """The intercommunicator between two disjoint groups of the world's
         processes (ours: local_group), with no parent communicator.
         Collective over both groups, which all pass the same `stringtag`."""
-        cdef Context world = _world_context("Intercomm.Create_from_groups")
+        wcomm, world = _world("Intercomm.Create_from_groups")
         for group, leader, name in ((local_group, local_leader, "local"),
                                     (remote_group, remote_leader, "remote")):
             if not isinstance(group, Group):
@@ -803,41 +792,37 @@ cdef class Intercomm(Comm):
                 raise ArgumentError(f"{name}_leader: {leader} is not a rank of "
                                     f"{name}_group (size {group.Get_size()})",
                                     ERR_RANK)
-        me = _WORLD[0]._procs[world.rank]
-        if me not in local_group._procs:
+        cdef Context wctx = world
+        wprocs = wcomm._procs
+        if wprocs[wctx.rank] not in local_group._procs:
             raise ArgumentError("local_group: this process is not in it",
                                 ERR_GROUP)
         if set(local_group._procs) & set(remote_group._procs):
             raise ArgumentError("local_group and remote_group share "
                                 "processes", ERR_GROUP)
-        mine = _world_ranks(world, local_group._procs)
-        theirs = _world_ranks(world, remote_group._procs)
+        mine = _world_ranks(wctx, wprocs, local_group._procs)
+        theirs = _world_ranks(wctx, wprocs, remote_group._procs)
         first = mine[0] < theirs[0]
-        uid = _agreed_id(world, mine + theirs if first else theirs + mine,
+        uid = _agreed_id(wctx, mine + theirs if first else theirs + mine,
                          stringtag, timeout)
-        return _intercomm(world, mine, theirs, tuple(local_group._procs),
+        return _intercomm(wctx, mine, theirs, tuple(local_group._procs),
                           tuple(remote_group._procs), first, uid)
 
 
-cdef list _WORLD = []       # the world communicator, once MPI set it
+cdef tuple _world(str name):
+    """(gloocy.MPI's COMM_WORLD, its context): what the MPI-4 constructors
+    from groups run over (Groups name its processes)."""
+    world = PREDEFINED.get("COMM_WORLD")
+    if world is None or not world:
+        raise NotImplementedError(f"{name} needs gloocy.MPI's COMM_WORLD "
+                                  "(import gloocy.MPI)")
+    return world, (<_CommBase>world).live()
 
 
-def _set_world(comm):
-    """The communicator whose processes Groups name (MPI's COMM_WORLD): what
-    the MPI-4 constructors from groups run over."""
-    _WORLD[:] = [comm]
-
-
-cdef Context _world_context(str name):
-    if not _WORLD or not _WORLD[0]:
-        raise NotImplementedError(f"{name}: no world communicator (import "
-                                  "gloocy.MPI first)")
-    return (<_CommBase>_WORLD[0]).live()
-
-
-cdef list _world_ranks(Context world, procs):
-    """Connection ranks of the world's processes `procs`."""
-    where = {p: r for r, p in enumerate(_WORLD[0]._procs)}
+cdef list _world_ranks(Context world, tuple wprocs, procs):
+    """Connection ranks of the world's processes `procs` (the world
+    communicator's processes: wprocs)."""
+    where = {p: r for r, p in enumerate(wprocs)}
     try:
         return [world.world_rank(where[p]) for p in procs]
     except KeyError:
@@ -856,47 +841,6 @@ cdef uint32_t _agreed_id(Context world, list ranks, stringtag,
         return _new_id(scratch, timeout)
     finally:
         scratch.close()
-
-
-def _create_from_group(group, stringtag, timeout):
-    cdef Context world = _world_context("Intracomm.Create_from_group")
-    if not isinstance(group, Group):
-        raise TypeError(f"group: expected a Group, got {group!r}")
-    me = _WORLD[0]._procs[world.rank]
-    if me not in group._procs:
-        raise ArgumentError("group: this process is not in it", ERR_GROUP)
-    ranks = _world_ranks(world, group._procs)
-    uid = _agreed_id(world, ranks, stringtag, timeout)
-    return Intracomm(_context_over(world, ranks, uid),
-                     procs=tuple(group._procs))
-
-
-cdef tuple _w_blocks(spec, int n, str name, bint writable):
-    """(bytes, sizes, offsets) of an Alltoallw buffer spec."""
-    try:
-        if len(spec) == 3:
-            buf, (counts, displs), types = spec
-        else:
-            buf, counts, displs, types = spec
-    except (TypeError, ValueError):
-        raise ArgumentError(f"{name}: expected [buf, (counts, displs), "
-                            f"datatypes] or [buf, counts, displs, "
-                            f"datatypes]", ERR_BUFFER) from None
-    counts, displs = _counts(counts, n, name), _counts(displs, n, name,
-                                                      "displacements")
-    if isinstance(types, Datatype):
-        types = [types] * n
-    types = list(types)
-    if len(types) != n:
-        raise ArgumentError(f"{name}: {len(types)} datatypes for {n} ranks",
-                            ERR_BUFFER)
-    for t in types:
-        if not t.is_contiguous:
-            raise NotImplementedError(f"{name}: Alltoallw with non-dense "
-                                      f"datatypes ({t!r}) is not in gloocy")
-    view = bufspec._buffer(buf, name, not writable)[0]   # 1-D uint8
-    sizes = [counts[i] * types[i].Get_size() for i in range(n)]
-    return view, sizes, displs
 
 
 cdef list _starts(list sizes):
