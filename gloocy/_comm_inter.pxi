@@ -223,6 +223,18 @@ cdef class Intercomm(Comm):
     def Get_rank(self):
         return self._local().rank
 
+    @property
+    def timeout(self):
+        """Default deadline of every call, in seconds."""
+        return self._ctx.timeout
+
+    @timeout.setter
+    def timeout(self, seconds):
+        if not seconds > 0:
+            raise ValueError(f"timeout must be positive, got {seconds!r}")
+        for ctx in (self._ctx, self._local(), self.union):
+            ctx.timeout = float(seconds)
+
     def Get_size(self):
         return self._local().size
 

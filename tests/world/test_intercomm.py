@@ -15,7 +15,7 @@ from gloocy.groups import CONGRUENT
 from gloocy.status import Status
 import gloocy
 
-TRANSPORTS = ("shm", "tcp")
+TRANSPORTS = ("shm", "tcp", "mix")
 
 
 def splits(n):
@@ -153,6 +153,14 @@ def r_collectives(comm, a):
     rbuf = np.zeros(rcounts[me])
     ic.Reduce_scatter(data(p, total), rbuf, rcounts, gloocy.SUM)
     out["reduce_scatter"] = rbuf.tolist()
+    # a user op that does not commute (rank order counts), and AVG
+    rbuf = np.zeros(3, np.int64)
+    ic.Allreduce(data(p, 3, np.int64), rbuf,
+                 gloocy.ops.Op.create(twice_plus, commute=False))
+    out["allreduce user"] = rbuf.tolist()
+    rbuf = np.zeros(3)
+    ic.Allreduce(data(p, 3), rbuf, gloocy.AVG)
+    out["allreduce avg"] = rbuf.tolist()
     # objects between the groups
     out["obj allgather"] = ic.allgather(("a", p))
     out["obj alltoall"] = ic.alltoall([("t", p, i) for i in range(rs)])
@@ -175,6 +183,10 @@ def r_collectives(comm, a):
     ic.Free()
     local.Free()
     return out
+
+
+def twice_plus(invec, inoutvec):
+    inoutvec[:] = 2 * invec + inoutvec
 
 
 def uneven(total, n):
@@ -234,6 +246,11 @@ def expected(size, a, p):
     counts = uneven(total, len(mine))
     start = sum(counts[:me])
     out["reduce_scatter"] = full[start:start + counts[me]].tolist()
+    acc = data(theirs[0], 3, np.int64)
+    for q in theirs[1:]:
+        acc = 2 * acc + data(q, 3, np.int64)
+    out["allreduce user"] = acc.tolist()
+    out["allreduce avg"] = (sum(data(q, 3) for q in theirs) / rs).tolist()
     out["obj allgather"] = [("a", q) for q in theirs]
     out["obj alltoall"] = [("t", q, me) for q in theirs]
     out["obj allreduce"] = max(theirs)
