@@ -315,6 +315,8 @@ def r_new_communicators(comm, a, high_a):
     merged = ic.Merge(high=(high_a if p in a else not high_a))
     out["merge"] = (merged.rank, merged.allgather(p))
     merged.Free()
+    back = Intercomm.fromint(ic.toint())
+    out["handle"] = (type(back).__name__, back == ic, back.remote_size)
     dup = ic.Dup()
     out["dup"] = (dup.remote_size, dup.allgather(p), dup.Compare(ic))
     dup.Free()
@@ -342,6 +344,7 @@ def test_merge_dup_split_create(world, size, a, high_a):
         me = mine.index(p)
         whole = b + a if high_a else a + b
         assert got["merge"] == (whole.index(p), whole), p
+        assert got["handle"] == ("Intercomm", True, len(theirs)), p
         assert got["dup"] == (len(theirs), theirs, CONGRUENT), p
         # Split: parity of the local rank, ranked by descending local rank
         ours = [q for i, q in enumerate(mine) if i % 2 == me % 2][::-1]
