@@ -104,6 +104,24 @@ cdef class Comm(_Collectives):
 
     Clone = Dup
 
+    def Idup(self, info=None):
+        """(communicator, request): a Dup run by the worker of the
+        nonblocking collectives; use the communicator once the request is
+        done (it is COMM_NULL until then)."""
+        self.live()
+        shadow = self._shadow_comm()
+        cdef _CommBase new = type(self)()
+        copied = self._attrs.copy(self) if self._attrs is not None else None
+
+        def dup():
+            cdef _CommBase made = shadow.Dup()
+            new._bind(made._ctx)
+            new._procs, new._attrs = made._procs, copied
+        return new, self._worker.submit(dup, _requests.CollectiveRequest())
+
+    def Idup_with_info(self, info):
+        return self.Idup(info)
+
     def Split(self, color=0, key=0, *, timeout=None):
         """One new communicator per `color`, ranked by (key, our rank);
         COMM_NULL for color UNDEFINED. Collective."""
