@@ -770,9 +770,10 @@ cdef class Intercomm(Comm):
 
     # -- nonblocking collectives -------------------------------------------------
 
-    def _start(self, method, *args, **kwargs):
-        """As Comm's, over a shadow intercommunicator."""
-        cdef Context p2p
+    cdef object _shadow_comm(self):
+        """As Comm's: the shadow intercommunicator the worker runs the
+        nonblocking collectives on (its ids: ours with the shadow bit)."""
+        cdef Context p2p, local, union
         if self._shadow is None:
             p2p, local, union = self.ctx, self._local(), self.union
             self._shadow = Intercomm(_parts=(
@@ -781,9 +782,29 @@ cdef class Intercomm(Comm):
                 union.derive(range(union.size), union.comm_id | SHADOW),
                 self._procs, self._rprocs, self._first))
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
-        call = getattr(self._shadow, method)
-        return self._worker.submit(lambda: call(*args, **kwargs),
-                                   _requests.CollectiveRequest())
+        return self._shadow
+
+    def Idup(self, info=None):
+        """(intercommunicator, request): a Dup run by the worker of the
+        nonblocking collectives; use it once the request is done (it is
+        null until then)."""
+        self._local()
+        shadow = self._shadow_comm()
+        cdef Intercomm new = Intercomm()
+        copied = self._attrs.copy(self) if self._attrs is not None else None
+
+        def dup():
+            new._adopt(shadow.Dup(), copied)
+        return new, self._worker.submit(dup, _requests.CollectiveRequest())
+
+    def Idup_with_info(self, info):
+        return self.Idup(info)
+
+    cdef _adopt(self, Intercomm made, attrs):
+        """Become the intercommunicator `made` (Idup's result)."""
+        self._bind(made._ctx)
+        self._procs, self._attrs = made._procs, attrs
+        self._setup(made.local, made.union, made._rprocs, made._first)
 
     # -- MPI-4 -------------------------------------------------------------
 

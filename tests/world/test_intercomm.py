@@ -317,6 +317,18 @@ def r_new_communicators(comm, a, high_a):
     merged.Free()
     back = Intercomm.fromint(ic.toint())
     out["handle"] = (type(back).__name__, back == ic, back.remote_size)
+    new, req = ic.Idup()
+    req.Wait()
+    out["idup"] = (type(new).__name__, new.remote_size, new.allgather(p),
+                   new.Compare(ic))
+    new.Free()
+    x, y = np.full(2, float(p)), np.zeros(2)
+    persistent = ic.Allreduce_init(x, y)
+    for k in range(2):
+        x += k
+        persistent.Start()
+        persistent.Wait()
+        out["persistent", k] = y.tolist()
     dup = ic.Dup()
     out["dup"] = (dup.remote_size, dup.allgather(p), dup.Compare(ic))
     dup.Free()
@@ -345,6 +357,10 @@ def test_merge_dup_split_create(world, size, a, high_a):
         whole = b + a if high_a else a + b
         assert got["merge"] == (whole.index(p), whole), p
         assert got["handle"] == ("Intercomm", True, len(theirs)), p
+        assert got["idup"] == ("Intercomm", len(theirs), theirs,
+                               CONGRUENT), p
+        assert got["persistent", 0] == [float(sum(theirs))] * 2, p
+        assert got["persistent", 1] == [float(sum(theirs) + len(theirs))] * 2
         assert got["dup"] == (len(theirs), theirs, CONGRUENT), p
         # Split: parity of the local rank, ranked by descending local rank
         ours = [q for i, q in enumerate(mine) if i % 2 == me % 2][::-1]
