@@ -14,11 +14,11 @@ import time
 
 import gloocy as _gloocy
 from gloocy import _core, errors as _errors, ops as _ops
-from gloocy.communicator import COMM_NULL, Comm, Intracomm
+from gloocy.communicator import COMM_NULL, Comm, Intercomm, Intracomm
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM,  # noqa: F401
                               COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
                               COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED,
-                              IN_PLACE, KEYVAL_INVALID, PROC_NULL, TAG_UB)
+                              IN_PLACE, KEYVAL_INVALID, PROC_NULL, ROOT, TAG_UB)
 from gloocy.status import Status
 from gloocy.datatypes import *  # noqa: F401,F403  (every predefined Datatype)
 from gloocy.datatypes import Datatype, _typedict, _typedict_c, _typedict_f  # noqa: F401
@@ -41,20 +41,6 @@ globals().update({k: v for k, v in vars(_errors).items()
 MPIException = Exception
 
 
-class Intercomm(Comm):
-    """Intercommunicators are not supported: only the null one exists (its
-    methods raise ERR_COMM, as on any null communicator)."""
-
-    def Get_remote_size(self):
-        return self._ctx.remote_size
-
-    def Get_remote_group(self):
-        return self._ctx.remote_group
-
-    def Merge(self, high=False):
-        return self._ctx.merge
-
-ROOT = -3
 # Attribute keys for Comm.Get_attr; those gloocy has no value for are
 # KEYVAL_INVALID.
 WTIME_IS_GLOBAL, HOST, IO = 1681915911, 1681915907, 1681915909

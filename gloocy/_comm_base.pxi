@@ -7,6 +7,9 @@
 cdef dict PREDEFINED = {}
 
 
+_HANDLES = {}                   # toint() handles -> communicators
+
+
 cdef class _CommBase:
     """What every communicator is: a core Context (or the null one), its
     processes, name, attributes, and how it ends."""
@@ -218,6 +221,34 @@ cdef class _CommBase:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(int(errorcode) & 0xFF or 1)
+
+    # -- handles (mpi4py's toint/fromint, py2f/f2py) ----------------------------
+
+    def toint(self):
+        """An integer naming this communicator in this process (0: the null
+        one); Comm.fromint turns it back into a handle on it."""
+        if not self:
+            return 0
+        handle = getattr(self, "_handle", None)
+        if handle is None:
+            handle = len(_HANDLES) + 1
+            setattr(self, "_handle", handle)
+            _HANDLES[handle] = self
+        return handle
+
+    @classmethod
+    def fromint(cls, handle):
+        """A handle on the communicator toint() named `handle`."""
+        if handle == 0:
+            return COMM_NULL
+        comm = _HANDLES.get(handle)
+        if comm is None:
+            raise ArgumentError(f"handle: {handle} names no communicator",
+                                ERR_COMM)
+        return type(comm)(comm)
+
+    py2f = toint
+    f2py = fromint
 
     # -- lifetime ------------------------------------------------------------
 

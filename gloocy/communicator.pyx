@@ -10,7 +10,7 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport Context, I64, call_recv_new
+from gloocy._core cimport Context, I64, Links, _counts, call_recv_new
 from gloocy.requests cimport p2p_request
 from gloocy._msg cimport Message, message, vector_message
 
@@ -28,7 +28,7 @@ from gloocy import requests as _requests
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
                               KEYVAL_INVALID, PROC_NULL, TAG_UB)
 from gloocy.constants import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
-                              COMM_TYPE_RESOURCE_GUIDED, UNDEFINED)
+                              COMM_TYPE_RESOURCE_GUIDED, ROOT, UNDEFINED)
 from gloocy.datatypes import BYTE
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
@@ -40,7 +40,7 @@ from gloocy.errhandler import ERRORS_RETURN
 from gloocy.status import Status
 from gloocy.transport.shm import host_identity
 
-__all__ = ["Communicator", "Comm", "Intracomm", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
+__all__ = ["Communicator", "Comm", "Intracomm", "Intercomm", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
 
 cdef int MAX_CODE = _ops.MAX.code
@@ -109,6 +109,12 @@ cdef class Comm(_Collectives):
         return dup
 
     Clone = Dup
+
+    @classmethod
+    def Get_parent(cls):
+        """The intercommunicator to the processes that spawned this one: a
+        null Intercomm, as gloocy spawns none."""
+        return Intercomm()
 
     def Idup(self, info=None):
         """(communicator, request): a Dup run by the worker of the
@@ -192,6 +198,23 @@ cdef class Intracomm(Comm):
     communicator's ``timeout``.
     """
 
+    def __init__(self, context=None, **kwargs):
+        if isinstance(context, Intercomm) and context:
+            raise TypeError(f"expected an intracommunicator, got {context!r}")
+        Comm.__init__(self, context, **kwargs)
+
+    # -- intercommunicators (_comm_inter.pxi) -----------------------------------
+
+    def Create_intercomm(self, local_leader, peer_comm, remote_leader, tag=0,
+                         *, timeout=None):
+        """The intercommunicator between this group and another one, made
+        through the leaders: our rank `local_leader`, and `remote_leader`,
+        the other group's leader's rank in `peer_comm` (a communicator
+        holding both leaders, significant at our leader only). Collective
+        over both groups."""
+        return _create_intercomm(self, local_leader, peer_comm, remote_leader,
+                                 tag, timeout)
+
     @classmethod
     def Create_from_group(cls, group, stringtag="org.mpi4py", info=None,
                           errhandler=None, *, timeout=None):
@@ -262,6 +285,8 @@ cdef class Intracomm(Comm):
 
 # gloocy's own name for it: a communicator of one group of ranks.
 Communicator = Intracomm
+
+include "_comm_inter.pxi"
 
 
 class _NullContext:

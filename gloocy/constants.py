@@ -3,12 +3,14 @@ nothing from gloocy, so anything may import it)."""
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "UNDEFINED", "IN_PLACE",
            "BOTTOM", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED",
-           "COMM_TYPE_HW_UNGUIDED", "COMM_TYPE_RESOURCE_GUIDED", "KEYVAL_INVALID", "TAG_UB"]
+           "COMM_TYPE_HW_UNGUIDED", "COMM_TYPE_RESOURCE_GUIDED", "KEYVAL_INVALID",
+           "TAG_UB", "ROOT"]
 
 # mpi4py's (MPICH's) values
 ANY_SOURCE = -2
 ANY_TAG = -1
 PROC_NULL = -1
+ROOT = -3                         # the root, in its group of an intercommunicator
 UNDEFINED = -32766
 COMM_TYPE_SHARED = 1              # Split_type: ranks sharing memory (a host)
 COMM_TYPE_HW_GUIDED = 2           # ... the level named by info's mpi_hw_resource_type

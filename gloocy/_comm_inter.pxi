@@ -1,0 +1,886 @@
+# Intercommunicators (mpi4py's Intercomm): two disjoint groups of ranks
+# that talk to each other. An Intercomm holds three contexts over the same
+# connections:
+#
+#   ctx    point-to-point: the remote group's ranks, then ours (last), so a
+#          remote rank is a rank of this context (and Status.source is one)
+#   local  our own group, in its rank order (the local halves of the
+#          collectives: reductions, broadcasts, scatters inside our group)
+#   union  both groups, the first group's ranks then the other's: the
+#          exchanges between the groups (an alltoallv whose blocks between
+#          members of one group are empty) and the leaders' messages
+#
+# Every member of both groups derives them with ids agreed through the
+# leaders (Create_intercomm) or over the union (Dup, Split, Create, Merge).
+
+from gloocy.errors import ERR_RANK, ERR_ROOT
+from gloocy.groups import SIMILAR, UNEQUAL
+
+# Tags of the leaders' messages over the union context (internal only: user
+# messages travel over the point-to-point context).
+cdef enum:
+    TAG_REDUCE = 1
+    TAG_ALLREDUCE = 2
+    TAG_REDUCE_SCATTER = 3
+
+# What a rank does in a rooted intercommunicator collective.
+cdef enum:
+    AT_NONE = 0      # PROC_NULL: the root's group, not the root
+    AT_ROOT = 1      # ROOT: the root
+    AT_LEAF = 2      # the other group: root is the root's rank there
+
+
+cdef Context _context_over(Context base, list ranks, uint32_t comm_id):
+    """A context of the processes `ranks` (ranks of base's connections, ours
+    among them) over base's connections, tagged `comm_id`: an id every
+    member agreed on and none of them has used."""
+    cdef Links links = base.links
+    if base.closed:
+        raise ArgumentError("communicator: it is closed", ERR_COMM)
+    if links.next_id <= comm_id < SHADOW:
+        links.next_id = comm_id + 1
+    return Context(ranks.index(links.rank), len(ranks), links=links,
+                   world=ranks, comm_id=comm_id, timeout=base.timeout,
+                   segment=base.segment, spin_us=base.spin_ns // 1000,
+                   small_allreduce=base.small_allreduce)
+
+
+cdef object _intercomm(Context base, list mine, list theirs, tuple procs,
+                       tuple rprocs, bint first, uint32_t uid):
+    """The Intercomm between our group (connection ranks `mine`, processes
+    `procs`) and the remote one, with ids uid .. uid + 3 (agreed by both
+    groups); `first`: our group comes first in the union."""
+    union = _context_over(base, mine + theirs if first else theirs + mine,
+                          uid)
+    p2p = _context_over(base, theirs + [base.links.rank], uid + 1)
+    local = _context_over(base, mine, uid + (2 if first else 3))
+    return Intercomm(_parts=(p2p, local, union, procs, rprocs, first))
+
+
+cdef Context _peer_context(peer_comm, remote_leader, Context ctx):
+    """peer_comm's context at a local leader, checked."""
+    if not isinstance(peer_comm, _CommBase) or not peer_comm:
+        raise ArgumentError(f"peer_comm: expected a communicator holding both "
+                            f"leaders, got {peer_comm!r}", ERR_COMM)
+    if isinstance(peer_comm, Intercomm):
+        raise ArgumentError("peer_comm: must be an intracommunicator",
+                            ERR_COMM)
+    cdef Context peer = (<_CommBase>peer_comm).live()
+    if not 0 <= remote_leader < peer.size or remote_leader == peer.rank:
+        raise ArgumentError(f"remote_leader: {remote_leader} is not another "
+                            f"rank of peer_comm (size {peer.size}, this "
+                            f"leader is rank {peer.rank})", ERR_RANK)
+    if ctx.size > 1 and peer.links is not ctx.links:
+        raise NotImplementedError("Create_intercomm: peer_comm and this "
+                                  "communicator run over different "
+                                  "connections (e.g. COMM_SELF with others)")
+    return peer
+
+
+def _create_intercomm(Intracomm comm, local_leader, peer_comm, remote_leader,
+                      tag, timeout):
+    cdef Context ctx = comm.live()
+    cdef Context base = ctx, peer = None
+    if not 0 <= local_leader < ctx.size:
+        raise ArgumentError(f"local_leader: {local_leader} is not a rank of "
+                            f"this communicator (size {ctx.size})", ERR_RANK)
+    if tag < 0:
+        raise ArgumentError(f"tag: {tag} is negative", ERR_ARG)
+    cdef bint leader = ctx.rank == local_leader
+    error = None
+    if leader:
+        try:
+            peer = _peer_context(peer_comm, remote_leader, ctx)
+            if ctx.size == 1:
+                base = peer
+        except Exception as e:
+            error = e
+    # Our group: (connection rank, process, lowest unused id) of each member.
+    table = allgather_objects(ctx, (base.links.rank, comm._procs[ctx.rank],
+                                    base.links.next_id), timeout, OBJ_ALLGATHER)
+    mine = [t[0] for t in table]
+    found = None
+    if leader and error is None:
+        try:
+            sent = peer.isend(_dumps((mine, [t[1] for t in table],
+                                      max(t[2] for t in table))),
+                              remote_leader, tag)
+            n = peer.probe(remote_leader, tag, True, timeout)[2]
+            data = bytearray(n)
+            peer.recv(data, remote_leader, tag, timeout)
+            sent.wait(timeout)
+            theirs, rprocs, rnext = pickle.loads(data)
+            if set(theirs) & set(mine):
+                raise ArgumentError("Create_intercomm: the local and remote "
+                                    "groups share processes", ERR_GROUP)
+            found = (theirs, tuple(rprocs),
+                     max(rnext, max(t[2] for t in table)))
+        except Exception as e:
+            error = e
+    if leader and error is not None:
+        found = error
+    found = bcast_object(ctx, found, local_leader, timeout)
+    if isinstance(found, BaseException):
+        if leader:
+            raise error
+        raise found
+    theirs, rprocs, uid = found
+    return _intercomm(base, mine, list(theirs), tuple(t[1] for t in table),
+                      rprocs, mine[0] < theirs[0], uid)
+
+
+def _remote_ranks(method, dest_at, source_at):
+    """`method` (of Comm), with its argument dest (position dest_at) and
+    source (source_at) checked to be ranks of the remote group."""
+    def checked(self, *args, **kwargs):
+        n = len(self._rprocs)
+        for at, name, special in ((dest_at, "dest", (PROC_NULL,)),
+                                  (source_at, "source",
+                                   (PROC_NULL, ANY_SOURCE))):
+            if at is None:
+                continue
+            value = args[at] if len(args) > at else kwargs.get(name)
+            if value is not None and value not in special and not (
+                    0 <= value < n):
+                raise ArgumentError(f"{name}: {value} is not a rank of the "
+                                    f"remote group (size {n})", ERR_RANK)
+        return method(self, *args, **kwargs)
+    checked.__name__ = method.__name__
+    checked.__doc__ = method.__doc__
+    return checked
+
+
+def _not_on_intercomm(name):
+    def refuse(self):
+        raise AttributeError(f"{name} is not defined on an "
+                             "intercommunicator (MPI): Merge() it into an "
+                             "intracommunicator first")
+    return property(refuse)
+
+
+cdef class Intercomm(Comm):
+    """Two disjoint groups of ranks (mpi4py's Intercomm): point-to-point
+    ranks and collective roots name ranks of the remote group; collectives
+    move data between the groups (each group gets what the other sent)."""
+
+    cdef Context local              # our group's collectives
+    cdef Context union              # both groups: first group, then the other
+    cdef public tuple _rprocs       # the remote group's processes, by world rank
+    cdef public bint _first         # our group comes first in the union
+    cdef public object _lcomm       # an Intracomm over `local`
+
+    def __init__(self, comm=None, *, _parts=None):
+        """A null intercommunicator, or a second handle on `comm` (an
+        Intercomm; an intracommunicator is a TypeError)."""
+        cdef Intercomm other
+        if _parts is not None:
+            p2p, local, union, procs, rprocs, first = _parts
+            Comm.__init__(self, p2p, procs=procs)
+            self._setup(local, union, rprocs, first)
+        elif comm is None or (isinstance(comm, _CommBase) and not comm):
+            Comm.__init__(self)
+            self._rprocs = ()
+        elif isinstance(comm, Intercomm):
+            other = comm
+            Comm.__init__(self, comm)
+            self._setup(other.local, other.union, other._rprocs, other._first)
+        else:
+            raise TypeError(f"expected an intercommunicator, got {comm!r}")
+
+    cdef _setup(self, Context local, Context union, tuple rprocs, bint first):
+        self.local, self.union = local, union
+        self._rprocs, self._first = rprocs, first
+        self._lcomm = Intracomm(local, procs=self._procs)
+
+    cdef Context _local(self):
+        if self.local is None:
+            _NULL_CONTEXT.rank              # raises: a null communicator
+        return self.local
+
+    cdef Context _union(self):
+        if self.union is None:
+            _NULL_CONTEXT.rank
+        return self.union
+
+    cdef int _loff(self):
+        return 0 if self._first else len(self._rprocs)
+
+    cdef int _roff(self):
+        return self.local.size if self._first else 0
+
+    # -- identity ----------------------------------------------------------
+
+    @property
+    def rank(self):
+        """Our rank in our (the local) group."""
+        return self._local().rank
+
+    @property
+    def size(self):
+        """The size of our (the local) group."""
+        return self._local().size
+
+    def Get_rank(self):
+        return self._local().rank
+
+    @property
+    def timeout(self):
+        """Default deadline of every call, in seconds."""
+        return self._ctx.timeout
+
+    @timeout.setter
+    def timeout(self, seconds):
+        if not seconds > 0:
+            raise ValueError(f"timeout must be positive, got {seconds!r}")
+        for ctx in (self._ctx, self._local(), self.union):
+            ctx.timeout = float(seconds)
+
+    def Get_size(self):
+        return self._local().size
+
+    def Get_remote_size(self):
+        """The size of the other group."""
+        self._local()
+        return len(self._rprocs)
+
+    def Get_remote_group(self):
+        """The other group (our rank in it: UNDEFINED)."""
+        cdef Context local = self._local()
+        return Group(self._rprocs, self._procs[local.rank])
+
+    remote_size = property(Get_remote_size)
+    remote_group = property(Get_remote_group)
+
+    def Is_inter(self):
+        return True
+
+    def Is_intra(self):
+        return False
+
+    is_inter = property(Is_inter)
+    is_intra = property(Is_intra)
+
+    def __repr__(self):
+        if not self:
+            return "<gloocy.Intercomm NULL>"
+        return (f"<gloocy.Intercomm rank {self.rank} of {self.size}, remote "
+                f"size {len(self._rprocs)}>")
+
+    def Compare(self, comm):
+        """IDENT (the same), CONGRUENT (same groups, same order), SIMILAR
+        (same processes) or UNEQUAL."""
+        self._ctx.rank, comm._ctx.rank      # COMM_NULL raises here
+        if comm is self or comm._ctx is self._ctx:
+            return IDENT
+        if not isinstance(comm, Intercomm):
+            return UNEQUAL
+        found = {self.Get_group().Compare(comm.Get_group()),
+                 self.Get_remote_group().Compare(comm.Get_remote_group())}
+        if found == {IDENT}:
+            return CONGRUENT
+        return UNEQUAL if UNEQUAL in found else SIMILAR
+
+    # Point-to-point: Comm's, over the point-to-point context, once dest
+    # and source are checked to name remote ranks (that context also holds
+    # this rank, after them).
+    Send = _remote_ranks(Comm.Send, 1, None)
+    Ssend = _remote_ranks(Comm.Ssend, 1, None)
+    Rsend = _remote_ranks(Comm.Rsend, 1, None)
+    Bsend = _remote_ranks(Comm.Bsend, 1, None)
+    Isend = _remote_ranks(Comm.Isend, 1, None)
+    Issend = _remote_ranks(Comm.Issend, 1, None)
+    Irsend = _remote_ranks(Comm.Irsend, 1, None)
+    Ibsend = _remote_ranks(Comm.Ibsend, 1, None)
+    Send_init = _remote_ranks(Comm.Send_init, 1, None)
+    Ssend_init = _remote_ranks(Comm.Ssend_init, 1, None)
+    Bsend_init = _remote_ranks(Comm.Bsend_init, 1, None)
+    Rsend_init = _remote_ranks(Comm.Rsend_init, 1, None)
+    send = _remote_ranks(Comm.send, 1, None)
+    ssend = _remote_ranks(Comm.ssend, 1, None)
+    bsend = _remote_ranks(Comm.bsend, 1, None)
+    isend = _remote_ranks(Comm.isend, 1, None)
+    issend = _remote_ranks(Comm.issend, 1, None)
+    ibsend = _remote_ranks(Comm.ibsend, 1, None)
+    Recv = _remote_ranks(Comm.Recv, None, 1)
+    Irecv = _remote_ranks(Comm.Irecv, None, 1)
+    Recv_init = _remote_ranks(Comm.Recv_init, None, 1)
+    recv = _remote_ranks(Comm.recv, None, 1)
+    irecv = _remote_ranks(Comm.irecv, None, 1)
+    Probe = _remote_ranks(Comm.Probe, None, 0)
+    Iprobe = _remote_ranks(Comm.Iprobe, None, 0)
+    probe = _remote_ranks(Comm.probe, None, 0)
+    iprobe = _remote_ranks(Comm.iprobe, None, 0)
+    Sendrecv = _remote_ranks(Comm.Sendrecv, 1, 4)
+    sendrecv = _remote_ranks(Comm.sendrecv, 1, 4)
+    Sendrecv_replace = _remote_ranks(Comm.Sendrecv_replace, 1, 3)
+
+    Scan = _not_on_intercomm("Scan")
+    Exscan = _not_on_intercomm("Exscan")
+    scan = _not_on_intercomm("scan")
+    exscan = _not_on_intercomm("exscan")
+    Iscan = _not_on_intercomm("Iscan")
+    Iexscan = _not_on_intercomm("Iexscan")
+    Create_group = _not_on_intercomm("Create_group")
+
+    # -- lifetime ------------------------------------------------------------
+
+    def _close(self):
+        if self.local is not None:
+            self.local.close()
+            self.union.close()
+            self.local = self.union = None
+            self._lcomm = None
+        Comm._close(self)
+
+    def __reduce__(self):
+        raise ValueError(f"cannot pickle {self!r}")
+
+    # -- new communicators ---------------------------------------------------
+
+    cdef list _ranks_of(self, Context c, members):
+        return [c.world_rank(i) for i in members]
+
+    cdef tuple _agree(self, mine, timeout):
+        """Every union member's `mine`, by union rank, and an id none of
+        them has used."""
+        cdef Context union = self._union()
+        table = allgather_objects(union, (mine, union.links.next_id), timeout,
+                                  OBJ_ALLGATHER)
+        return [t[0] for t in table], max(t[1] for t in table)
+
+    cdef object _between(self, list lmembers, list rmembers, uint32_t uid):
+        """The Intercomm between our ranks lmembers and the remote ranks
+        rmembers (both non-empty, ours among lmembers)."""
+        return _intercomm(self.union, self._ranks_of(self.local, lmembers),
+                          self._ranks_of(self.ctx, rmembers),
+                          tuple(self._procs[i] for i in lmembers),
+                          tuple(self._rprocs[i] for i in rmembers),
+                          self._first, uid)
+
+    def Dup(self, info=None, *, timeout=None):
+        """An intercommunicator of the same groups. Collective."""
+        cdef Context local = self._local()
+        uid = _new_id(self.union, timeout)
+        return self._between(list(range(local.size)),
+                             list(range(len(self._rprocs))), uid)
+
+    Clone = Dup
+
+    def Split(self, color=0, key=0, *, timeout=None):
+        """Each group splits by `color` (ranked by key, then rank); the
+        parts of one color in both groups form a new intercommunicator
+        (COMM_NULL for UNDEFINED, or when the other group has no part of
+        that color). Collective."""
+        cdef Context local = self._local()
+        table, uid = self._agree((color, key), timeout)
+        if color == UNDEFINED:
+            return COMM_NULL
+        loff, roff = self._loff(), self._roff()
+        pick = lambda off, n: sorted(
+            (i for i in range(n) if table[off + i][0] == color),
+            key=lambda i: (table[off + i][1], i))
+        lmembers = pick(loff, local.size)
+        rmembers = pick(roff, len(self._rprocs))
+        if not rmembers:
+            return COMM_NULL
+        return self._between(lmembers, rmembers, uid)
+
+    def Split_type(self, split_type, key=0, info=None, *, timeout=None):
+        """COMM_TYPE_SHARED: Split by host."""
+        if split_type not in (UNDEFINED, COMM_TYPE_SHARED):
+            raise ArgumentError(f"split_type: {split_type} is not supported "
+                                "(only COMM_TYPE_SHARED)", ERR_ARG)
+        hosts = allgather_objects(self._union(), host_identity(), timeout,
+                                  OBJ_ALLGATHER)
+        color = (UNDEFINED if split_type == UNDEFINED
+                 else hosts.index(hosts[self._loff() + self.rank]))
+        return self.Split(color, key, timeout=timeout)
+
+    def Create(self, group, *, timeout=None):
+        """Each group passes a group of its own processes: the
+        intercommunicator between the two (COMM_NULL outside them, or when
+        either is empty). Collective over both groups."""
+        cdef Context local = self._local()
+        members = _members_of(self._procs, group)
+        table, uid = self._agree(members, timeout)
+        rmembers = table[self._roff()]
+        if local.rank not in members or not rmembers:
+            return COMM_NULL
+        return self._between(members, list(rmembers), uid)
+
+    def Merge(self, high=False, *, timeout=None):
+        """An intracommunicator of both groups: the group passing
+        high=False first (when both pass the same, the group created
+        first). Collective."""
+        cdef Context local = self._local()
+        table, uid = self._agree(bool(high), timeout)
+        mine, theirs = table[self._loff()], table[self._roff()]
+        ours_first = (not mine and theirs) or (mine == theirs and self._first)
+        lr = self._ranks_of(local, range(local.size))
+        rr = self._ranks_of(self.ctx, range(len(self._rprocs)))
+        order = lr + rr if ours_first else rr + lr
+        procs = (self._procs + self._rprocs if ours_first
+                 else self._rprocs + self._procs)
+        return Intracomm(_context_over(self.union, order, uid), procs=procs)
+
+    # -- the exchanges between the groups ---------------------------------------
+
+    cdef int _where(self, root) except -1:
+        """What we do in a rooted collective: AT_ROOT, AT_NONE, AT_LEAF."""
+        cdef int n = len(self._rprocs)
+        self._local()
+        if root == ROOT:
+            return AT_ROOT
+        if root == PROC_NULL:
+            return AT_NONE
+        if 0 <= root < n:
+            return AT_LEAF
+        raise ArgumentError(f"root: {root!r} is neither MPI.ROOT (the root), "
+                            f"MPI.PROC_NULL (the root's group) nor a rank of "
+                            f"the remote group (size {n})", ERR_ROOT)
+
+    cdef _swap(self, sendbuf, ssizes, soffs, recvbuf, rsizes, roffs, timeout):
+        """One alltoallv over the union: we send ssizes[i] bytes at soffs[i]
+        of sendbuf to remote rank i, and receive rsizes[i] bytes from it at
+        roffs[i] of recvbuf (None: nothing)."""
+        cdef Context union = self._union()
+        cdef int n = union.size, rs = len(self._rprocs), off = self._roff(), i
+        cdef list S = [0] * n, SO = [0] * n, R = [0] * n, RO = [0] * n
+        for i in range(rs):
+            if ssizes is not None:
+                S[off + i], SO[off + i] = ssizes[i], soffs[i]
+            if rsizes is not None:
+                R[off + i], RO[off + i] = rsizes[i], roffs[i]
+        union.alltoallv(b"" if ssizes is None else sendbuf, S, SO,
+                        bytearray(0) if rsizes is None else recvbuf, R, RO,
+                        timeout, None)
+
+    cdef list _swap_objects(self, list parts, timeout):
+        """parts[i] (bytes, or None: nothing) to remote rank i; what each
+        remote rank sent us (None: nothing)."""
+        cdef int rs = len(self._rprocs), i
+        sent = np.array([0 if p is None else len(p) for p in parts], np.int64)
+        got = np.zeros(rs, np.int64)
+        eights = [8] * rs
+        at = [8 * i for i in range(rs)]
+        self._swap(sent, eights, at, got, eights, at, timeout)
+        sizes, rsizes = sent.tolist(), got.tolist()
+        out = bytearray(sum(rsizes))
+        self._swap(b"".join(p for p in parts if p is not None), sizes,
+                   _starts(sizes), out, rsizes, _starts(rsizes), timeout)
+        view, objs, start = memoryview(out), [], 0
+        for i in range(rs):
+            objs.append(pickle.loads(view[start:start + rsizes[i]])
+                        if rsizes[i] else None)
+            start += rsizes[i]
+        return objs
+
+    # -- buffer collectives ------------------------------------------------------
+
+    def Barrier(self, *, timeout=None):
+        """Return once every rank of both groups has called Barrier."""
+        self._union().barrier(timeout)
+
+    def Bcast(self, buf, root=0, *, timeout=None, algorithm=None):
+        """The root's buf (root=ROOT there; PROC_NULL in its group) into buf
+        of every rank of the other group (root = its rank there)."""
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        cdef Message m
+        if where == AT_ROOT:
+            m = message(buf, "buf", True)
+            self._swap(m.buf, [m.buf.nbytes] * rs, [0] * rs, None, None, None,
+                       timeout)
+        elif where == AT_LEAF:
+            m = message(buf, "buf")
+            sizes = [0] * rs
+            sizes[root] = m.buf.nbytes
+            self._swap(None, None, None, m.buf, sizes, [0] * rs, timeout)
+            m.unpack()
+        else:
+            self._swap(None, None, None, None, None, None, timeout)
+
+    def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None,
+               algorithm=None):
+        """The other group's sendbufs, in its rank order, into the root's
+        recvbuf."""
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        cdef Message r
+        if where == AT_ROOT:
+            r = message(recvbuf, "recvbuf", False, False, rs)
+            _blocks(r, rs, "recvbuf")
+            b = r.buf.nbytes // rs
+            self._swap(None, None, None, r.buf, [b] * rs,
+                       [i * b for i in range(rs)], timeout)
+            r.unpack()
+        else:
+            self._send_to_root(sendbuf, root, where, timeout)
+
+    def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                algorithm=None):
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        cdef Message r
+        if where == AT_ROOT:
+            r = vector_message(recvbuf, rs, "recvbuf")
+            self._swap(None, None, None, r.buf, r.sizes, r.offsets, timeout)
+            r.unpack()
+        else:
+            self._send_to_root(sendbuf, root, where, timeout)
+
+    cdef _send_to_root(self, sendbuf, root, int where, timeout):
+        cdef Message s
+        cdef int rs = len(self._rprocs)
+        if where == AT_NONE:
+            self._swap(None, None, None, None, None, None, timeout)
+            return
+        s = message(sendbuf, "sendbuf", True)
+        sizes = [0] * rs
+        sizes[root] = s.buf.nbytes
+        self._swap(s.buf, sizes, [0] * rs, None, None, None, timeout)
+
+    def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                algorithm=None):
+        """Block i of the root's sendbuf into rank i of the other group."""
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        cdef Message s
+        if where == AT_ROOT:
+            s = message(sendbuf, "sendbuf", True, False, rs)
+            _blocks(s, rs, "sendbuf")
+            b = s.buf.nbytes // rs
+            self._swap(s.buf, [b] * rs, [i * b for i in range(rs)], None,
+                       None, None, timeout)
+        else:
+            self._recv_from_root(recvbuf, root, where, timeout)
+
+    def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None,
+                 algorithm=None):
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        cdef Message s
+        if where == AT_ROOT:
+            s = vector_message(sendbuf, rs, "sendbuf", True)
+            self._swap(s.buf, s.sizes, s.offsets, None, None, None, timeout)
+        else:
+            self._recv_from_root(recvbuf, root, where, timeout)
+
+    cdef _recv_from_root(self, recvbuf, root, int where, timeout):
+        cdef Message r
+        cdef int rs = len(self._rprocs)
+        if where == AT_NONE:
+            self._swap(None, None, None, None, None, None, timeout)
+            return
+        r = message(recvbuf, "recvbuf")
+        sizes = [0] * rs
+        sizes[root] = r.buf.nbytes
+        self._swap(None, None, None, r.buf, sizes, [0] * rs, timeout)
+        r.unpack()
+
+    def Allgather(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        """Every rank gets the other group's sendbufs, in its rank order."""
+        cdef int rs = len(self._rprocs)
+        cdef Message s = message(sendbuf, "sendbuf", True)
+        cdef Message r = message(recvbuf, "recvbuf", False, False, rs)
+        _blocks(r, rs, "recvbuf")
+        b = r.buf.nbytes // rs
+        self._swap(s.buf, [s.buf.nbytes] * rs, [0] * rs, r.buf, [b] * rs,
+                   [i * b for i in range(rs)], timeout)
+        r.unpack()
+
+    def Allgatherv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        cdef int rs = len(self._rprocs)
+        cdef Message s = message(sendbuf, "sendbuf", True)
+        cdef Message r = vector_message(recvbuf, rs, "recvbuf")
+        self._swap(s.buf, [s.buf.nbytes] * rs, [0] * rs, r.buf, r.sizes,
+                   r.offsets, timeout)
+        r.unpack()
+
+    def Alltoall(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        """Block i of sendbuf to rank i of the other group; its block for us
+        into block i of recvbuf."""
+        cdef int rs = len(self._rprocs)
+        cdef Message s = message(sendbuf, "sendbuf", True, False, rs)
+        cdef Message r = message(recvbuf, "recvbuf", False, False, rs)
+        _blocks(s, rs, "sendbuf")
+        _blocks(r, rs, "recvbuf")
+        sb, rb = s.buf.nbytes // rs, r.buf.nbytes // rs
+        self._swap(s.buf, [sb] * rs, [i * sb for i in range(rs)], r.buf,
+                   [rb] * rs, [i * rb for i in range(rs)], timeout)
+        r.unpack()
+
+    def Alltoallv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        cdef int rs = len(self._rprocs)
+        cdef Message s = vector_message(sendbuf, rs, "sendbuf", True)
+        cdef Message r = vector_message(recvbuf, rs, "recvbuf")
+        self._swap(s.buf, s.sizes, s.offsets, r.buf, r.sizes, r.offsets,
+                   timeout)
+        r.unpack()
+
+    # -- reductions: our group reduces to its leader, the leaders swap -----------
+
+    cdef object _reduced(self, sendbuf, op, timeout):
+        """op over our group's sendbufs, at our leader (None elsewhere)."""
+        if sendbuf is IN_PLACE or sendbuf is None:
+            raise ArgumentError("sendbuf: an intercommunicator reduction "
+                                "cannot be in place", ERR_BUFFER)
+        cdef Message s = message(sendbuf, "sendbuf", True)
+        lcomm = self._lcomm
+        out = np.empty_like(s.data) if self.local.rank == 0 else None
+        lcomm.Reduce(sendbuf, out, op, 0, timeout=timeout)
+        return out
+
+    cdef object _swapped(self, sendbuf, op, int tag, timeout):
+        """op over the other group's sendbufs, at our leader (None
+        elsewhere): each leader sends its group's to the other."""
+        cdef Context union = self._union()
+        mine = self._reduced(sendbuf, op, timeout)
+        if mine is None:
+            return None
+        theirs = np.empty_like(mine)
+        sent = union.isend(mine, self._roff(), tag)
+        got = union.recv(theirs, self._roff(), tag, timeout)
+        sent.wait(timeout)
+        if got[2] != theirs.nbytes:
+            raise ArgumentError(f"sendbuf: the other group reduces "
+                                f"{got[2]} bytes, ours {theirs.nbytes}",
+                                ERR_COUNT)
+        return theirs
+
+    def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
+               algorithm=None):
+        """op over the other group's sendbufs into the root's recvbuf."""
+        cdef int where = self._where(root)
+        cdef Context union = self._union()
+        cdef Message r
+        if where == AT_ROOT:
+            r = message(recvbuf, "recvbuf")
+            got = union.recv(r.buf, self._roff(), TAG_REDUCE, timeout)
+            if got[2] != r.buf.nbytes:
+                raise ArgumentError(f"recvbuf: {r.buf.nbytes} bytes, but the "
+                                    f"other group reduced {got[2]}",
+                                    ERR_COUNT)
+            r.unpack()
+        elif where == AT_LEAF:
+            mine = self._reduced(sendbuf, op, timeout)
+            if mine is not None:
+                union.send(mine, self._roff() + root, TAG_REDUCE, timeout)
+
+    def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
+                  algorithm=None):
+        """recvbuf = op over the other group's sendbufs."""
+        cdef Message r
+        theirs = self._swapped(sendbuf, op, TAG_ALLREDUCE, timeout)
+        if theirs is not None:
+            r = message(recvbuf, "recvbuf")
+            if r.buf.nbytes != theirs.nbytes:
+                raise ArgumentError(f"recvbuf: {r.buf.nbytes} bytes for a "
+                                    f"result of {theirs.nbytes}", ERR_COUNT)
+            r.data[...] = theirs.view(r.data.dtype).reshape(r.data.shape)
+            r.unpack()
+        self._lcomm.Bcast(recvbuf, 0, timeout=timeout)
+
+    def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM,
+                       *, timeout=None, algorithm=None):
+        """op over the other group's sendbufs, scattered over our group:
+        rank i gets recvcounts[i] items (default: each rank's recvbuf)."""
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True)
+        lcomm = self._lcomm
+        if recvcounts is None:
+            counts = lcomm.allgather(r.count, timeout=timeout)
+        else:
+            counts = _counts(recvcounts, self.local.size, "recvcounts")
+        items = s.data.size // s.count if s.count else 1
+        theirs = self._swapped(sendbuf, op, TAG_REDUCE_SCATTER, timeout)
+        if theirs is not None and sum(counts) * items != theirs.size:
+            raise ArgumentError(f"recvcounts: {counts} sum to "
+                                f"{sum(counts)} items, the reduction has "
+                                f"{theirs.size // items}", ERR_COUNT)
+        lcomm.Scatterv(None if theirs is None else
+                       [theirs, [n * items for n in counts]], recvbuf, 0,
+                       timeout=timeout)
+
+    def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
+                             timeout=None, algorithm=None):
+        """op over the other group's sendbufs, in equal blocks over our
+        group (block i to rank i)."""
+        cdef Message r = message(recvbuf, "recvbuf")
+        self.Reduce_scatter(sendbuf, recvbuf, [r.count] * self.local.size, op,
+                            timeout=timeout)
+
+    # -- object collectives ------------------------------------------------------
+
+    def barrier(self, *, timeout=None):
+        self.Barrier(timeout=timeout)
+
+    def bcast(self, obj=None, root=0, *, timeout=None):
+        """The root's obj on every rank of the other group (None in the
+        root's group)."""
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        parts = [_dumps(obj)] * rs if where == AT_ROOT else [None] * rs
+        got = self._swap_objects(parts, timeout)
+        return got[root] if where == AT_LEAF else None
+
+    def gather(self, obj, root=0, *, timeout=None):
+        """At the root: the list of the other group's objs; None elsewhere."""
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        parts = [None] * rs
+        if where == AT_LEAF:
+            parts[root] = _dumps(obj)
+        got = self._swap_objects(parts, timeout)
+        return got if where == AT_ROOT else None
+
+    def scatter(self, objs, root=0, *, timeout=None):
+        """objs[i] of the root's list (one per remote rank) to remote rank
+        i."""
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        parts = [None] * rs
+        if where == AT_ROOT:
+            objs = list(objs)
+            if len(objs) != rs:
+                raise ValueError(f"objs: expected {rs} items (the remote "
+                                 f"group's size) at the root, got {len(objs)}")
+            parts = [_dumps(o) for o in objs]
+        got = self._swap_objects(parts, timeout)
+        return got[root] if where == AT_LEAF else None
+
+    def allgather(self, obj, *, timeout=None):
+        """The list of the other group's objs, in its rank order."""
+        self._local()
+        return self._swap_objects([_dumps(obj)] * len(self._rprocs), timeout)
+
+    def alltoall(self, objs, *, timeout=None):
+        """objs[i] to remote rank i; what each remote rank sent us."""
+        cdef int rs = len(self._rprocs)
+        self._local()
+        objs = list(objs)
+        if len(objs) != rs:
+            raise ValueError(f"objs: expected {rs} items (the remote group's "
+                             f"size), got {len(objs)}")
+        return self._swap_objects([_dumps(o) for o in objs], timeout)
+
+    def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
+        """At the root: op over the other group's objs, in its rank order."""
+        self._where(root)
+        _check_callable(op)
+        objs = self.gather(obj, root, timeout=timeout)
+        return None if objs is None else fold_objects(objs, op)
+
+    def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
+        """op over the other group's objs, in its rank order."""
+        _check_callable(op)
+        return fold_objects(self.allgather(obj, timeout=timeout), op)
+
+    # -- nonblocking collectives -------------------------------------------------
+
+    cdef object _shadow_comm(self):
+        """As Comm's: the shadow intercommunicator the worker runs the
+        nonblocking collectives on (its ids: ours with the shadow bit)."""
+        cdef Context p2p, local, union
+        if self._shadow is None:
+            p2p, local, union = self.ctx, self._local(), self.union
+            self._shadow = Intercomm(_parts=(
+                p2p.derive(range(p2p.size), p2p.comm_id | SHADOW),
+                local.derive(range(local.size), local.comm_id | SHADOW),
+                union.derive(range(union.size), union.comm_id | SHADOW),
+                self._procs, self._rprocs, self._first))
+            self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
+        return self._shadow
+
+    def Idup(self, info=None):
+        """(intercommunicator, request): a Dup run by the worker of the
+        nonblocking collectives; use it once the request is done (it is
+        null until then)."""
+        self._local()
+        shadow = self._shadow_comm()
+        cdef Intercomm new = Intercomm()
+        copied = self._attrs.copy(self) if self._attrs is not None else None
+
+        def dup():
+            new._adopt(shadow.Dup(), copied)
+        return new, self._worker.submit(dup, _requests.CollectiveRequest())
+
+    def Idup_with_info(self, info):
+        return self.Idup(info)
+
+    cdef _adopt(self, Intercomm made, attrs):
+        """Become the intercommunicator `made` (Idup's result)."""
+        self._bind(made._ctx)
+        self._procs, self._attrs = made._procs, attrs
+        self._setup(made.local, made.union, made._rprocs, made._first)
+
+    # -- MPI-4 -------------------------------------------------------------
+
+    @classmethod
+    def Create_from_groups(cls, local_group, local_leader, remote_group,
+                           remote_leader, stringtag="org.mpi4py", info=None,
+                           errhandler=None, *, timeout=None):
+        """The intercommunicator between two disjoint groups of the world's
+        processes (ours: local_group), with no parent communicator.
+        Collective over both groups, which all pass the same `stringtag`."""
+        wcomm, world = _world("Intercomm.Create_from_groups")
+        for group, leader, name in ((local_group, local_leader, "local"),
+                                    (remote_group, remote_leader, "remote")):
+            if not isinstance(group, Group):
+                raise TypeError(f"{name}_group: expected a Group, got "
+                                f"{group!r}")
+            if not 0 <= leader < group.Get_size():
+                raise ArgumentError(f"{name}_leader: {leader} is not a rank of "
+                                    f"{name}_group (size {group.Get_size()})",
+                                    ERR_RANK)
+        cdef Context wctx = world
+        wprocs = wcomm._procs
+        if wprocs[wctx.rank] not in local_group._procs:
+            raise ArgumentError("local_group: this process is not in it",
+                                ERR_GROUP)
+        if set(local_group._procs) & set(remote_group._procs):
+            raise ArgumentError("local_group and remote_group share "
+                                "processes", ERR_GROUP)
+        mine = _world_ranks(wctx, wprocs, local_group._procs)
+        theirs = _world_ranks(wctx, wprocs, remote_group._procs)
+        first = mine[0] < theirs[0]
+        uid = _agreed_id(wctx, mine + theirs if first else theirs + mine,
+                         stringtag, timeout)
+        return _intercomm(wctx, mine, theirs, tuple(local_group._procs),
+                          tuple(remote_group._procs), first, uid)
+
+
+cdef tuple _world(str name):
+    """(gloocy.MPI's COMM_WORLD, its context): what the MPI-4 constructors
+    from groups run over (Groups name its processes)."""
+    world = PREDEFINED.get("COMM_WORLD")
+    if world is None or not world:
+        raise NotImplementedError(f"{name} needs gloocy.MPI's COMM_WORLD "
+                                  "(import gloocy.MPI)")
+    return world, (<_CommBase>world).live()
+
+
+cdef list _world_ranks(Context world, tuple wprocs, procs):
+    """Connection ranks of the world's processes `procs` (the world
+    communicator's processes: wprocs)."""
+    where = {p: r for r, p in enumerate(wprocs)}
+    try:
+        return [world.world_rank(where[p]) for p in procs]
+    except KeyError:
+        raise ArgumentError("group: has processes outside the world",
+                            ERR_GROUP) from None
+
+
+cdef uint32_t _agreed_id(Context world, list ranks, stringtag,
+                         timeout) except? 0:
+    """An id agreed by the processes `ranks` alone, over a transient context
+    (as Create_group's), keyed by `stringtag`."""
+    transient = TRANSIENT | (zlib.crc32(repr(
+        ("from_group", str(stringtag), ranks)).encode()) & 0x7FFFFFFF)
+    scratch = _context_over(world, ranks, transient)
+    try:
+        return _new_id(scratch, timeout)
+    finally:
+        scratch.close()
+
+
+cdef list _starts(list sizes):
+    """Offsets of blocks of these sizes laid end to end."""
+    cdef list out = []
+    cdef int64_t at = 0
+    for n in sizes:
+        out.append(at)
+        at += n
+    return out
