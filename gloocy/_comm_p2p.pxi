@@ -21,6 +21,11 @@ def _deliver_into(buf, data):
     return n
 
 
+def _spec_nbytes(buf):
+    """Bytes of the buffer spec `buf`."""
+    return message(buf, "buf", True).buf.nbytes
+
+
 cdef object _send_buffer(comm):
     """The buffer a buffered send on `comm` takes its room from."""
     pool = getattr(comm, "_bsend_buffer", None)
@@ -177,6 +182,10 @@ cdef class _PointToPoint(_CommBase):
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE,
                          recvtag=ANY_TAG, status=None, *, timeout=None):
         """Send buf, then receive into it."""
+        if dest == PROC_NULL and source == PROC_NULL:
+            self.live()
+            _proc_null(status)
+            return
         m = bufspec.message(buf, name="buf")
         self.Sendrecv(m.data.copy(), dest, sendtag, m.data, source, recvtag,
                       status, timeout=timeout)
@@ -296,6 +305,9 @@ cdef class _PointToPoint(_CommBase):
     def Isendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE,
                           recvtag=ANY_TAG):
         """Start sending buf (a copy of it) and receiving into it."""
+        if dest == PROC_NULL and source == PROC_NULL:
+            self.live()
+            return _requests.CollectiveRequest._finished()
         m = bufspec.message(buf, name="buf")
         copy = m.data.copy()
         send = self.Isend(copy, dest, sendtag)

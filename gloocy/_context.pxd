@@ -27,6 +27,9 @@ cdef class Context:
     cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
     cdef uint64_t self_sent           # messages put in _to_self so far
+    cdef public list obj_receives     # object irecvs from ourselves (or anyone)
+                                      # not done: a synchronous send to ourselves
+                                      # lets them take their messages
     cdef set _requests                # unfinished Isend/Irecv handles: their
                                       # Xfers are posted, so they must live
     cdef char *_space[2]              # temporary space kept between calls:

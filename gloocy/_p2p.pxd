@@ -36,6 +36,7 @@ cdef class P2PHandle:
     # One attempt to finish (block: until done or the deadline); 1 if done.
     cdef int _step(self, bint block, object timeout) except -1
     cdef bint _take_from_self(self) except -1
+    cdef int _wait_taken(self, bint block, object timeout) except -1
     cdef void _finish(self, int source, int tag, int64_t nbytes) noexcept
     # Withdraw a receive nothing has arrived for; 1 if it was.
     cdef int withdraw(self) except -1

@@ -9,6 +9,21 @@
 cdef uint64_t _ack_ids = 0          # ids of synchronous sends (GIL held)
 
 
+class _SyncBytes(bytes):
+    """A synchronous send's message to ourselves: whoever takes it out of
+    _to_self finishes `handle`, the send."""
+
+
+cdef int _taken(object data) except -1:
+    """A message to ourselves was matched: finish its synchronous send."""
+    cdef P2PHandle h
+    if type(data) is not bytes:
+        h = getattr(data, "handle", None)
+        if h is not None and not h.finished:
+            h._finish(h.peer, h.tag, len(data))
+    return 0
+
+
 cdef bint _only_self(Context ctx, int source) noexcept:
     """Only this process can send what a receive from `source` waits for."""
     return source == ctx.rank or ctx.size == 1
@@ -68,6 +83,9 @@ cdef object call_send(Context ctx, object buf, int dest, int tag,
     ctx._check_peer(dest, "dest", False)
     if tag < 0:
         raise ArgumentError(f"tag: must be >= 0, got {tag}", ERR_TAG)
+    if dest == ctx.rank and sync:          # done once a receive takes it
+        call_isend(ctx, buf, dest, tag, True).wait(timeout)
+        return
     if dest == ctx.rank and type(buf) is bytes:    # a pickle, to ourselves
         _send_to_self(ctx, tag, <bytes>buf)
         return
@@ -139,6 +157,16 @@ cdef object call_isend(Context ctx, object buf, int dest, int tag, bint sync):
         raise ArgumentError(f"tag: must be >= 0, got {tag}", ERR_TAG)
     cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
     h.ctx, h.peer, h.tag, h.is_send = ctx, dest, tag, True
+    if dest == ctx.rank and sync:         # done once a receive takes it
+        if type(buf) is bytes:
+            data = _SyncBytes(<bytes>buf)
+        else:
+            h.buf = get_buffer(buf, "buf", False)
+            data = _SyncBytes(h.buf.ptr[:h.buf.nbytes])
+        data.handle = h
+        h.sync = True
+        _send_to_self(ctx, tag, data)
+        return h
     if dest == ctx.rank and type(buf) is bytes:     # a pickle, to ourselves
         _send_to_self(ctx, tag, <bytes>buf)
         h._finish(dest, tag, len(<bytes>buf))
@@ -210,7 +238,7 @@ cdef object _match(Context ctx, int source, int tag, bint block,
     cdef int found
     cdef int i
     cdef uint64_t seen = 0
-    cdef bytes data
+    cdef object data
     ctx._check_peer(source, "source", True)
     if tag < -1:
         raise ArgumentError(f"tag: must be >= 0 or -1 (any), got {tag}", ERR_TAG)
@@ -227,6 +255,7 @@ cdef object _match(Context ctx, int source, int tag, bint block,
                         if not take:
                             return ctx.rank, t, len(data)
                         del ctx._to_self[i]
+                        _taken(data)
                         return data, ctx.rank, t
             finally:
                 ctx.links.leave()
@@ -258,7 +287,7 @@ cdef object _match(Context ctx, int source, int tag, bint block,
         if not take:
             return ctx._local[x.peer], <int64_t>x.hdr.tag, x.nbytes
         try:
-            data = x.buf[:x.nbytes]
+            data = <bytes>x.buf[:x.nbytes]
         finally:
             free(x.buf)
         return data, ctx._local[x.peer], <int64_t>x.hdr.tag
@@ -331,6 +360,26 @@ cdef class P2PHandle:
         self.ctx._requests.discard(self)
         return 1
 
+    cdef int _wait_taken(self, bint block, object timeout) except -1:
+        """A synchronous send to ourselves: done once a receive took it."""
+        cdef Context ctx = self.ctx
+        if not block:
+            return 0
+        cdef double limit = time.monotonic() + ctx.seconds(timeout)
+        while not self.finished:
+            if ctx.obj_receives:        # receives posted before: they match
+                for r in list(ctx.obj_receives):
+                    r._poll()
+                if self.finished:
+                    break
+            _lone_thread_deadlock(ctx, "a synchronous send to itself")
+            if time.monotonic() > limit:
+                raise CollectiveTimeout(
+                    f"rank {ctx.rank}: no receive took its synchronous send "
+                    f"to itself (tag {self.tag}) within the timeout")
+            time.sleep(0.0002)
+        return 1
+
     cdef bint _take_from_self(self) except -1:
         """A receive from ourselves (or anyone): messages we sent us."""
         got = take_from_self(self.ctx, self.buf.ptr, self.buf.nbytes, self.tag)
@@ -345,6 +394,8 @@ cdef class P2PHandle:
         cdef int found = 0
         if self.finished or self._cancelled:
             return 1
+        if self.is_send and not self.posted:    # a synchronous send to ourselves
+            return self._wait_taken(block, timeout)
         if self.posted and self.x.state == XFER_DONE and not self.sync:
             self._finish(ctx._local[self.x.peer], <int64_t>self.x.hdr.tag,
                          self.x.nbytes)
@@ -488,11 +539,12 @@ cdef object take_from_self(Context ctx, char *buf, int64_t nbytes, int tag):
                     f"{nbytes}-byte receive buffer", ERR_TRUNCATE)
             del ctx._to_self[i]
             memcpy(buf, <const char *>data, len(data))
+            _taken(data)
             return ctx.rank, t, len(data)
     return None
 
 
-cdef int _send_to_self(Context ctx, int tag, bytes data) except -1:
+cdef int _send_to_self(Context ctx, int tag, object data) except -1:
     """A message to ourselves: to the oldest any-source receive posted
     that takes it, else kept for a later receive."""
     if not ctx.links.try_enter():       # free almost always: keep the GIL
@@ -505,7 +557,7 @@ cdef int _send_to_self(Context ctx, int tag, bytes data) except -1:
     return 0
 
 
-cdef int _deliver_to_self(Context ctx, int tag, bytes data) except -1:
+cdef int _deliver_to_self(Context ctx, int tag, object data) except -1:
     cdef Header h
     cdef Xfer *x = ctx.links.wild_head
     init_header(&h)
@@ -528,6 +580,7 @@ cdef int _deliver_to_self(Context ctx, int tag, bytes data) except -1:
     x.nbytes = len(data)
     x.peer = ctx._world[ctx.rank]
     x.state = XFER_DONE
+    _taken(data)
     if ctx.links.nsleepers:           # its thread may be asleep
         ctx.links.wake()
     return 0

@@ -174,7 +174,7 @@ class Message:
             _set_status(status, PROC_NULL, ANY_TAG, 0)
             return None
         _set_status(status, source, tag, len(data))
-        return pickle.loads(data)
+        return pickle.loads(data) if data else None
 
     def irecv(self):
         """A complete request whose wait() returns the object."""
@@ -182,7 +182,8 @@ class Message:
         data, source, tag = self._take()
         if data is None:
             return done_request(PROC_NULL, ANY_TAG, 0, None)
-        return done_request(source, tag, len(data), pickle.loads(data))
+        return done_request(source, tag, len(data),
+                            pickle.loads(data) if data else None)
 
 
 MESSAGE_NULL = Message()
@@ -213,6 +214,16 @@ class BufferAutomaticType(int):
 BUFFER_AUTOMATIC = BufferAutomaticType()
 
 
+def _nbytes(buf):
+    """The size of an attached buffer (any buffer spec gloocy can send)."""
+    from gloocy.communicator import _spec_nbytes
+    try:
+        return _spec_nbytes(buf)
+    except (TypeError, ValueError) as e:
+        raise GloocyError(f"Attach_buffer: buf: {type(buf).__name__} is not a "
+                          f"buffer ({e})", ERR_BUFFER) from None
+
+
 class SendBuffer:
     """An attached buffer: the room buffered sends in flight may take."""
 
@@ -237,11 +248,7 @@ class SendBuffer:
             if isinstance(buf, BufferAutomaticType):
                 size = None
             else:
-                try:
-                    size = memoryview(buf).nbytes
-                except TypeError:
-                    raise GloocyError(f"Attach_buffer: buf: {type(buf).__name__} "
-                                      "is not a buffer", ERR_BUFFER) from None
+                size = _nbytes(buf)
             self._buf, self._size = buf, size
 
     def flush(self):

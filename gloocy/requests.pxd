@@ -34,6 +34,7 @@ cdef class ObjectRecvRequest(Request):
     cdef object _obj                # the object received
     cdef bint _cancelled
     cdef int _receive(self, bint block, object timeout) except -1
+    cdef _unlist(self)              # off the context's obj_receives
 
 
 cdef class Prequest(Request):

@@ -42,6 +42,30 @@ cdef inline int _fill(status, int source, int tag, int64_t count) except -1:
     return 0
 
 
+cdef int _empty(status) except -1:
+    """The empty status of an inactive request: any source and tag, no
+    data, no error."""
+    if status is None:
+        return 0
+    _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+    if isinstance(status, Status):
+        (<Status>status).error = 0
+    else:
+        status.Set_error(0)
+    return 0
+
+
+cdef object _status_at(statuses, Py_ssize_t i):
+    """statuses[i], or None past the end of a tuple; a list grows to have
+    one (as mpi4py)."""
+    if statuses is None:
+        return None
+    if isinstance(statuses, list):
+        while len(statuses) <= i:
+            statuses.append(Status())
+    return statuses[i] if i < len(statuses) else None
+
+
 cdef inline int _fill_from(status, result) except -1:
     if status is not None and result is not None:
         _fill(status, result[0], result[1], result[2])
@@ -87,7 +111,7 @@ cdef class Request:
 
     cdef int _complete(self, status) except -1:
         if not self._active:
-            _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+            _empty(status)
             return 1
         self._wait(status, None)
         self._active = False
@@ -103,7 +127,7 @@ cdef class Request:
     def Test(self, status=None):
         """True when done (then `status` is filled)."""
         if not self._active:
-            _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+            _empty(status)
             return True
         if not self._test(status):
             return False
@@ -113,7 +137,7 @@ cdef class Request:
     def Get_status(self, status=None):
         """Like Test, but the request stays as it is."""
         if not self._active:
-            _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+            _empty(status)
             return True
         return self._test(status) == 1
 
@@ -230,7 +254,7 @@ cdef class Request:
         cdef Request r
         out = []
         for i, r in enumerate(requests):
-            r._complete(None if statuses is None else statuses[i])
+            r._complete(_status_at(statuses, i))
             out.append(r._value())
         return out
 
@@ -312,15 +336,25 @@ cdef class ObjectRecvRequest(Request):
     """irecv of a Python object: its size is unknown until it arrives, so
     the receive happens at wait/test time."""
 
-    def __init__(self, ctx, int source, int tag):
+    def __init__(self, Context ctx, int source, int tag):
         self._ctx, self._source, self._tag = ctx, source, tag
         self._active = True
+        if source == -1 or source == ctx.rank:
+            if ctx.obj_receives is None:
+                ctx.obj_receives = []
+            ctx.obj_receives.append(self)
 
     def Cancel(self):
         """Nothing is received before wait/test: withdrawing always works
         until then."""
         if self._result is None:
             self._cancelled = True
+            self._unlist()
+
+    def _poll(self):
+        """Take the message if it is there (a synchronous send to ourselves
+        waits for the receives posted before it)."""
+        self._receive(False, None)
 
     cdef int _receive(self, bint block, object timeout) except -1:
         if self._result is None and not self._cancelled:
@@ -330,8 +364,17 @@ cdef class ObjectRecvRequest(Request):
                 return 0
             data, source, tag = got
             self._result = (source, tag, len(data))
-            self._obj = _loads(data)
+            self._obj = _loads(data) if len(data) else None
+            self._unlist()
         return 1
+
+    cdef _unlist(self):
+        cdef list waiting = self._ctx.obj_receives
+        if waiting:
+            for k in range(len(waiting)):
+                if waiting[k] is self:
+                    del waiting[k]
+                    break
 
     cdef int _wait(self, status, object timeout) except -1:
         self._receive(True, timeout)
@@ -644,7 +687,7 @@ def Waitall(requests, statuses=None):
         return True
     for i, r in enumerate(requests):
         if r is not None:
-            (<Request?>r)._complete(None if statuses is None else statuses[i])
+            (<Request?>r)._complete(_status_at(statuses, i))
     return True
 
 
@@ -656,7 +699,7 @@ def Testall(requests, statuses=None):
             return False
     for i, r in enumerate(requests):
         if r is not None:
-            r.Test(None if statuses is None else statuses[i])
+            r.Test(_status_at(statuses, i))
     return True
 
 
@@ -681,7 +724,7 @@ cdef object _first_done(requests, status):
 def Waitany(requests, status=None):
     """Index of a finished request (UNDEFINED if none is active)."""
     if not _any_active(requests):
-        _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+        _empty(status)
         return UNDEFINED
     delay = 0.0
     while True:
@@ -696,7 +739,7 @@ def Testany(requests, status=None):
     """(index, done): index UNDEFINED when none has finished (done is True
     when none is active)."""
     if not _any_active(requests):
-        _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+        _empty(status)
         return UNDEFINED, True
     i = _first_done(requests, status)
     return (UNDEFINED, False) if i is None else (i, True)
@@ -748,7 +791,7 @@ def Get_status_all(requests, statuses=None):
             return False
     for i, r in enumerate(requests):
         if r is not None:
-            r.Get_status(None if statuses is None else statuses[i])
+            r.Get_status(_status_at(statuses, i))
     return True
 
 
@@ -756,7 +799,7 @@ def Get_status_any(requests, status=None):
     """(index, done) of a request that is done, which stays as it is;
     (UNDEFINED, True) when none is active."""
     if not _any_active(requests):
-        _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+        _empty(status)
         return UNDEFINED, True
     for i, r in enumerate(requests):
         if _active(r) and (<Request>r)._test(status):
