@@ -421,3 +421,35 @@ def test_isendrecv_and_get_status(world, size):
         assert log[2:5] == [False, (UNDEFINED, False), []]
         assert log[5:9] == [True, [43, 44], [0, 1], True]
         assert log[9] == [payload(src, r, 43).tolist(), payload(src, r, 44).tolist()]
+
+
+def r_issend_to_self(comm):
+    """An Issend to ourselves stays pending while the message is only
+    probed, and is done once a receive takes it; waiting for it with no
+    receive and no other thread is a deadlock, named."""
+    r = comm.rank
+    log = []
+    req = comm.Issend(payload(r, r, 123), r, 123)
+    st = Status()
+    comm.Probe(ANY_SOURCE, ANY_TAG, st)
+    log.append((st.Get_source(), st.Get_tag(), bool(req), req.Test()))
+    buf = np.zeros(16, np.int64)
+    comm.Recv(buf, r, 123, st)
+    log.append((req.Test(), buf[:st.Get_count() // 8].tolist()))
+    req = comm.Issend(payload(r, r, 124), r, 124)
+    try:
+        req.Wait()
+        log.append("no error")
+    except ContextPoisoned as e:
+        log.append("wait forever" in str(e))
+    comm.Recv(buf, r, 124)
+    log.append(req.Test())
+    comm.Barrier()
+    return log
+
+
+@pytest.mark.parametrize("size", [1, 2])
+def test_issend_to_self_waits_for_the_receive(world, size):
+    for r, log in enumerate(world(size).run(r_issend_to_self)):
+        assert log == [(r, 123, True, False),
+                       (True, payload(r, r, 123).tolist()), True, True]
