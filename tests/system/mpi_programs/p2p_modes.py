@@ -50,17 +50,20 @@ req.Wait()
 say("Ssend ring", buf.tolist())
 
 # --- matched probe
-comm.Send(np.arange(rank + 1, dtype="f8"), right, 7)
+sent = np.arange(rank + 1, dtype="f8")
+req = comm.Isend(sent, right, 7)
 st = MPI.Status()
 msg = comm.Mprobe(left, 7, st)
 buf = np.zeros(st.Get_count(MPI.DOUBLE), "f8")
 msg.Recv(buf)
+req.Wait()
 say("Mprobe", st.Get_source(), st.Get_tag(), buf.tolist(), bool(msg))
-comm.send({"from": rank}, right, 8)
+req = comm.isend({"from": rank}, right, 8)
 m = None
 while m is None:
     m = comm.improbe(left, 8)
 say("improbe", m.recv())
+req.wait()
 
 # --- threads: Sendrecv in several threads at once, each with its own tag
 results = {}
@@ -95,12 +98,12 @@ mem = bytearray(2 * (5 * 8 + MPI.BSEND_OVERHEAD))
 MPI.Attach_buffer(mem)
 comm.Bsend(np.arange(5, dtype="i8") + rank, right, 10)
 comm.Ibsend(np.arange(5, dtype="i8") - rank, right, 11).Wait()
-back = MPI.Detach_buffer()
-say("detached the same buffer", back is mem or bytes(back) == bytes(mem))
 a, b = np.zeros(5, "i8"), np.zeros(5, "i8")
 comm.Recv(a, left, 10)
 comm.Recv(b, left, 11)
 say("Bsend", a.tolist(), b.tolist())
+back = MPI.Detach_buffer()      # waits until they have gone (received)
+say("detached the same buffer", back is mem or bytes(back) == bytes(mem))
 
 # --- partitioned
 parts = 4
