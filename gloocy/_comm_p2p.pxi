@@ -1,6 +1,9 @@
 # Point-to-point: blocking, nonblocking and persistent, buffers and
 # objects; send modes, matched probes, partitioned requests.
 
+import threading as _threading
+import warnings as _warnings
+
 from gloocy import errors as _errors
 from gloocy import message as _message
 
@@ -24,6 +27,21 @@ def _deliver_into(buf, data):
 def _spec_nbytes(buf):
     """Bytes of the buffer spec `buf`."""
     return message(buf, "buf", True).buf.nbytes
+
+
+_comm_locks_lock = _threading.Lock()
+
+
+def _comm_lock(comm, key):
+    """The lock (one per communicator and key: "recv", "bcast", ...) that
+    serializes the object calls of threads sharing a communicator, in the
+    table MPI._comm_lock_table shows."""
+    with _comm_locks_lock:
+        table = comm.__dict__.setdefault("_locks", {})
+        lock = table.get(key)
+        if lock is None:
+            lock = table[key] = _threading.Lock()
+        return lock
 
 
 cdef object _send_buffer(comm):
@@ -221,8 +239,14 @@ cdef class _PointToPoint(_CommBase):
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
              timeout=None):
-        """The next object from `source` with `tag`."""
-        return recv_object(self.live(), source, tag, status, timeout)
+        """The next object from `source` with `tag` (`buf` is not needed:
+        the message's size comes with it)."""
+        if buf is not None:
+            _warnings.warn("the 'buf' argument is deprecated", UserWarning,
+                           stacklevel=2)
+        cdef Context ctx = self.live()
+        with _comm_lock(self, "recv"):
+            return recv_object(ctx, source, tag, status, timeout)
 
     def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None,
                  source=ANY_SOURCE, recvtag=ANY_TAG, status=None, *,
