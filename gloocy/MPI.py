@@ -45,7 +45,11 @@ MPIException = Exception
 # KEYVAL_INVALID.
 WTIME_IS_GLOBAL, HOST, IO = 1681915911, 1681915907, 1681915909
 APPNUM = UNIVERSE_SIZE = LASTUSEDCODE = KEYVAL_INVALID
-BSEND_OVERHEAD = 96
+from gloocy import message as _message  # noqa: E402
+from gloocy.message import (BSEND_OVERHEAD, BUFFER_AUTOMATIC,  # noqa: E402,F401
+                            MESSAGE_NO_PROC, MESSAGE_NULL, BufferAutomaticType,
+                            Message)
+from gloocy.requests import CollectiveRequest as _CollectiveRequest  # noqa: E402
 BUFFER_AUTOMATIC = None
 MAX_PROCESSOR_NAME = 128
 MAX_ERROR_STRING = 512
@@ -223,16 +227,27 @@ def Free_mem(mem):
     """Nothing to do: the memory goes with its last reference."""
 
 
-_attached = []
-
-
 def Attach_buffer(buf):
-    """Buffered sends need no buffer here (Bsend is Send); kept for Detach."""
-    _attached.append(buf)
+    """The process's buffer for buffered sends (None or BUFFER_AUTOMATIC:
+    no limit); a Bsend that does not fit it is an ERR_BUFFER error."""
+    _message.PROCESS_BUFFER.attach(buf)
 
 
 def Detach_buffer():
-    return _attached.pop() if _attached else None
+    """Wait for the buffered sends in flight; the buffer detached."""
+    if not _message.PROCESS_BUFFER.attached:
+        raise Exception("Detach_buffer: no buffer attached", ERR_BUFFER)
+    return _message.PROCESS_BUFFER.detach()
+
+
+def Flush_buffer():
+    """Wait for the buffered sends in flight."""
+    _message.PROCESS_BUFFER.flush()
+
+
+def Iflush_buffer():
+    Flush_buffer()
+    return _CollectiveRequest._finished()
 
 
 def _comm_lock_table(comm):

@@ -239,11 +239,13 @@ cdef class _Collectives(_PointToPoint):
 
     def bcast(self, obj=None, root=0, *, timeout=None):
         """Return root's `obj` on every rank."""
-        return bcast_object(self.live(), obj, root, timeout)
+        with _comm_lock(self, "bcast"):
+            return bcast_object(self.live(), obj, root, timeout)
 
     def allgather(self, obj, *, timeout=None):
         """List of every rank's `obj`, in rank order."""
-        return allgather_objects(self.live(), obj, timeout, OBJ_ALLGATHER)
+        with _comm_lock(self, "allgather"):
+            return allgather_objects(self.live(), obj, timeout, OBJ_ALLGATHER)
 
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
         """op applied to every rank's `obj` in rank order (AVG: the sum
@@ -255,15 +257,18 @@ cdef class _Collectives(_PointToPoint):
 
     def gather(self, obj, root=0, *, timeout=None):
         """List of every rank's `obj` at root, None elsewhere."""
-        return gather_objects(self.live(), obj, root, timeout, OBJ_GATHER)
+        with _comm_lock(self, "gather"):
+            return gather_objects(self.live(), obj, root, timeout, OBJ_GATHER)
 
     def scatter(self, objs, root=0, *, timeout=None):
         """objs[i] of root's list (len == size) to rank i."""
-        return scatter_objects(self.live(), objs, root, timeout)
+        with _comm_lock(self, "scatter"):
+            return scatter_objects(self.live(), objs, root, timeout)
 
     def alltoall(self, objs, *, timeout=None):
         """objs[i] to rank i; returns the list of what each rank sent us."""
-        return alltoall_objects(self.live(), objs, timeout)
+        with _comm_lock(self, "alltoall"):
+            return alltoall_objects(self.live(), objs, timeout)
 
     def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
         """op applied to every rank's `obj` in rank order, at root (None

@@ -1,5 +1,55 @@
 # Point-to-point: blocking, nonblocking and persistent, buffers and
-# objects.
+# objects; send modes, matched probes, partitioned requests.
+
+import threading as _threading
+import warnings as _warnings
+
+from gloocy import errors as _errors
+from gloocy import message as _message
+
+
+def _deliver_into(buf, data):
+    """Copy a matched message's bytes into the receive buffer spec `buf`
+    (ERR_TRUNCATE if they do not fit); the bytes received."""
+    cdef Message m = message(buf, "buf")
+    cdef const unsigned char[:] view = memoryview(data).cast("B")
+    cdef int64_t n = view.shape[0]
+    if n > m.buf.nbytes:
+        raise _errors.MismatchError(
+            f"a message of {n} bytes does not fit the {m.buf.nbytes}-byte "
+            "receive buffer", _errors.ERR_TRUNCATE)
+    if n:
+        memcpy(m.buf.ptr, &view[0], n)
+    m.unpack(n)
+    return n
+
+
+def _spec_nbytes(buf):
+    """Bytes of the buffer spec `buf`."""
+    return message(buf, "buf", True).buf.nbytes
+
+
+_comm_locks_lock = _threading.Lock()
+
+
+def _comm_lock(comm, key):
+    """The lock (one per communicator and key: "recv", "bcast", ...) that
+    serializes the object calls of threads sharing a communicator, in the
+    table MPI._comm_lock_table shows."""
+    with _comm_locks_lock:
+        table = comm.__dict__.setdefault("_locks", {})
+        lock = table.get(key)
+        if lock is None:
+            lock = table[key] = _threading.Lock()
+        return lock
+
+
+cdef object _send_buffer(comm):
+    """The buffer a buffered send on `comm` takes its room from."""
+    pool = getattr(comm, "_bsend_buffer", None)
+    if pool is not None and pool.attached:
+        return pool
+    return _message.PROCESS_BUFFER
 
 
 cdef class _PointToPoint(_CommBase):
@@ -12,7 +62,105 @@ cdef class _PointToPoint(_CommBase):
         if dest != PROC_NULL:
             ctx.send(message(buf, "buf", True).buf, dest, tag, timeout)
 
-    Ssend = Rsend = Bsend = Send
+    Rsend = Send
+
+    def Ssend(self, buf, dest, tag=0, *, timeout=None):
+        """Send buf; returns once the receiver has matched the message."""
+        cdef Context ctx = self.live()
+        if dest != PROC_NULL:
+            ctx.send(message(buf, "buf", True).buf, dest, tag, timeout, True)
+
+    def Bsend(self, buf, dest, tag=0):
+        """Buffered send: a copy is sent, taking room in the attached
+        buffer until it has gone (ERR_BUFFER if it does not fit)."""
+        self.Ibsend(buf, dest, tag)
+
+    def Ibsend(self, buf, dest, tag=0):
+        cdef Context ctx = self.live()
+        if dest == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        cdef Message m = message(buf, "buf", True)
+        data = m.buf.ptr[:m.buf.nbytes]
+        pool = _send_buffer(self)
+        pool.reserve(len(data))
+        h = ctx.isend(bytearray(data), dest, tag)
+        pool.add(h, len(data))
+        return _requests.CollectiveRequest._finished()
+
+    def bsend(self, obj, dest, tag=0):
+        self.ibsend(obj, dest, tag)
+
+    def ibsend(self, obj, dest, tag=0):
+        cdef Context ctx = self.live()
+        if dest == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        data = _dumps(obj)
+        pool = _send_buffer(self)
+        pool.reserve(len(data))
+        h = ctx.isend(data, dest, tag)
+        pool.add(h, len(data))
+        return _requests.CollectiveRequest._finished()
+
+    def Attach_buffer(self, buf):
+        """A buffer for this communicator's buffered sends (None or
+        BUFFER_AUTOMATIC: no limit)."""
+        pool = getattr(self, "_bsend_buffer", None)
+        if pool is None:
+            pool = _message.SendBuffer("the communicator")
+            setattr(self, "_bsend_buffer", pool)
+        pool.attach(buf)
+
+    def Detach_buffer(self):
+        """Wait for the buffered sends in flight; the buffer detached."""
+        pool = getattr(self, "_bsend_buffer", None)
+        if pool is None or not pool.attached:
+            raise _errors.GloocyError("Detach_buffer: no buffer attached to "
+                                      "the communicator", _errors.ERR_BUFFER)
+        return pool.detach()
+
+    def Flush_buffer(self):
+        """Wait for the buffered sends in flight from the buffer."""
+        _send_buffer(self).flush()
+
+    def Iflush_buffer(self):
+        self.Flush_buffer()
+        return _requests.CollectiveRequest._finished()
+
+    # -- matched probes ----------------------------------------------------------
+
+    def Mprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
+               timeout=None):
+        """Wait for a matching message and take it: the Message returned
+        is the only way to receive it (no other receive can)."""
+        if source == PROC_NULL:
+            _proc_null(status)
+            return _message.MESSAGE_NO_PROC
+        data, src, t = call_recv_new(self.live(), _any(source), tag, True,
+                                     timeout)
+        if status is not None:
+            status._set(src, t, len(data))
+        return _message.Message._matched(data, src, t)
+
+    def Improbe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        """Mprobe without waiting: the Message, or None if no matching
+        message is there yet."""
+        if source == PROC_NULL:
+            _proc_null(status)
+            return _message.MESSAGE_NO_PROC
+        got = call_recv_new(self.live(), _any(source), tag, False, None)
+        if got is None:
+            return None
+        data, src, t = got
+        if status is not None:
+            status._set(src, t, len(data))
+        return _message.Message._matched(data, src, t)
+
+    def mprobe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
+               timeout=None):
+        return self.Mprobe(source, tag, status, timeout=timeout)
+
+    def improbe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None):
+        return self.Improbe(source, tag, status)
 
     def Recv(self, buf, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
              timeout=None):
@@ -52,6 +200,10 @@ cdef class _PointToPoint(_CommBase):
     def Sendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE,
                          recvtag=ANY_TAG, status=None, *, timeout=None):
         """Send buf, then receive into it."""
+        if dest == PROC_NULL and source == PROC_NULL:
+            self.live()
+            _proc_null(status)
+            return
         m = bufspec.message(buf, name="buf")
         self.Sendrecv(m.data.copy(), dest, sendtag, m.data, source, recvtag,
                       status, timeout=timeout)
@@ -79,12 +231,22 @@ cdef class _PointToPoint(_CommBase):
     def send(self, obj, dest, tag=0, *, timeout=None):
         send_object(self.live(), obj, dest, tag, timeout)
 
-    ssend = bsend = send
+    def ssend(self, obj, dest, tag=0, *, timeout=None):
+        """Send obj; returns once the receiver has matched it."""
+        cdef Context ctx = self.live()
+        if dest != PROC_NULL:
+            ctx.send(_dumps(obj), dest, tag, timeout, True)
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
              timeout=None):
-        """The next object from `source` with `tag`."""
-        return recv_object(self.live(), source, tag, status, timeout)
+        """The next object from `source` with `tag` (`buf` is not needed:
+        the message's size comes with it)."""
+        if buf is not None:
+            _warnings.warn("the 'buf' argument is deprecated", UserWarning,
+                           stacklevel=2)
+        cdef Context ctx = self.live()
+        with _comm_lock(self, "recv"):
+            return recv_object(ctx, source, tag, status, timeout)
 
     def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None,
                  source=ANY_SOURCE, recvtag=ANY_TAG, status=None, *,
@@ -111,22 +273,70 @@ cdef class _PointToPoint(_CommBase):
         cdef Message m = message(buf, "buf", True)
         return p2p_request(ctx.isend(m.buf, dest, tag), m, None)
 
-    Issend = Irsend = Ibsend = Isend
+    Irsend = Isend
+
+    def Issend(self, buf, dest, tag=0):
+        """Start a synchronous send: done once the receiver has matched
+        the message."""
+        cdef Context ctx = self.live()
+        if dest == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        cdef Message m = message(buf, "buf", True)
+        return p2p_request(ctx.isend(m.buf, dest, tag, True), m, None)
 
     def Send_init(self, buf, dest, tag=0):
         """A persistent send: each Start() sends buf's current contents."""
         return _requests.Prequest(lambda: self.Isend(buf, dest, tag))
 
-    Ssend_init = Bsend_init = Rsend_init = Send_init
+    Rsend_init = Send_init
+
+    def Ssend_init(self, buf, dest, tag=0):
+        """A persistent synchronous send."""
+        return _requests.Prequest(lambda: self.Issend(buf, dest, tag))
+
+    def Bsend_init(self, buf, dest, tag=0):
+        """A persistent buffered send."""
+        return _requests.Prequest(lambda: self.Ibsend(buf, dest, tag))
+
+    def Psend_init(self, buf, partitions, dest, tag=0, info=None):
+        """A partitioned send (MPI-4): buf in `partitions` equal parts;
+        each Start() sends it once all its parts are readied (Pready*)."""
+        _check_partitions(buf, partitions)
+        self.live()
+        return _requests.PartitionedRequest(
+            lambda: self.Isend(buf, dest, tag), partitions, True)
+
+    def Precv_init(self, buf, partitions, source=ANY_SOURCE, tag=ANY_TAG,
+                   info=None):
+        """A partitioned receive (MPI-4) into buf in `partitions` parts."""
+        _check_partitions(buf, partitions)
+        self.live()
+        return _requests.PartitionedRequest(
+            lambda: self.Irecv(buf, source, tag), partitions, False)
 
     def Recv_init(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         """A persistent receive into buf."""
         return _requests.Prequest(lambda: self.Irecv(buf, source, tag))
 
-    def Isendrecv(self, *args, **kwargs):
-        raise NotImplementedError("Isendrecv (MPI-4) is not in gloocy yet")
+    def Isendrecv(self, sendbuf, dest, sendtag=0, recvbuf=None,
+                  source=ANY_SOURCE, recvtag=ANY_TAG):
+        """Start a send and a receive; one request for both (its status is
+        the receive's)."""
+        send = self.Isend(sendbuf, dest, sendtag)
+        recv = self.Irecv(recvbuf, source, recvtag)
+        return _requests.pair_request(send, recv, None)
 
-    Isendrecv_replace = Isendrecv
+    def Isendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE,
+                          recvtag=ANY_TAG):
+        """Start sending buf (a copy of it) and receiving into it."""
+        if dest == PROC_NULL and source == PROC_NULL:
+            self.live()
+            return _requests.CollectiveRequest._finished()
+        m = bufspec.message(buf, name="buf")
+        copy = m.data.copy()
+        send = self.Isend(copy, dest, sendtag)
+        recv = self.Irecv(m.data, source, recvtag)
+        return _requests.pair_request(send, recv, m.unpack)
 
     def Irecv(self, buf, source=ANY_SOURCE, tag=ANY_TAG):
         """Start receiving into buf."""
@@ -144,10 +354,27 @@ cdef class _PointToPoint(_CommBase):
         data = _dumps(obj)
         return p2p_request(ctx.isend(data, dest, tag), data, None)
 
-    issend = ibsend = isend
+    def issend(self, obj, dest, tag=0):
+        """Start a synchronous send of obj."""
+        cdef Context ctx = self.live()
+        if dest == PROC_NULL:
+            return _requests.CollectiveRequest._finished()
+        data = _dumps(obj)
+        return p2p_request(ctx.isend(data, dest, tag, True), data, None)
 
     def irecv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG):
         """A request whose wait() returns the object received."""
         if source == PROC_NULL:
             return _requests.CollectiveRequest._finished()
         return _requests.ObjectRecvRequest(self.live(), _any(source), tag)
+
+
+cdef int _check_partitions(buf, partitions) except -1:
+    if not isinstance(partitions, int) or partitions < 1:
+        raise ArgumentError(f"partitions: must be an int >= 1, got "
+                            f"{partitions!r}", ERR_COUNT)
+    cdef Message m = message(buf, "buf")
+    if m.count % partitions:
+        raise ArgumentError(f"partitions: {partitions} do not divide the "
+                            f"{m.count} items of buf", ERR_COUNT)
+    return 0

@@ -26,6 +26,10 @@ cdef class Context:
     cdef readonly str last_algorithm  # algorithm the last bcast/allreduce/allgatherv/reduce/reduce_scatter ran
     cdef Header _recent[16]           # recent collective calls by seq % 16, for messages
     cdef list _to_self                # (tag, bytes) messages sent to our own rank
+    cdef uint64_t self_sent           # messages put in _to_self so far
+    cdef public list obj_receives     # object irecvs from ourselves (or anyone)
+                                      # not done: a synchronous send to ourselves
+                                      # lets them take their messages
     cdef set _requests                # unfinished Isend/Irecv handles: their
                                       # Xfers are posted, so they must live
     cdef char *_space[2]              # temporary space kept between calls:
@@ -71,8 +75,8 @@ cdef class Context:
                    algorithm=*)
     cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
                     recvcounts, recvdispls, timeout=*, algorithm=*)
-    cpdef send(self, buf, int dest, int tag=*, timeout=*)
+    cpdef send(self, buf, int dest, int tag=*, timeout=*, bint sync=*)
     cpdef recv(self, buf, int source=*, int tag=*, timeout=*)
-    cpdef isend(self, buf, int dest, int tag=*)
+    cpdef isend(self, buf, int dest, int tag=*, bint sync=*)
     cpdef irecv(self, buf, int source=*, int tag=*)
     cpdef probe(self, int source=*, int tag=*, bint block=*, timeout=*)

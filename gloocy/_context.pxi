@@ -374,19 +374,21 @@ cdef class Context:
         return call_alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
                               recvcounts, recvdispls, timeout, algorithm)
 
-    cpdef send(self, buf, int dest, int tag=0, timeout=None):
-        """Send buf's bytes to rank `dest` with `tag` (>= 0)."""
-        return call_send(self, buf, dest, tag, timeout)
+    cpdef send(self, buf, int dest, int tag=0, timeout=None, bint sync=False):
+        """Send buf's bytes to rank `dest` with `tag` (>= 0); `sync`: return
+        only once the receiver has matched it (Ssend)."""
+        return call_send(self, buf, dest, tag, timeout, sync)
 
     cpdef recv(self, buf, int source=-1, int tag=-1, timeout=None):
         """Receive into buf from `source` (-1: any rank) with `tag` (-1: any
         tag). Returns (source, tag, nbytes received)."""
         return call_recv(self, buf, source, tag, timeout)
 
-    cpdef isend(self, buf, int dest, int tag=0):
+    cpdef isend(self, buf, int dest, int tag=0, bint sync=False):
         """Start sending buf to `dest`; returns a P2PHandle to wait on. buf
-        must not change until then."""
-        return call_isend(self, buf, dest, tag)
+        must not change until then. `sync`: done only once the receiver has
+        matched it (Issend)."""
+        return call_isend(self, buf, dest, tag, sync)
 
     cpdef irecv(self, buf, int source=-1, int tag=-1):
         """Start receiving into buf from `source` (-1: any) with `tag` (-1:

@@ -6,6 +6,7 @@ return an int status (``except -1 nogil``) and take the GIL only on the
 failure path, to raise.
 """
 
+import threading
 import time
 
 cimport cython

@@ -37,8 +37,13 @@ cdef int progress_all(Context ctx) except -1 nogil:
     cdef int i, moved = 0
     cdef bint everyone = ctx.links.wild_head is not NULL  # any source may send
     for i in range(ctx.size):
-        if i != ctx.rank and (everyone or (<Pair>ctx._pair_ptrs[i]).busy()):
+        if i == ctx.rank:
+            continue
+        if (everyone or (<Pair>ctx._pair_ptrs[i]).busy()
+                or (<Pair>ctx._pair_ptrs[i]).acks is not NULL):
             moved |= (<Pair>ctx._pair_ptrs[i]).progress()
+            if (<Pair>ctx._pair_ptrs[i]).acks is not NULL:
+                moved |= (<Pair>ctx._pair_ptrs[i]).flush_acks()   # answer Ssends
     if moved and ctx.links.nsleepers:
         ctx.links.wake()
     return moved
@@ -72,7 +77,7 @@ cdef int waitall(Context ctx, Coll *c, Xfer *xs, int64_t n) except -1 nogil:
 cdef int pause(Context ctx) except -1 nogil:
     """Between two spins: let another thread at the links, and stop if
     one of them failed (our transfers are forgotten then)."""
-    if ctx.links.users > 1:
+    if ctx.links.users > 1 or ctx.links.contended:
         ctx.links.leave()
         ctx.links.enter()
     if ctx.links.failed:
@@ -115,8 +120,10 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
                 pfds[n].revents = 0
                 pairs_at[n] = i
                 n += 1
-        if ctx.links.users > 1:
-            # Others may move our bytes while we sleep: let them wake us.
+        if (ctx.links.users > 1 or ctx.links.contended
+                or ctx.links.wild_head is not NULL):
+            # Others (contexts, threads) may move our bytes or send us one
+            # while we sleep: let them wake us.
             if ctx.has_efd() and ctx.links.add_sleeper(ctx._efd):
                 sleeping = True
                 pfds[n].fd = ctx._efd

@@ -25,7 +25,9 @@ cdef enum Kind:
     KIND_ABORT = 13               # the peer stops on an error; payload: its message,
                                   # op: an AbortCode, root: the rank at fault or -1,
                                   # tag: 1 + the rank it stopped first (0: the peer)
-    KIND_LAST = 14
+    KIND_P2P_ACK = 14             # a synchronous send was matched: seq is the
+                                  # sender's ack id, no payload, tag 0
+    KIND_LAST = 15
     ABORT_MAX = 1024              # longest abort message
     # A header's kind byte: the kind in the low bits; in the high bits, the
     # object collective (lower-case method) that made a collective call, so
@@ -98,6 +100,13 @@ cdef enum XferState:
 cdef enum XferFlags:
     XF_ANY_TAG = 1                # p2p receive: any tag matches
     XF_HEAP = 2                   # a stashed unexpected frame; the pair owns buf
+    XF_SELF_ONLY = 4              # p2p receive in the any-source list that only
+                                  # a send of this process to itself may match
+
+# The op byte of a KIND_P2P frame (OP_NONE for a standard send).
+cdef enum P2PMode:
+    P2P_SYNC = 1                  # Ssend: the receiver answers with a KIND_P2P_ACK
+                                  # carrying this frame's seq once it matches it
 
 
 # The wire header in front of every payload (48 bytes, little-endian).

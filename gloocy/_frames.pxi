@@ -8,7 +8,7 @@ KIND_NAMES = {KIND_BYE: "bye", KIND_BARRIER: "barrier", KIND_BCAST: "bcast",
               KIND_SCATTERV: "scatter", KIND_ALLTOALLV: "alltoall",
               KIND_REDUCE_SCATTER: "reduce_scatter", KIND_SCAN: "scan",
               KIND_EXSCAN: "exscan", KIND_P2P: "send/recv",
-              KIND_ABORT: "abort"}
+              KIND_ABORT: "abort", KIND_P2P_ACK: "ssend acknowledgement"}
 # The object collectives, by the code they put in a call's kind (OBJ_SHIFT).
 OBJECT_CALLS = ("", "bcast", "gather", "scatter", "allgather",
                 "alltoall", "reduce", "allreduce", "scan", "exscan")
@@ -31,8 +31,10 @@ cdef bint frame_matches(const Header *got, const Xfer *want) noexcept nogil:
     if want.hdr.kind == KIND_P2P:
         return got.kind == KIND_P2P and (
             (want.flags & XF_ANY_TAG) != 0 or got.tag == want.hdr.tag)
-    return (got.kind != KIND_P2P and got.seq == want.hdr.seq
-            and got.tag == want.hdr.tag)
+    if want.hdr.kind == KIND_P2P_ACK:
+        return got.kind == KIND_P2P_ACK and got.seq == want.hdr.seq
+    return (got.kind != KIND_P2P and got.kind != KIND_P2P_ACK
+            and got.seq == want.hdr.seq and got.tag == want.hdr.tag)
 
 
 cdef str describe_call(const Header *h):
@@ -65,8 +67,10 @@ cdef int check_header(const Header *got, int rank, int peer) except -1 nogil:
     cdef int kind = got.kind & KIND_MASK, obj = got.kind >> OBJ_SHIFT
     if (got.magic != FRAME_MAGIC or got.version != FRAME_VERSION
             or kind >= KIND_LAST or obj >= OBJ_LAST
-            or (obj and (kind == KIND_BYE or kind == KIND_P2P or kind == KIND_ABORT))
-            or (got.kind == KIND_BYE and got.length != 0)
+            or (obj and (kind == KIND_BYE or kind == KIND_P2P or kind == KIND_ABORT
+                         or kind == KIND_P2P_ACK))
+            or ((got.kind == KIND_BYE or got.kind == KIND_P2P_ACK)
+                and got.length != 0)
             or (got.kind == KIND_ABORT and got.length > ABORT_MAX)):
         return _raise_bad_header(got, rank, peer)
     return 0
@@ -103,6 +107,8 @@ cdef int check_frame(const Header *got, const Xfer *want, int rank,
         if got.length > <uint64_t>want.nbytes:
             return _raise_truncated(got, want, rank, peer)
         return 0
+    if want.hdr.kind == KIND_P2P_ACK:
+        return 0                # frame_matches checked it; check_header its length
     if (got.kind != want.hdr.kind or got.op != want.hdr.op
             or got.dtype != want.hdr.dtype or got.root != want.hdr.root
             or got.count != want.hdr.count
@@ -116,7 +122,7 @@ cdef int check_unmatched(const Header *got, const Xfer *posted, int rank,
     """A frame matched no posted receive: if one of them belongs to the same
     collective call (comm_id, seq) yet has another fingerprint, the ranks
     called different collectives."""
-    if got.kind == KIND_P2P:
+    if got.kind == KIND_P2P or got.kind == KIND_P2P_ACK:
         return 0
     while posted is not NULL:
         if (got.comm_id == posted.hdr.comm_id and got.seq == posted.hdr.seq

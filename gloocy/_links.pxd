@@ -24,6 +24,8 @@ cdef class Links:
     cdef bint failed                  # error is set (readable without the GIL)
     cdef int sleepers[MAX_SLEEPERS]   # eventfds of threads blocked in poll(2)
     cdef int nsleepers
+    cdef bint contended               # threads have waited for `lock`: spinners
+                                      # drop it between spins, sleepers are woken
 
     cdef void enter(self) noexcept nogil
     cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free

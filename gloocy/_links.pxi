@@ -25,10 +25,15 @@ cdef class Links:
         pthread_mutex_destroy(&self.lock)
 
     cdef void enter(self) noexcept nogil:
-        pthread_mutex_lock(&self.lock)
+        if pthread_mutex_trylock(&self.lock) != 0:
+            self.contended = True       # threads share the links: take turns
+            pthread_mutex_lock(&self.lock)
 
     cdef bint try_enter(self) noexcept nogil:
-        return pthread_mutex_trylock(&self.lock) == 0
+        if pthread_mutex_trylock(&self.lock) == 0:
+            return True
+        self.contended = True
+        return False
 
     cdef void leave(self) noexcept nogil:
         pthread_mutex_unlock(&self.lock)

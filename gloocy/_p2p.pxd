@@ -3,13 +3,16 @@
 # layer drives it through its cdef methods).
 
 cdef object call_send(Context ctx, object buf, int dest, int tag,
-                      object timeout)
+                      object timeout, bint sync)
 cdef object call_recv(Context ctx, object buf, int source, int tag,
                       object timeout)
-cdef object call_isend(Context ctx, object buf, int dest, int tag)
+cdef object call_isend(Context ctx, object buf, int dest, int tag, bint sync)
 cdef object call_irecv(Context ctx, object buf, int source, int tag)
 cdef object call_probe(Context ctx, int source, int tag, bint block,
                        object timeout)
+# The next message from `source` with `tag`, taken (no other receive can
+# have it) into new memory: (data, source, tag), or None when `block` is
+# False and none is there. Matched probes and object receives use it.
 cdef object call_recv_new(Context ctx, int source, int tag, bint block,
                           object timeout)
 
@@ -19,6 +22,8 @@ cdef class P2PHandle:
     cdef Buf buf
     cdef Coll c
     cdef Xfer x
+    cdef Xfer ack           # synchronous sends: the receiver's acknowledgement
+    cdef bint sync          # a synchronous send (done once acknowledged)
     cdef int peer           # dest, or source (-1: any)
     cdef int tag            # receives: the wanted tag (-1: any)
     cdef bint is_send
@@ -31,6 +36,7 @@ cdef class P2PHandle:
     # One attempt to finish (block: until done or the deadline); 1 if done.
     cdef int _step(self, bint block, object timeout) except -1
     cdef bint _take_from_self(self) except -1
+    cdef int _wait_taken(self, bint block, object timeout) except -1
     cdef void _finish(self, int source, int tag, int64_t nbytes) noexcept
     # Withdraw a receive nothing has arrived for; 1 if it was.
     cdef int withdraw(self) except -1

@@ -6,6 +6,14 @@ cdef enum:
                                   # a stash's first allocation at most
 
 
+# An acknowledgement this side owes (or is sending) for a synchronous send
+# it matched: the Pair owns it and frees it once sent.
+ctypedef struct Ack:
+    Xfer x                        # the KIND_P2P_ACK frame (no payload)
+    bint posted                   # handed to post_send
+    Ack *link                     # next in the pair's list
+
+
 cdef class Pair:
     cdef readonly int rank            # our rank
     cdef readonly int peer            # the peer's rank
@@ -16,6 +24,8 @@ cdef class Pair:
     cdef Xfer *unexp_tail             # (XF_HEAP copies, oldest first)
     cdef Xfer **wild_head             # the Context's any-source receives, shared
     cdef Xfer **wild_tail             # by its pairs (oldest first)
+    cdef Ack *acks                    # acknowledgements owed or in flight
+    cdef int acks_lost                # ... that could not be allocated
 
     # The receive an arriving frame goes to: the oldest match among `posted`
     # (this pair's list) and the any-source receives; unlinked from either.
@@ -60,12 +70,20 @@ cdef class Pair:
     cdef int grow_stash(self, Xfer *u) except -1 nogil
     cdef Xfer *find_unexpected(self, const Xfer *want, bint partial) noexcept nogil
     cdef void drop_unexpected(self, Xfer *u) noexcept nogil
+    # Take a complete stashed frame out of the queue (acknowledged if it is
+    # a synchronous send's); its malloc'ed payload is the caller's.
+    cdef char *unstash(self, Xfer *u) noexcept nogil
     # Deliver a complete stashed frame into receive x (checked), drop it.
     cdef int take_unexpected(self, Xfer *u, Xfer *x) except -1 nogil
     # MismatchError if a stashed frame belongs to receive x's call but has
     # another fingerprint (x itself matched none), or belongs to a call of
     # ours that is over (sequence number below `seq`).
     cdef int check_stash(self, const Xfer *x) except -1 nogil
+    # A receive matched frame h: if it is a synchronous send's, owe its
+    # sender the acknowledgement (sent by flush_acks, from the engine).
+    cdef void matched(self, const Header *h) noexcept nogil
+    # Post the acknowledgements owed, free the ones sent; 1 if any posted.
+    cdef int flush_acks(self) except -1 nogil
     cdef Xfer *find_stale(self, uint32_t comm_id, uint64_t seq) noexcept nogil
 
 

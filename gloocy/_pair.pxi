@@ -52,6 +52,11 @@ cdef class Pair:
         return 0
 
     def __dealloc__(self):
+        cdef Ack *a
+        while self.acks is not NULL:
+            a = self.acks
+            self.acks = a.link
+            free(a)
         while self.unexp_head is not NULL:
             self.drop_unexpected(self.unexp_head)
 
@@ -102,7 +107,55 @@ cdef class Pair:
         x.peer = self.peer
         x.state = XFER_DONE
         self.drop_unexpected(u)
+        self.matched(&x.hdr)
         return 0
+
+    cdef char *unstash(self, Xfer *u) noexcept nogil:
+        cdef char *buf = u.buf
+        xfer_unlink(&self.unexp_head, &self.unexp_tail, u)
+        self.matched(&u.hdr)
+        free(u)
+        return buf
+
+    cdef void matched(self, const Header *h) noexcept nogil:
+        cdef Ack *a
+        if h.kind != KIND_P2P or h.op != P2P_SYNC:
+            return
+        a = <Ack *>malloc(sizeof(Ack))
+        if a is NULL:
+            self.acks_lost += 1       # flush_acks raises MemoryError
+            return
+        memset(a, 0, sizeof(Ack))
+        init_header(&a.x.hdr)
+        a.x.hdr.kind = KIND_P2P_ACK
+        a.x.hdr.comm_id = h.comm_id
+        a.x.hdr.seq = h.seq
+        a.x.state = XFER_POSTED
+        a.link = self.acks
+        self.acks = a
+
+    cdef int flush_acks(self) except -1 nogil:
+        cdef Ack *a = self.acks
+        cdef Ack **at = &self.acks
+        cdef int posted = 0
+        if self.acks_lost:
+            self.acks_lost = 0
+            _raise_nomem()
+        while a is not NULL:
+            if not a.posted:
+                if self.closed or self.peer_gone:
+                    a.x.state = XFER_DONE     # nobody to tell
+                else:
+                    a.posted = True
+                    self.post_send(&a.x)
+                    posted = 1
+            if a.x.state == XFER_DONE:
+                at[0] = a.link
+                free(a)
+            else:
+                at = &a.link
+            a = at[0]
+        return posted
 
     cdef int check_stash(self, const Xfer *x) except -1 nogil:
         cdef Xfer *u = self.unexp_head
@@ -115,18 +168,24 @@ cdef class Pair:
         cdef Xfer *x = _first_match(posted[0], h)
         cdef Xfer *w
         if h.kind == KIND_P2P and self.wild_head is not NULL:
-            w = _first_match(self.wild_head[0], h)
+            w = self.wild_head[0]
+            while w is not NULL and (not frame_matches(h, w)
+                                     or (w.flags & XF_SELF_ONLY) != 0):
+                w = w.next
             if w is not NULL and (x is NULL or w.order < x.order):
                 xfer_unlink(self.wild_head, self.wild_tail, w)
+                self.matched(h)
                 return w
         if x is not NULL:
             xfer_unlink(posted, posted_tail, x)
+            self.matched(h)
         return x
 
     cdef Xfer *find_stale(self, uint32_t comm_id, uint64_t seq) noexcept nogil:
         cdef Xfer *u = self.unexp_head
         while u is not NULL:
-            if (u.hdr.kind != KIND_P2P and u.hdr.comm_id == comm_id
+            if (u.hdr.kind != KIND_P2P and u.hdr.kind != KIND_P2P_ACK
+                    and u.hdr.comm_id == comm_id
                     and u.hdr.seq < seq):
                 return u
             u = u.next

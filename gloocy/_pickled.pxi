@@ -68,7 +68,7 @@ cdef object recv_object(Context ctx, source, tag, status, timeout):
     data, src, t = call_recv_new(ctx, _any(source), tag, True, timeout)
     if status is not None:
         status._set(src, t, len(data))
-    return _pickle_loads(data)
+    return _pickle_loads(data) if len(data) else None     # an empty message: None
 
 
 cdef inline int64_t _read64(const char *p, int64_t i) noexcept:

@@ -1,6 +1,8 @@
 # Requests (requests.pyx): handles on nonblocking operations, with
 # mpi4py's methods. The communicator makes them through the factories below.
 
+from libc.stdint cimport int64_t
+
 from gloocy._core cimport Context, P2PHandle
 
 
@@ -32,6 +34,7 @@ cdef class ObjectRecvRequest(Request):
     cdef object _obj                # the object received
     cdef bint _cancelled
     cdef int _receive(self, bint block, object timeout) except -1
+    cdef _unlist(self)              # off the context's obj_receives
 
 
 cdef class Prequest(Request):
@@ -44,6 +47,28 @@ cdef class CollectiveRequest(Request):
     cdef object _event              # threading.Event, set when finished
     cdef object _error              # what the call raised, re-raised on wait
     cdef object _result
+
+
+cdef class DoneRequest(Request):
+    cdef int _source, _tag          # the Status it fills
+    cdef int64_t _count
+    cdef object _obj                # wait()'s object
+
+
+cdef class PairRequest(Request):
+    cdef Request _send, _recv       # Isendrecv: both halves
+    cdef object _after              # called once both are done (unpack), or None
+
+
+cdef class PartitionedRequest(Prequest):
+    cdef int _parts                 # partitions of the buffer
+    cdef bint _is_send
+    cdef bytearray _ready           # sends: partitions readied in this run
+    cdef int _nready
+    cdef object _post               # () -> the Request moving the whole buffer
+    cdef int _check_run(self, str what) except -1       # started, not freed
+    cdef int _check_part(self, str what, str name, p) except -1
+    cdef int _pending_parts(self) except -1     # error: a send not all readied
 
 
 # Isend / Irecv / isend: a request on core handle h.

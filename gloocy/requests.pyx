@@ -20,7 +20,8 @@ import time
 import weakref
 
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
-from gloocy.errors import ERR_REQUEST, ContextPoisoned, GloocyError
+from gloocy.errors import (ERR_ARG, ERR_REQUEST, ArgumentError, ContextPoisoned,
+                           GloocyError)
 
 __all__ = ["Request", "Prequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
            "Testsome", "REQUEST_NULL", "UNDEFINED"]
@@ -39,6 +40,30 @@ cdef inline int _fill(status, int source, int tag, int64_t count) except -1:
     else:
         status._set(source, tag, count)
     return 0
+
+
+cdef int _empty(status) except -1:
+    """The empty status of an inactive request: any source and tag, no
+    data, no error."""
+    if status is None:
+        return 0
+    _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+    if isinstance(status, Status):
+        (<Status>status).error = 0
+    else:
+        status.Set_error(0)
+    return 0
+
+
+cdef object _status_at(statuses, Py_ssize_t i):
+    """statuses[i], or None past the end of a tuple; a list grows to have
+    one (as mpi4py)."""
+    if statuses is None:
+        return None
+    if isinstance(statuses, list):
+        while len(statuses) <= i:
+            statuses.append(Status())
+    return statuses[i] if i < len(statuses) else None
 
 
 cdef inline int _fill_from(status, result) except -1:
@@ -86,7 +111,7 @@ cdef class Request:
 
     cdef int _complete(self, status) except -1:
         if not self._active:
-            _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+            _empty(status)
             return 1
         self._wait(status, None)
         self._active = False
@@ -102,7 +127,7 @@ cdef class Request:
     def Test(self, status=None):
         """True when done (then `status` is filled)."""
         if not self._active:
-            _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+            _empty(status)
             return True
         if not self._test(status):
             return False
@@ -112,7 +137,7 @@ cdef class Request:
     def Get_status(self, status=None):
         """Like Test, but the request stays as it is."""
         if not self._active:
-            _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+            _empty(status)
             return True
         return self._test(status) == 1
 
@@ -136,7 +161,7 @@ cdef class Request:
         # does not.
         if self._is_null():
             return _request_null, ()
-        raise TypeError(f"cannot pickle an active {type(self).__name__}")
+        raise ValueError(f"cannot pickle an active {type(self).__name__}")
 
     def Cancel(self):
         """Withdraw the operation if it can still be (a receive nothing
@@ -162,9 +187,19 @@ cdef class Request:
 
     @staticmethod
     def Get_status_any(requests, status=None):
-        raise NotImplementedError("Get_status_any (MPI-4.1) is not in gloocy yet")
+        return Get_status_any(requests, status)
 
-    Get_status_all = Get_status_some = Get_status_any
+    @staticmethod
+    def Get_status_all(requests, statuses=None):
+        return Get_status_all(requests, statuses)
+
+    @staticmethod
+    def Get_status_some(requests, statuses=None):
+        return Get_status_some(requests, statuses)
+
+    get_status_any = Get_status_any
+    get_status_all = Get_status_all
+    get_status_some = Get_status_some
 
     def wait(self, status=None):
         """Wait; for an object receive (irecv), the object."""
@@ -219,7 +254,7 @@ cdef class Request:
         cdef Request r
         out = []
         for i, r in enumerate(requests):
-            r._complete(None if statuses is None else statuses[i])
+            r._complete(_status_at(statuses, i))
             out.append(r._value())
         return out
 
@@ -301,15 +336,25 @@ cdef class ObjectRecvRequest(Request):
     """irecv of a Python object: its size is unknown until it arrives, so
     the receive happens at wait/test time."""
 
-    def __init__(self, ctx, int source, int tag):
+    def __init__(self, Context ctx, int source, int tag):
         self._ctx, self._source, self._tag = ctx, source, tag
         self._active = True
+        if source == -1 or source == ctx.rank:
+            if ctx.obj_receives is None:
+                ctx.obj_receives = []
+            ctx.obj_receives.append(self)
 
     def Cancel(self):
         """Nothing is received before wait/test: withdrawing always works
         until then."""
         if self._result is None:
             self._cancelled = True
+            self._unlist()
+
+    def _poll(self):
+        """Take the message if it is there (a synchronous send to ourselves
+        waits for the receives posted before it)."""
+        self._receive(False, None)
 
     cdef int _receive(self, bint block, object timeout) except -1:
         if self._result is None and not self._cancelled:
@@ -319,8 +364,17 @@ cdef class ObjectRecvRequest(Request):
                 return 0
             data, source, tag = got
             self._result = (source, tag, len(data))
-            self._obj = _loads(data)
+            self._obj = _loads(data) if len(data) else None
+            self._unlist()
         return 1
+
+    cdef _unlist(self):
+        cdef list waiting = self._ctx.obj_receives
+        if waiting:
+            for k in range(len(waiting)):
+                if waiting[k] is self:
+                    del waiting[k]
+                    break
 
     cdef int _wait(self, status, object timeout) except -1:
         self._receive(True, timeout)
@@ -388,6 +442,150 @@ cdef class Prequest(Request):
         return self._freed
 
 
+cdef class DoneRequest(Request):
+    """An operation already complete (a matched message received at once):
+    its Status and, for irecv, its object."""
+
+    cdef int _wait(self, status, object timeout) except -1:
+        _fill(status, self._source, self._tag, self._count)
+        return 1
+
+    cdef int _test(self, status) except -1:
+        _fill(status, self._source, self._tag, self._count)
+        return 1
+
+    cdef object _value(self):
+        return self._obj
+
+
+cdef class PairRequest(Request):
+    """Isendrecv: a send and a receive as one request (the receive's
+    status)."""
+
+    cdef int _wait(self, status, object timeout) except -1:
+        self._send._wait(None, timeout)
+        self._recv._wait(status, timeout)
+        self._finish()
+        return 1
+
+    cdef int _test(self, status) except -1:
+        if not (self._send._test(None) and self._recv._test(status)):
+            return 0
+        self._finish()
+        return 1
+
+    def _finish(self):
+        if self._after is not None:
+            after, self._after = self._after, None
+            after()
+
+    def Cancel(self):
+        self._check_active()
+        self._recv.Cancel()
+
+
+def pair_request(Request send, Request recv, after):
+    cdef PairRequest r = PairRequest.__new__(PairRequest)
+    r._send, r._recv, r._after = send, recv, after
+    r._active = True
+    return r
+
+
+def done_request(int source, int tag, int64_t count, obj):
+    cdef DoneRequest r = DoneRequest.__new__(DoneRequest)
+    r._source, r._tag, r._count, r._obj = source, tag, count, obj
+    r._active = True
+    return r
+
+
+cdef class PartitionedRequest(Prequest):
+    """Psend_init / Precv_init (MPI-4): the buffer is `partitions` equal
+    parts. A send goes out, whole, once every part of it has been readied
+    (Pready*) in this run; a receive is one receive of the whole buffer, so
+    Parrived(i) says whether all of it has arrived (MPI allows that)."""
+
+    def __init__(self, post, int partitions, bint is_send):
+        Prequest.__init__(self, post)
+        self._post, self._parts, self._is_send = post, partitions, is_send
+        self._start = self._begin
+
+    def _begin(self):
+        self._ready = bytearray(self._parts)
+        self._nready = 0
+        return None if self._is_send else self._post()
+
+    cdef int _check_run(self, str what) except -1:
+        if self._freed:
+            raise GloocyError(f"{what}: freed partitioned request", ERR_REQUEST)
+        if not self._active:
+            raise GloocyError(f"{what}: the partitioned request is not started "
+                              "(Start it first)", ERR_REQUEST)
+        return 0
+
+    cdef int _check_part(self, str what, str name, p) except -1:
+        if not isinstance(p, int) or not 0 <= p < self._parts:
+            raise ArgumentError(f"{what}: {name}: {p!r} is not a partition "
+                                f"(0..{self._parts - 1})", ERR_ARG)
+        return 0
+
+    def Pready(self, partition):
+        """Partition `partition` of the send buffer is ready to go."""
+        self.Pready_list([partition])
+
+    def Pready_range(self, partition_low, partition_high):
+        """Partitions partition_low..partition_high (inclusive) are ready."""
+        self._check_part("Pready_range", "partition_low", partition_low)
+        self._check_part("Pready_range", "partition_high", partition_high)
+        if partition_high < partition_low:
+            raise ArgumentError(f"Pready_range: partition_high {partition_high} "
+                                f"< partition_low {partition_low}", ERR_ARG)
+        self.Pready_list(range(partition_low, partition_high + 1))
+
+    def Pready_list(self, partitions):
+        """The partitions listed are ready."""
+        cdef str what = "Pready"
+        self._check_run(what)
+        if not self._is_send:
+            raise GloocyError("Pready: a receive's partitions are not readied "
+                              "(Pready is for Psend_init requests)", ERR_REQUEST)
+        parts = list(partitions)
+        for p in parts:
+            self._check_part(what, "partition", p)
+        for p in parts:
+            if self._ready[p]:
+                raise GloocyError(f"Pready: partition {p} is ready already in "
+                                  "this run", ERR_ARG)
+            self._ready[p] = 1
+            self._nready += 1
+        if self._nready == self._parts and self._req is None:
+            self._req = self._post()
+
+    def Parrived(self, partition):
+        """Has partition `partition` of the receive buffer arrived?"""
+        self._check_run("Parrived")
+        if self._is_send:
+            raise GloocyError("Parrived: is for Precv_init requests", ERR_REQUEST)
+        self._check_part("Parrived", "partition", partition)
+        return self._req._test(None) == 1
+
+    cdef int _pending_parts(self) except -1:
+        if self._req is None:
+            missing = [i for i in range(self._parts) if not self._ready[i]]
+            raise GloocyError(
+                f"partitioned send: partitions {missing} were never readied "
+                "(Pready) in this run: waiting would never end", ERR_REQUEST)
+        return 0
+
+    cdef int _wait(self, status, object timeout) except -1:
+        self._pending_parts()
+        return self._req._wait(status, timeout)
+
+    cdef int _test(self, status) except -1:
+        if self._req is None:
+            return 0
+        return self._req._test(status)
+
+
 cdef class CollectiveRequest(Request):
     """A collective running on the communicator's worker thread."""
 
@@ -438,6 +636,8 @@ class Worker:
         self._stopped = False
         self._thread = threading.Thread(target=self._loop, name=name,
                                         daemon=True)
+        # It runs collectives only: no receive waits for it (see _p2p.pxi).
+        self._thread._gloocy_worker = True
         self._thread.start()
         _live_workers.add(self)
 
@@ -487,7 +687,7 @@ def Waitall(requests, statuses=None):
         return True
     for i, r in enumerate(requests):
         if r is not None:
-            (<Request?>r)._complete(None if statuses is None else statuses[i])
+            (<Request?>r)._complete(_status_at(statuses, i))
     return True
 
 
@@ -499,7 +699,7 @@ def Testall(requests, statuses=None):
             return False
     for i, r in enumerate(requests):
         if r is not None:
-            r.Test(None if statuses is None else statuses[i])
+            r.Test(_status_at(statuses, i))
     return True
 
 
@@ -524,7 +724,7 @@ cdef object _first_done(requests, status):
 def Waitany(requests, status=None):
     """Index of a finished request (UNDEFINED if none is active)."""
     if not _any_active(requests):
-        _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+        _empty(status)
         return UNDEFINED
     delay = 0.0
     while True:
@@ -539,7 +739,7 @@ def Testany(requests, status=None):
     """(index, done): index UNDEFINED when none has finished (done is True
     when none is active)."""
     if not _any_active(requests):
-        _fill(status, _ANY_SOURCE, _ANY_TAG, 0)
+        _empty(status)
         return UNDEFINED, True
     i = _first_done(requests, status)
     return (UNDEFINED, False) if i is None else (i, True)
@@ -580,3 +780,48 @@ def Testsome(requests, statuses=None):
 
 
 REQUEST_NULL = Request()
+
+
+def Get_status_all(requests, statuses=None):
+    """Are all the requests done? (None of them becomes inactive; the
+    statuses are filled when they are.)"""
+    cdef Request r
+    for r in requests:
+        if r is not None and r._active and not r._test(None):
+            return False
+    for i, r in enumerate(requests):
+        if r is not None:
+            r.Get_status(_status_at(statuses, i))
+    return True
+
+
+def Get_status_any(requests, status=None):
+    """(index, done) of a request that is done, which stays as it is;
+    (UNDEFINED, True) when none is active."""
+    if not _any_active(requests):
+        _empty(status)
+        return UNDEFINED, True
+    for i, r in enumerate(requests):
+        if _active(r) and (<Request>r)._test(status):
+            return i, True
+    return UNDEFINED, False
+
+
+def Get_status_some(requests, statuses=None):
+    """Indices of the requests done now, which stay as they are (None when
+    none is active)."""
+    if not _any_active(requests):
+        return None
+    out = []
+    for i, r in enumerate(requests):
+        if not (_active(r) and (<Request>r)._test(None)):
+            continue
+        status = None
+        if statuses is not None:
+            if isinstance(statuses, list) and len(statuses) <= len(out):
+                statuses.append(Status())
+            if len(out) < len(statuses):
+                status = statuses[len(out)]
+        (<Request>r)._test(status)
+        out.append(i)
+    return out

@@ -132,6 +132,7 @@ cdef class StreamPair(Pair):
             x.peer = self.peer
             self.in_x = x
             self.drop_unexpected(u)
+            self.matched(&x.hdr)
             return 0
         x.next = NULL
         self.check_stash(x)

@@ -580,7 +580,7 @@ class Header(NamedTuple):
 
 
 MAGIC, VERSION = 0x59434C47, 1
-BYE, P2P, ABORT, KIND_LAST, ABORT_MAX = 0, 12, 13, 14, 1024
+BYE, P2P, ABORT, ACK, KIND_LAST, ABORT_MAX = 0, 12, 13, 14, 15, 1024
 # The kind byte: the object call that made a collective (1..9, 0: none) in
 # the high 4 bits, the kind in the low 4.
 KIND_MASK, OBJ_SHIFT, OBJ_LAST = 0x0F, 4, 10
@@ -658,12 +658,13 @@ def expected_from(h, honest):
     None for success, else the exception class."""
     kind, obj = h.kind & KIND_MASK, h.kind >> OBJ_SHIFT
     if (h.magic != MAGIC or h.version != VERSION or kind >= KIND_LAST
-            or obj >= OBJ_LAST or (obj and kind in (BYE, P2P, ABORT))
-            or (h.kind == BYE and h.length != 0)
+            or obj >= OBJ_LAST or (obj and kind in (BYE, P2P, ABORT, ACK))
+            or (h.kind in (BYE, ACK) and h.length != 0)
             or (h.kind == ABORT and h.length > ABORT_MAX)):
         return ProtocolError
-    if h.kind in (BYE, P2P):        # a goodbye, or a message for a later recv;
-        return PeerLostError        # then the hang-up, with rank 0 still waiting
+    if h.kind in (BYE, P2P, ACK):   # a goodbye, a message for a later recv or
+        return PeerLostError        # an Ssend's acknowledgement; then the
+                                    # hang-up, with rank 0 still waiting
     if h.kind == ABORT:             # rank 1 stops the call, saying why (and
         return GloocyError          # which error class, in the op field)
     fingerprint = (h.kind, h.op, h.dtype, h.root, h.count, h.length)
@@ -695,6 +696,9 @@ _lies = st.fixed_dictionaries({}, optional={
 @example(lies={"kind": ABORT, "length": 11})
 @example(lies={"kind": BYE})
 @example(lies={"kind": BYE, "length": 2**40})
+@example(lies={"kind": ACK, "length": 0})               # nobody asked for it
+@example(lies={"kind": ACK, "length": 8})
+@example(lies={"kind": 1 << OBJ_SHIFT | ACK, "length": 0})
 def test_a_lying_header_is_named(lies):
     with lying_peer() as (comm, sock):
         before = vm_size()
