@@ -15,6 +15,9 @@ import time
 import gloocy as _gloocy
 from gloocy import _core, errors as _errors, ops as _ops
 from gloocy.communicator import COMM_NULL, Comm, Intracomm
+from gloocy.communicator import Cartcomm, Distgraphcomm, Graphcomm, Topocomm  # noqa: F401
+from gloocy.topology import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED,  # noqa: F401
+                             WEIGHTS_EMPTY, compute_dims as Compute_dims)
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM, COMM_TYPE_SHARED,
                               IN_PLACE, KEYVAL_INVALID, PROC_NULL, TAG_UB)
 from gloocy.status import Status
