@@ -322,17 +322,22 @@ class Graph:
 
     def exchange_plan(self):
         """Every neighbour both sends to us and receives from us; the k-th
-        edge to a peer matches the peer's k-th edge to us, which needs as
-        many edges both ways (else the exchange would wait forever)."""
-        mine = self.neighbors_of(self.rank)
-        for peer in set(mine):
-            back = self.neighbors_of(peer).count(self.rank)
-            if back != mine.count(peer):
+        edge to a peer matches the peer's k-th edge to us. That needs as
+        many edges both ways between every two nodes (else an exchange
+        would wait forever): checked over the whole graph, so every rank
+        raises."""
+        pairs = {}
+        for node in range(self.nnodes):
+            for peer in self.neighbors_of(node):
+                pairs[node, peer] = pairs.get((node, peer), 0) + 1
+        for (a, b), n in sorted(pairs.items()):
+            if pairs.get((b, a), 0) != n:
                 raise ArgumentError(
-                    f"the graph is not symmetric: node {self.rank} lists node "
-                    f"{peer} {mine.count(peer)} time(s), node {peer} lists "
-                    f"node {self.rank} {back} time(s), so a neighbour "
+                    f"the graph is not symmetric: node {a} lists node {b} "
+                    f"{n} time(s), node {b} lists node {a} "
+                    f"{pairs.get((b, a), 0)} time(s), so a neighbour "
                     "collective cannot match their blocks", ERR_TOPOLOGY)
+        mine = self.neighbors_of(self.rank)
         tags = _occurrence_tags(mine)
         return list(zip(mine, tags)), list(zip(mine, tags))
 
