@@ -227,6 +227,14 @@ def Free_mem(mem):
     """Nothing to do: the memory goes with its last reference."""
 
 
+def Get_address(location):
+    """The address of a buffer's first byte (displacements from BOTTOM)."""
+    if location is BOTTOM:
+        return 0
+    from gloocy import bufspec
+    return int(bufspec._buffer(location, "location", True)[0].ctypes.data)
+
+
 _attached = []
 
 

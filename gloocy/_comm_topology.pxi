@@ -16,6 +16,7 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 
 from gloocy._core cimport Buf
 
+import ctypes
 import time as _time
 
 from gloocy import topology as _topology
@@ -121,10 +122,6 @@ cdef class Topocomm(Intracomm):
         return UNDEFINED if self._topo is None else self._topo.kind
 
     topology = property(Get_topology)
-
-    @property
-    def is_topo(self):
-        return self._topo is not None
 
     # -- new communicators keep the topology only through Dup --------------
 
@@ -349,9 +346,6 @@ def _w_blocks(spec, int n, str name, bint readonly):
         buf, counts, displs, types = spec
     else:
         buf, (counts, displs), types = spec
-    if buf is BOTTOM:
-        raise NotImplementedError(f"{name}: BOTTOM (absolute addresses) is "
-                                  "not supported by gloocy")
     counts = _counts(counts, n, name, "counts")
     displs = _counts(displs, n, name, "displacements")
     if isinstance(types, _Datatype):
@@ -360,6 +354,9 @@ def _w_blocks(spec, int n, str name, bint readonly):
     if len(types) != n:
         raise ArgumentError(f"{name}: {len(types)} datatypes for {n} "
                             "neighbours", ERR_COUNT)
+    if buf is BOTTOM:
+        return [_at_address(displs[i], counts[i], types[i],
+                            f"{name} block {i}", readonly) for i in range(n)]
     view = bufspec._buffer(buf, name, readonly)[0]      # its bytes
     out = []
     for i in range(n):
@@ -556,3 +553,21 @@ def _create_dist_graph(Intracomm comm, sources, degrees, destinations,
     comm_id = _new_id(ctx, timeout)
     return Distgraphcomm(ctx.derive(range(ctx.size), comm_id),
                          procs=comm._procs, topo=graph)
+
+
+def _at_address(address, count, datatype, str name, bint readonly):
+    """BOTTOM: `count` items of `datatype` at an absolute address (what
+    Get_address gave), as a bufspec message."""
+    lb, extent = datatype.Get_extent()
+    true_lb, true_extent = datatype.Get_true_extent()
+    if true_lb < 0:
+        raise NotImplementedError(f"{name}: a datatype with a negative lower "
+                                  "bound at an absolute address")
+    span = true_lb + (count - 1) * extent + true_extent if count else 0
+    if span == 0:
+        mem = np.zeros(0, np.uint8)
+    else:
+        mem = np.frombuffer((ctypes.c_char * span).from_address(address),
+                            np.uint8)
+    return bufspec.message([mem, count, datatype], name=name,
+                           readonly=readonly)
