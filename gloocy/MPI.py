@@ -26,6 +26,8 @@ from gloocy.datatypes import Datatype, _typedict, _typedict_c, _typedict_f  # no
 from gloocy.datatypes import typecode as _typecode  # noqa: F401
 from gloocy.errors import GloocyError as Exception  # noqa: A001
 from gloocy.info import INFO_ENV, INFO_NULL, Info  # noqa: F401
+from gloocy.errhandler import (ERRHANDLER_NULL, ERRORS_ABORT,  # noqa: F401
+                               ERRORS_ARE_FATAL, ERRORS_RETURN, Errhandler)
 from gloocy.groups import (CONGRUENT, GROUP_EMPTY, GROUP_NULL, IDENT,  # noqa: F401
                            SIMILAR, UNDEFINED, UNEQUAL, Group)
 from gloocy.ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,  # noqa: F401
@@ -66,25 +68,6 @@ THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 3, 1
 
 
-class Errhandler:
-    """Accepted where mpi4py takes one; gloocy always raises exceptions."""
-
-    def __init__(self, name):
-        self._name = name
-
-    def Free(self):
-        pass
-
-    def __repr__(self):
-        return f"<Errhandler {self._name}>"
-
-
-ERRHANDLER_NULL = Errhandler("ERRHANDLER_NULL")
-ERRORS_RETURN = Errhandler("ERRORS_RETURN")
-ERRORS_ARE_FATAL = Errhandler("ERRORS_ARE_FATAL")
-ERRORS_ABORT = Errhandler("ERRORS_ABORT")
-
-
 class Session:
     """MPI sessions are not supported."""
 
@@ -94,13 +77,43 @@ class Session:
 
 
 class Win:
-    """One-sided communication is not supported."""
+    """One-sided communication is not supported: only the null window
+    exists (WIN_NULL)."""
 
     @classmethod
     def Create(cls, *args, **kwargs):
         raise NotImplementedError("gloocy has no one-sided communication")
 
     Allocate = Allocate_shared = Create_dynamic = Create
+    Create_keyval = Create
+
+    def __bool__(self):
+        return False
+
+
+WIN_NULL = Win()
+
+
+class File:
+    """MPI-IO is not supported: only the null file exists (FILE_NULL)."""
+
+    @classmethod
+    def Open(cls, *args, **kwargs):
+        raise NotImplementedError("gloocy has no MPI-IO (File)")
+
+    Delete = Get_size = Open
+
+    def __bool__(self):
+        return False
+
+
+FILE_NULL = File()
+# MPI-IO's and one-sided access modes (MPICH's numbers), for code that names them.
+MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
+MODE_DELETE_ON_CLOSE, MODE_UNIQUE_OPEN, MODE_EXCL, MODE_APPEND = 16, 32, 64, 128
+MODE_SEQUENTIAL, MODE_NOCHECK, MODE_NOSTORE, MODE_NOPUT = 256, 1024, 2048, 4096
+MODE_NOPRECEDE, MODE_NOSUCCEED = 8192, 16384
+SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
 
 
 class _Pickle:
@@ -126,12 +139,10 @@ pickle = _Pickle()
 
 COMM_WORLD = Intracomm(_gloocy.init())     # a second handle, as an Intracomm
 _gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
-COMM_WORLD._predefined = True
-COMM_WORLD.Set_name("MPI_COMM_WORLD")
+COMM_WORLD._predefine("COMM_WORLD")
 COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
-COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank],
-                      name="MPI_COMM_SELF")
-COMM_SELF._predefined = True
+COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank])
+COMM_SELF._predefine("COMM_SELF")
 COMM_SELF._errhandler = ERRORS_RETURN
 
 _state = {"finalized": False}

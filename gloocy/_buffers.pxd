@@ -17,7 +17,9 @@ cdef class Buf:
 
 
 # Acquire obj's buffer (a Buf passes through); errors name the argument.
-cdef Buf get_buffer(object obj, str name, bint writable)
+# typed: the caller knows the datatype, so the buffer's format is not asked
+# for (dtype is -1; exporters such as NumPy skip building a format string).
+cdef Buf get_buffer(object obj, str name, bint writable, bint typed=*)
 
 # malloc that raises MemoryError (at least one byte: 0 is not an error).
 cdef void *_alloc(int64_t nbytes) except? NULL nogil

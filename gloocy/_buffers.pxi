@@ -135,7 +135,7 @@ cdef class Buf:
         return (<bytes>self.view.format).decode("ascii", "replace")
 
 
-cdef Buf get_buffer(object obj, str name, bint writable):
+cdef Buf get_buffer(object obj, str name, bint writable, bint typed=False):
     """Acquire `obj`'s buffer; errors name the argument. A Buf (the message
     layer acquired it already) is used as it is."""
     cdef Buf b
@@ -151,7 +151,8 @@ cdef Buf get_buffer(object obj, str name, bint writable):
         raise TypeError(f"{name}: expected a buffer, got None")
     cdef bint bf16 = False
     try:
-        PyObject_GetBuffer(obj, &b.view, PyBUF_FORMAT | PyBUF_STRIDES)
+        PyObject_GetBuffer(obj, &b.view, PyBUF_STRIDES if typed
+                           else PyBUF_FORMAT | PyBUF_STRIDES)
     except (TypeError, ValueError, BufferError) as e:
         # bfloat16 arrays export no format of their own: view them as uint16
         # (asked only here: dtype.name costs microseconds).
@@ -170,7 +171,11 @@ cdef Buf get_buffer(object obj, str name, bint writable):
     b.ptr = <char *>b.view.buf
     b.nbytes = b.view.len
     b.itemsize = b.view.itemsize if b.view.itemsize > 0 else 1
-    b.dtype = DT_BFLOAT16 if bf16 else _dtype_of_view(b.view.format, b.itemsize)
+    if typed:
+        b.dtype = -1
+    else:
+        b.dtype = (DT_BFLOAT16 if bf16
+                   else _dtype_of_view(b.view.format, b.itemsize))
     b.count = b.nbytes // b.itemsize
     return b
 
@@ -300,9 +305,11 @@ cdef tuple _layout(object counts, object displs, int size, Buf b, str name):
 
 
 cdef int _same_dtype(Buf a, Buf b) except -1:
-    if a.dtype != b.dtype:
-        raise ValueError(f"{a.name} is {a.format!r} but {b.name} is "
-                         f"{b.format!r}: the datatypes differ")
+    if a.dtype != b.dtype:      # named as the core has them (a datatype
+        raise ValueError(       # given in a spec overrides the format)
+            f"{a.name} is {DTYPE_NAMES.get(a.dtype, a.format)!r} but "
+            f"{b.name} is {DTYPE_NAMES.get(b.dtype, b.format)!r}: the "
+            "datatypes differ")
     return 0
 
 

@@ -3,6 +3,9 @@
 # _comm_p2p.pxi, _comm_collectives.pxi, then communicator.pyx (Comm: new
 # communicators; Intracomm: what only one group has, the scans).
 
+# COMM_WORLD, COMM_SELF, COMM_NULL by name (see _predefine)
+cdef dict PREDEFINED = {}
+
 
 # toint's handles: handle -> a communicator, id(its context) -> handle;
 # forgotten when the communicator is freed.
@@ -24,15 +27,19 @@ cdef class _CommBase:
     cdef public object _info
     cdef public object _shadow    # Dup running the nonblocking collectives
     cdef public object _worker
+    cdef public object _attrs     # Attributes (keyvals), made when first needed
     cdef dict __dict__            # users may hang attributes on a communicator
 
     def __init__(self, context=None, *, procs=None, name=""):
         """A communicator running on a core Context; with another
         Communicator, a second handle on it (equal to it); with nothing,
         a null one (equal to COMM_NULL)."""
+        cdef _CommBase other
         if isinstance(context, _CommBase):
-            procs, name = context._procs, context._name
-            context = context._ctx
+            other = context
+            procs, name = other._procs, other._name
+            self._attrs = other.attributes()      # shared, as the handle is
+            context = other._ctx
         elif context is None:
             context, procs = _NULL_CONTEXT, ()
             name = name or "MPI_COMM_NULL"
@@ -46,6 +53,11 @@ cdef class _CommBase:
         self._info = None
         self._shadow = None
         self._worker = None
+
+    cdef attributes(self):
+        if self._attrs is None:
+            self._attrs = Attributes()
+        return self._attrs
 
     cdef _bind(self, context):
         self._ctx = context
@@ -160,18 +172,50 @@ cdef class _CommBase:
 
     f2py = fromint
 
+    # -- attributes (see gloocy.attributes) ---------------------------------
+
+    @classmethod
+    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython=False):
+        """A key for Set_attr: `copy_fn` says what a Dup gets, `delete_fn`
+        sees values go."""
+        return create_keyval(copy_fn, delete_fn, nopython)
+
+    @classmethod
+    def Free_keyval(cls, keyval):
+        return free_keyval(keyval)
+
     def Get_attr(self, keyval):
-        """TAG_UB: the largest tag; other MPI attributes: None."""
+        """The value under `keyval`, None if none. MPI's own keyvals:
+        TAG_UB, the largest tag; the others have no value here."""
         self._ctx.rank                      # COMM_NULL raises here
         if keyval == KEYVAL_INVALID:
             raise ArgumentError("keyval: KEYVAL_INVALID", ERR_KEYVAL)
-        return 2**31 - 1 if keyval == TAG_UB else None
+        if keyval == TAG_UB:
+            return 2**31 - 1
+        if keyval >= MPI_KEYVALS:           # MPI's others (HOST, IO...)
+            return None
+        return self.attributes().get(keyval)
+
+    def Set_attr(self, keyval, attrval):
+        self._ctx.rank                      # COMM_NULL raises here
+        self.attributes().set(self, keyval, attrval)
+
+    def Delete_attr(self, keyval):
+        self._ctx.rank                      # COMM_NULL raises here
+        self.attributes().delete(self, keyval)
 
     def Get_info(self):
-        return self._info if self._info is not None else Info()
+        """A new Info holding this communicator's hints (the caller frees
+        it)."""
+        self._ctx.rank                      # COMM_NULL raises here
+        return Info() if self._info is None else self._info.Dup()
 
     def Set_info(self, info):
-        self._info = info
+        """Keep a copy of `info`'s hints (INFO_NULL: none)."""
+        self._ctx.rank                      # COMM_NULL raises here
+        if not isinstance(info, Info):
+            raise TypeError(f"info: expected an Info, got {info!r}")
+        self._info = info.Dup() if info else None
 
     info = property(Get_info, Set_info)
 
@@ -186,14 +230,28 @@ cdef class _CommBase:
     Idup = Idup_with_info = Attach_buffer = Detach_buffer = _mpi4
     Flush_buffer = Iflush_buffer = _mpi4
 
+    # -- error handlers (see gloocy.errhandler) ------------------------------
+
+    @classmethod
+    def Create_errhandler(cls, errhandler_fn):
+        """An error handler running ``errhandler_fn(comm, errorcode)``."""
+        return _errhandlers.create(errhandler_fn)
+
     def Set_errhandler(self, errhandler):
-        """Accepted for mpi4py code; errors are always exceptions here."""
+        """What Call_errhandler runs; gloocy's calls raise their errors as
+        exceptions whatever the handler."""
         self._ctx.rank                      # COMM_NULL raises here
-        self._errhandler = errhandler
+        self._errhandler = _errhandlers.checked(errhandler)
 
     def Get_errhandler(self):
+        """A new handle on this communicator's error handler."""
         self._ctx.rank                      # COMM_NULL raises here
-        return self._errhandler
+        return _errhandlers.Errhandler(self._errhandler or ERRORS_RETURN)
+
+    def Call_errhandler(self, errorcode):
+        """Run this communicator's error handler on `errorcode`."""
+        self._ctx.rank                      # COMM_NULL raises here
+        _errhandlers.call(self._errhandler or ERRORS_RETURN, self, errorcode)
 
     def Abort(self, errorcode=0):
         """End the whole job now (the launcher stops the other ranks)."""
@@ -210,6 +268,8 @@ cdef class _CommBase:
         if self._predefined:
             raise ArgumentError(f"cannot free {self._name or 'a predefined communicator'}",
                                 ERR_COMM)
+        if self._attrs is not None:
+            self._attrs.clear(self)
         self._close()
 
     def _close(self):
@@ -243,14 +303,22 @@ cdef class _CommBase:
     def __bool__(self):
         return self._ctx is not _NULL_CONTEXT
 
+    def _predefine(self, str name):
+        """Make this COMM_WORLD, COMM_SELF or COMM_NULL (`name` without
+        MPI_): never freed, pickled by name."""
+        self._predefined = True
+        self._name = "MPI_" + name
+        PREDEFINED[name] = self
+
     def __reduce__(self):
-        """COMM_WORLD, COMM_SELF and COMM_NULL unpickle as themselves; other
-        communicators cannot travel."""
-        name = {"MPI_COMM_WORLD": "COMM_WORLD", "MPI_COMM_SELF": "COMM_SELF",
-                "MPI_COMM_NULL": "COMM_NULL"}.get(self._name)
-        if not self._predefined or name is None:
+        """COMM_WORLD, COMM_SELF and COMM_NULL unpickle as themselves, other
+        handles on them as such handles; other communicators cannot
+        travel."""
+        name = self._name[4:] if self._name.startswith("MPI_") else None
+        predefined = PREDEFINED.get(name)
+        if predefined is None or self._ctx is not predefined._ctx:
             raise ValueError(f"cannot pickle {self!r}")
-        return name
+        return name if self is predefined else (type(self), (predefined,))
 
     def __eq__(self, other):
         if not isinstance(other, _CommBase):

@@ -165,6 +165,25 @@ cdef class _Collectives(_PointToPoint):
                       r.offsets, timeout, algorithm)
         r.unpack()
 
+    def Alltoallw(self, sendbuf, recvbuf, *, timeout=None):
+        """Alltoallv with a datatype per block and byte displacements
+        ([buf, (counts, displs), datatypes]): the blocks travel packed."""
+        n = self.Get_remote_size() if self.Is_inter() else self.live().size
+        rmem, rblocks = bufspec.w_blocks(recvbuf, n, name="recvbuf")
+        smem, sblocks = (rmem, rblocks) if sendbuf is IN_PLACE else \
+            bufspec.w_blocks(sendbuf, n, name="sendbuf", readonly=True)
+        packed = np.concatenate([d.pack(smem, c, at).view(np.uint8)
+                                 for c, at, d in sblocks])
+        ssizes = [c * d.size for c, _, d in sblocks]
+        rsizes = [c * d.size for c, _, d in rblocks]
+        received = np.empty(sum(rsizes), np.uint8)
+        self.Alltoallv([packed, (ssizes, _ends(ssizes)), BYTE],
+                       [received, (rsizes, _ends(rsizes)), BYTE], timeout=timeout)
+        start = 0
+        for (c, at, d), k in zip(rblocks, rsizes):
+            d.unpack(received[start:start + k].view(d.np_dtype), rmem, c, at)
+            start += k
+
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
                        timeout=None, algorithm=None):
         """Reduce sendbuf over the ranks; rank i gets recvcounts[i] items
@@ -305,8 +324,68 @@ cdef class _Collectives(_PointToPoint):
     def Ialltoallv(self, sendbuf, recvbuf):
         return self._start("Alltoallv", sendbuf, recvbuf)
 
+    def Ialltoallw(self, sendbuf, recvbuf):
+        return self._start("Alltoallw", sendbuf, recvbuf)
+
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM):
         return self._start("Reduce_scatter", sendbuf, recvbuf, recvcounts, op)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
         return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
+
+    # -- persistent collectives (MPI-4): each Start() runs the nonblocking
+    # form again, on the buffers' contents of that moment; `info` is
+    # accepted and ignored --------------------------------------------------
+
+    def _persistent(self, str method, *args):
+        self.live()
+        started = getattr(self, method)
+        return _requests.Prequest(lambda: started(*args))
+
+    def Barrier_init(self, info=None):
+        return self._persistent("Ibarrier")
+
+    def Bcast_init(self, buf, root=0, info=None):
+        return self._persistent("Ibcast", buf, root)
+
+    def Reduce_init(self, sendbuf, recvbuf, op=_ops.SUM, root=0, info=None):
+        return self._persistent("Ireduce", sendbuf, recvbuf, op, root)
+
+    def Allreduce_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
+        return self._persistent("Iallreduce", sendbuf, recvbuf, op)
+
+    def Gather_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Igather", sendbuf, recvbuf, root)
+
+    def Gatherv_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Igatherv", sendbuf, recvbuf, root)
+
+    def Scatter_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Iscatter", sendbuf, recvbuf, root)
+
+    def Scatterv_init(self, sendbuf, recvbuf, root=0, info=None):
+        return self._persistent("Iscatterv", sendbuf, recvbuf, root)
+
+    def Allgather_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Iallgather", sendbuf, recvbuf)
+
+    def Allgatherv_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Iallgatherv", sendbuf, recvbuf)
+
+    def Alltoall_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Ialltoall", sendbuf, recvbuf)
+
+    def Alltoallv_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Ialltoallv", sendbuf, recvbuf)
+
+    def Alltoallw_init(self, sendbuf, recvbuf, info=None):
+        return self._persistent("Ialltoallw", sendbuf, recvbuf)
+
+    def Reduce_scatter_init(self, sendbuf, recvbuf, recvcounts=None,
+                            op=_ops.SUM, info=None):
+        return self._persistent("Ireduce_scatter", sendbuf, recvbuf,
+                                recvcounts, op)
+
+    def Reduce_scatter_block_init(self, sendbuf, recvbuf, op=_ops.SUM,
+                                  info=None):
+        return self._persistent("Ireduce_scatter_block", sendbuf, recvbuf, op)

@@ -77,32 +77,21 @@ cdef class _PointToPoint(_CommBase):
         return got is not None
 
     def send(self, obj, dest, tag=0, *, timeout=None):
-        cdef Context ctx = self.live()
-        if dest != PROC_NULL:
-            ctx.send(_dumps(obj), dest, tag, timeout)
+        send_object(self.live(), obj, dest, tag, timeout)
 
     ssend = bsend = send
 
     def recv(self, buf=None, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
              timeout=None):
         """The next object from `source` with `tag`."""
-        if source == PROC_NULL:
-            if status is not None:
-                status._set(PROC_NULL, ANY_TAG, 0)
-            return None
-        src, tag, n = self._ctx.probe(_any(source), tag,
-                                      timeout=timeout)
-        data = bytearray(n)
-        got = self._ctx.recv(data, src, tag, timeout=timeout)
-        if status is not None:
-            status._set(*got)
-        return pickle.loads(data)
+        return recv_object(self.live(), source, tag, status, timeout)
 
     def sendrecv(self, sendobj, dest, sendtag=0, recvbuf=None,
                  source=ANY_SOURCE, recvtag=ANY_TAG, status=None, *,
                  timeout=None):
-        self.send(sendobj, dest, sendtag, timeout=timeout)
-        return self.recv(None, source, recvtag, status, timeout=timeout)
+        cdef Context ctx = self.live()
+        send_object(ctx, sendobj, dest, sendtag, timeout)
+        return recv_object(ctx, source, recvtag, status, timeout)
 
     def probe(self, source=ANY_SOURCE, tag=ANY_TAG, status=None, *,
               timeout=None):
@@ -120,7 +109,7 @@ cdef class _PointToPoint(_CommBase):
         if dest == PROC_NULL:
             return _requests.CollectiveRequest._finished()
         cdef Message m = message(buf, "buf", True)
-        return _requests.P2PRequest(ctx.isend(m.buf, dest, tag), m)
+        return p2p_request(ctx.isend(m.buf, dest, tag), m, None)
 
     Issend = Irsend = Ibsend = Isend
 
@@ -145,15 +134,15 @@ cdef class _PointToPoint(_CommBase):
         if source == PROC_NULL:
             return _requests.CollectiveRequest._finished()
         cdef Message m = message(buf, "buf")
-        return _requests.P2PRequest(
-            ctx.irecv(m.buf, _any(source), tag), m,
-            unpack=m.slow.unpack if m.slow is not None else None)
+        return p2p_request(ctx.irecv(m.buf, _any(source), tag), m,
+                           m.slow.unpack if m.slow is not None else None)
 
     def isend(self, obj, dest, tag=0):
+        cdef Context ctx = self.live()
         if dest == PROC_NULL:
             return _requests.CollectiveRequest._finished()
         data = _dumps(obj)
-        return _requests.P2PRequest(self._ctx.isend(data, dest, tag), data)
+        return p2p_request(ctx.isend(data, dest, tag), data, None)
 
     issend = ibsend = isend
 
@@ -161,4 +150,4 @@ cdef class _PointToPoint(_CommBase):
         """A request whose wait() returns the object received."""
         if source == PROC_NULL:
             return _requests.CollectiveRequest._finished()
-        return _requests.ObjectRecvRequest(self, _any(source), tag)
+        return _requests.ObjectRecvRequest(self.live(), _any(source), tag)

@@ -95,6 +95,7 @@ cdef class Topocomm(Intracomm):
     cdef public object _plan      # its exchange plan, made on first use
     cdef public object _nctx      # the neighbour exchanges' Context (lazy)
     cdef public object _nid       # its id (None: ours | SHADOW | NEIGHBORS)
+    cdef bint _dupping            # inside Dup: _derived keeps the topology
 
     _kind = None                  # the topology a subclass holds
 
@@ -126,18 +127,25 @@ cdef class Topocomm(Intracomm):
     # -- new communicators keep the topology only through Dup --------------
 
     def Dup(self, info=None, *, timeout=None):
-        """The same topology over a new communicator. Collective."""
-        cdef Context ctx = self.live()
-        return type(self)(ctx.derive(range(ctx.size), _new_id(ctx, timeout)),
-                          procs=self._procs, topo=self._topo)
+        """The same topology over a new communicator (its attributes copied
+        as Comm.Dup does). Collective."""
+        self._dupping = True
+        try:
+            return Intracomm.Dup(self, info, timeout=timeout)
+        finally:
+            self._dupping = False
 
     Clone = Dup
 
     def _derived(self, members, comm_id):
-        """Split, Create...: plain intracommunicators."""
+        """Dup keeps the topology; Split, Create...: plain
+        intracommunicators."""
         members = list(members)
-        return Intracomm(self.live().derive(members, comm_id),
-                         procs=[self._procs[m] for m in members])
+        procs = [self._procs[m] for m in members]
+        ctx = self.live().derive(members, comm_id)
+        if self._dupping:
+            return type(self)(ctx, procs=procs, topo=self._topo)
+        return Intracomm(ctx, procs=procs)
 
     def _close(self):
         if self._nctx is not None:
@@ -237,15 +245,16 @@ cdef class Topocomm(Intracomm):
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf, *, timeout=None):
         """[buf, (counts, displs in bytes), datatypes]: a datatype per
-        block."""
+        block; the blocks travel packed."""
         plan = self._exchange_plan()
         sends = _w_blocks(sendbuf, len(plan[1]), "sendbuf", True)
         recvs = _w_blocks(recvbuf, len(plan[0]), "recvbuf", False)
-        _exchange(self._neighbor_context(), [m.data for m in sends],
-                  [m.data for m in recvs], plan, timeout)
-        for (src, _), m in zip(plan[0], recvs):
+        packed = [d.pack(mem, c, at) for mem, c, at, d in sends]
+        received = [np.empty(c * d.size, np.uint8) for _, c, _, d in recvs]
+        _exchange(self._neighbor_context(), packed, received, plan, timeout)
+        for (src, _), (mem, c, at, d), data in zip(plan[0], recvs, received):
             if src != PROC_NULL:
-                m.unpack()
+                d.unpack(data.view(d.np_dtype), mem, c, at)
 
     # -- on objects -------------------------------------------------------------
 
@@ -308,81 +317,46 @@ cdef class Topocomm(Intracomm):
     def Ineighbor_alltoallw(self, sendbuf, recvbuf):
         return self._start("Neighbor_alltoallw", sendbuf, recvbuf)
 
+    # persistent: each Start() runs the nonblocking form again (Comm's
+    # _persistent, as the other persistent collectives)
+
     def Neighbor_allgather_init(self, sendbuf, recvbuf, info=None):
-        """A persistent request: each Start runs Ineighbor_allgather."""
-        self.live()
-        return _requests.Prequest(
-            lambda: self.Ineighbor_allgather(sendbuf, recvbuf))
+        return self._persistent("Ineighbor_allgather", sendbuf, recvbuf)
 
     def Neighbor_allgatherv_init(self, sendbuf, recvbuf, info=None):
-        self.live()
-        return _requests.Prequest(
-            lambda: self.Ineighbor_allgatherv(sendbuf, recvbuf))
+        return self._persistent("Ineighbor_allgatherv", sendbuf, recvbuf)
 
     def Neighbor_alltoall_init(self, sendbuf, recvbuf, info=None):
-        self.live()
-        return _requests.Prequest(
-            lambda: self.Ineighbor_alltoall(sendbuf, recvbuf))
+        return self._persistent("Ineighbor_alltoall", sendbuf, recvbuf)
 
     def Neighbor_alltoallv_init(self, sendbuf, recvbuf, info=None):
-        self.live()
-        return _requests.Prequest(
-            lambda: self.Ineighbor_alltoallv(sendbuf, recvbuf))
+        return self._persistent("Ineighbor_alltoallv", sendbuf, recvbuf)
 
     def Neighbor_alltoallw_init(self, sendbuf, recvbuf, info=None):
-        self.live()
-        return _requests.Prequest(
-            lambda: self.Ineighbor_alltoallw(sendbuf, recvbuf))
+        return self._persistent("Ineighbor_alltoallw", sendbuf, recvbuf)
 
 
 def _w_blocks(spec, int n, str name, bint readonly):
     """Neighbor_alltoallw's [buf, (counts, displs), datatypes] (displs in
-    bytes) -> one bufspec message per block."""
-    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
-        raise TypeError(f"{name}: expected [buf, (counts, displs), "
-                        f"datatypes] or [buf, counts, displs, datatypes], "
-                        f"got {spec!r}")
-    if len(spec) == 4:
-        buf, counts, displs, types = spec
-    else:
-        buf, (counts, displs), types = spec
-    counts = _counts(counts, n, name, "counts")
-    displs = _counts(displs, n, name, "displacements")
-    if isinstance(types, _Datatype):
-        types = [types] * n
-    types = list(types)
-    if len(types) != n:
-        raise ArgumentError(f"{name}: {len(types)} datatypes for {n} "
-                            "neighbours", ERR_COUNT)
-    if buf is BOTTOM:
-        return [_at_address(displs[i], counts[i], types[i],
-                            f"{name} block {i}", readonly) for i in range(n)]
-    view = bufspec._buffer(buf, name, readonly)[0]      # its bytes
-    out = []
-    for i in range(n):
-        if displs[i] > len(view):
-            raise ArgumentError(f"{name}: displacement {displs[i]} of block "
-                                f"{i} is past the end of the buffer "
-                                f"({len(view)} bytes)", ERR_ARG)
-        out.append(bufspec.message([view[displs[i]:], counts[i], types[i]],
-                                   name=f"{name} block {i}",
-                                   readonly=readonly))
-    return out
-
-
-cdef list _counts(values, int n, str name, str what):
-    try:
-        values = [int(v) for v in values]
-    except TypeError:
-        raise TypeError(f"{name}: {what} must be a sequence of integers, "
-                        f"got {values!r}") from None
-    if len(values) != n:
-        raise ArgumentError(f"{name}: {len(values)} {what} for {n} "
-                            "neighbours", ERR_COUNT)
-    for v in values:
-        if v < 0:
-            raise ArgumentError(f"{name}: negative {what} ({v})", ERR_COUNT)
-    return values
+    bytes; with BOTTOM, addresses) -> [(memory, count, byte offset,
+    datatype)] per neighbour (bufspec.w_blocks reads the spec)."""
+    if n == 0:
+        return []
+    if isinstance(spec, (list, tuple)) and spec and spec[0] is BOTTOM:
+        if len(spec) == 3:
+            counts, displs = spec[1]
+        else:
+            counts, displs = spec[1], spec[2]
+        types = spec[-1]
+        if not (len(counts) == len(displs) == len(types) == n):
+            raise ArgumentError(f"{name}: {n} counts, addresses and datatypes "
+                                f"needed (one per neighbour), got "
+                                f"{len(counts)}, {len(displs)}, {len(types)}",
+                                ERR_COUNT)
+        return [(_at_address(int(a), int(c), d, f"{name} block {i}"), int(c),
+                 0, d) for i, (c, a, d) in enumerate(zip(counts, displs, types))]
+    mem, blocks = bufspec.w_blocks(spec, n, name=name, readonly=readonly)
+    return [(mem, c, at, d) for c, at, d in blocks]
 
 
 # -- the topologies ---------------------------------------------------------------
@@ -555,9 +529,9 @@ def _create_dist_graph(Intracomm comm, sources, degrees, destinations,
                          procs=comm._procs, topo=graph)
 
 
-def _at_address(address, count, datatype, str name, bint readonly):
-    """BOTTOM: `count` items of `datatype` at an absolute address (what
-    Get_address gave), as a bufspec message."""
+def _at_address(address, count, datatype, str name):
+    """BOTTOM: the memory of `count` items of `datatype` at an absolute
+    address (what Get_address gave)."""
     lb, extent = datatype.Get_extent()
     true_lb, true_extent = datatype.Get_true_extent()
     if true_lb < 0:
@@ -565,9 +539,6 @@ def _at_address(address, count, datatype, str name, bint readonly):
                                   "bound at an absolute address")
     span = true_lb + (count - 1) * extent + true_extent if count else 0
     if span == 0:
-        mem = np.zeros(0, np.uint8)
-    else:
-        mem = np.frombuffer((ctypes.c_char * span).from_address(address),
-                            np.uint8)
-    return bufspec.message([mem, count, datatype], name=name,
-                           readonly=readonly)
+        return np.zeros(0, np.uint8)
+    return np.frombuffer((ctypes.c_char * span).from_address(address),
+                         np.uint8)

@@ -2,16 +2,17 @@
 # (their code); user ops (Python callables, C functions) are folded here, in
 # rank order, over every rank's input gathered by the core.
 
+from gloocy.ops cimport Op
+
 cdef int OP_USER = _core.OP_CODES["user"]
 cdef object AVG = _ops.AVG
-cdef object Op = _ops.Op
 
 
 cdef int _op_code(object op) except -1:
     """The core's code of a buffer op (OP_USER: folded here)."""
-    if type(op) is not Op and not isinstance(op, Op):
+    if not isinstance(op, Op):
         raise TypeError(f"op: expected a gloocy op such as gloocy.SUM, got {op!r}")
-    cdef int code = op.code
+    cdef int code = (<Op>op).code
     if code == 0:
         op.check_buffers()          # raises: this op reduces no buffers
     return code

@@ -12,18 +12,17 @@ parsed by `gloocy.bufspec` and only then acquired.
 cimport cython
 
 from gloocy._core cimport Buf, get_buffer
+from gloocy.datatypes cimport Datatype, Typemap
 
 import operator
 
-import numpy as np
-
 from gloocy import bufspec
 from gloocy.constants import IN_PLACE as _IN_PLACE
-from gloocy.datatypes import Datatype as _Datatype, from_typecode
+from gloocy.datatypes import _typedict
 
 # Read on every call: C variables, not module-dict lookups.
 cdef object IN_PLACE = _IN_PLACE
-cdef type Datatype = _Datatype
+cdef dict TYPECODES = _typedict     # typecode -> predefined Datatype
 
 
 @cython.freelist(16)
@@ -68,43 +67,38 @@ cdef class Message:
         return self.buf.nbytes
 
 
-# A dense datatype handle -> (core dtype code, element size, elements per
-# item, extent); None for the ones parsed in Python. Handles never change
-# once committed, so this is read once per handle.
-cdef dict _DENSE = {}
+cdef inline object _datatype_of(object slot):
+    """A spec's datatype slot as a Datatype (a typecode looked up); None
+    for what bufspec judges."""
+    if type(slot) is str:
+        return TYPECODES.get(slot)
+    return slot
 
 
-cdef tuple _dense(object datatype):
-    h = datatype._h
-    if h is None or not h.committed:
+cdef inline Typemap _dense(object datatype):
+    """The layout of `datatype` when a message of it is a view of the
+    buffer, as the core moves it; None for what bufspec parses (or
+    rejects): no Datatype, DATATYPE_NULL, not committed, not dense."""
+    if not isinstance(datatype, Datatype):
         return None
-    try:
-        return _DENSE[h]
-    except KeyError:
-        pass
-    cdef Buf probe
-    found = None
-    if h.contiguous and h.lb == 0 and h.elem.np is not None:
-        probe = get_buffer(np.zeros(1, h.elem.np), "datatype", False)
-        if probe.dtype >= 0:
-            found = (probe.dtype, probe.itemsize, h.offsets.size, h.ub - h.lb)
-    if len(_DENSE) >= 1024:             # derived types made in a loop
-        _DENSE.clear()
-    _DENSE[h] = found
-    return found
+    cdef Typemap h = (<Datatype>datatype)._h
+    if h is None or h.dense < 0 or not h.committed:
+        return None
+    return h
 
 
 cdef inline bint _is_spec_list(object spec):
     return type(spec) is list or type(spec) is tuple
 
 
+@cython.cdivision(True)     # by extents > 0 and block counts > 0 only
 cdef Message message(object spec, str name, bint readonly=False,
                      bint allow_in_place=False, int64_t blocks=1):
     cdef Message m
     cdef Buf b
-    cdef tuple dense
+    cdef Typemap dense
     cdef Py_ssize_t n
-    cdef int64_t count, displ, extent
+    cdef int64_t count, displ, extent, items
     if spec is None or spec is IN_PLACE:
         if allow_in_place:
             return None
@@ -122,18 +116,11 @@ cdef Message message(object spec, str name, bint readonly=False,
     n = len(spec)
     if n < 2 or n > 4:
         return _slow(spec, name, readonly, allow_in_place, blocks)
-    datatype = spec[n - 1]
-    if type(datatype) is str:
-        try:
-            datatype = from_typecode(datatype)
-        except KeyError:
-            return _slow(spec, name, readonly, allow_in_place, blocks)
-    elif not isinstance(datatype, Datatype):
-        return _slow(spec, name, readonly, allow_in_place, blocks)
+    datatype = _datatype_of(spec[n - 1])
     dense = _dense(datatype)
     if dense is None:
         return _slow(spec, name, readonly, allow_in_place, blocks)
-    extent = dense[3]
+    extent = dense.ub                   # lb is 0, extent > 0
     count = -1
     displ = 0
     if n == 3:
@@ -149,27 +136,26 @@ cdef Message message(object spec, str name, bint readonly=False,
     if count < -1 or displ < 0 or (n > 2 and count < 0):
         return _slow(spec, name, readonly, allow_in_place, blocks)
     try:
-        b = get_buffer(spec[0], name, not readonly)
+        b = get_buffer(spec[0], name, not readonly, True)
     except Exception:
         return _slow(spec, name, readonly, allow_in_place, blocks)
-    if extent <= 0:
-        return _slow(spec, name, readonly, allow_in_place, blocks)
-    if count < 0:                       # the buffer's whole items
-        if b.nbytes % extent:
+    items = b.nbytes // extent          # whole items in the buffer
+    if count < 0:                       # all of them
+        if items * extent != b.nbytes:
             return _slow(spec, name, readonly, allow_in_place, blocks)
-        count = b.nbytes // extent
-    elif count > b.nbytes // extent // blocks:
-        return _slow(spec, name, readonly, allow_in_place, blocks)
-    else:
+        count = items
+    elif blocks != 1:
+        if blocks < 1 or count > items // blocks:
+            return _slow(spec, name, readonly, allow_in_place, blocks)
         count *= blocks
     # in the buffer (compared without overflow), else bufspec says why
-    if displ > b.nbytes // extent or count > b.nbytes // extent - displ:
+    if displ > items or count > items - displ:
         return _slow(spec, name, readonly, allow_in_place, blocks)
     b.ptr += displ * extent
     b.nbytes = count * extent
-    b.dtype = dense[0]
-    b.itemsize = dense[1]
-    b.count = count * dense[2]
+    b.dtype = dense.dense
+    b.itemsize = dense.itemsize
+    b.count = count * dense.n
     m = Message.__new__(Message)
     m.buf, m.count, m.spec, m.blocks = b, count, spec, blocks
     m._datatype = datatype
@@ -203,7 +189,7 @@ cdef Message _slow(object spec, str name, bint readonly, bint allow_in_place,
 cdef Message vector_message(object spec, int size, str name,
                             bint readonly=False):
     cdef Buf b
-    cdef tuple dense = None
+    cdef Typemap dense = None
     cdef Py_ssize_t n = 2
     cdef int64_t extent, items, total = 0, i, c, d
     cdef list counts, displs = None, sizes, offsets
@@ -213,14 +199,7 @@ cdef Message vector_message(object spec, int size, str name,
     if n < 2 or n > 4:
         return _slow_vector(spec, size, name, readonly)
     if n > 2:                            # a datatype last
-        datatype = spec[n - 1]
-        if type(datatype) is str:
-            try:
-                datatype = from_typecode(datatype)
-            except KeyError:
-                return _slow_vector(spec, size, name, readonly)
-        elif not isinstance(datatype, Datatype):
-            return _slow_vector(spec, size, name, readonly)
+        datatype = _datatype_of(spec[n - 1])
         dense = _dense(datatype)
         if dense is None:
             return _slow_vector(spec, size, name, readonly)
@@ -243,7 +222,7 @@ cdef Message vector_message(object spec, int size, str name,
         if displs is None:
             return _slow_vector(spec, size, name, readonly)
     try:
-        b = get_buffer(spec[0], name, not readonly)
+        b = get_buffer(spec[0], name, not readonly, dense is not None)
     except Exception:
         return _slow_vector(spec, size, name, readonly)
     if dense is None:
@@ -251,8 +230,8 @@ cdef Message vector_message(object spec, int size, str name,
             return _slow_vector(spec, size, name, readonly)
         extent, items = b.itemsize, 1
     else:
-        extent, items = dense[3], dense[2]
-        b.dtype, b.itemsize = dense[0], dense[1]
+        extent, items = dense.ub, dense.n
+        b.dtype, b.itemsize = dense.dense, dense.itemsize
     sizes = [None] * size
     offsets = [None] * size
     for i in range(size):

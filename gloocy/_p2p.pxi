@@ -13,9 +13,12 @@ cdef object call_send(Context ctx, object buf, int dest, int tag,
     ctx._check_peer(dest, "dest", False)
     if tag < 0:
         raise ArgumentError(f"tag: must be >= 0, got {tag}", ERR_TAG)
+    if dest == ctx.rank and type(buf) is bytes:    # a pickle, to ourselves
+        _send_to_self(ctx, tag, <bytes>buf)
+        return
     cdef Buf b = get_buffer(buf, "buf", False)
     if dest == ctx.rank:
-        _send_to_self(ctx, tag, bytes(b.ptr[:b.nbytes]))
+        _send_to_self(ctx, tag, b.ptr[:b.nbytes])
         return
     ctx.begin_p2p(&c, timeout)
     try:
@@ -63,12 +66,17 @@ cdef object call_isend(Context ctx, object buf, int dest, int tag):
     ctx._check_peer(dest, "dest", False)
     if tag < 0:
         raise ArgumentError(f"tag: must be >= 0, got {tag}", ERR_TAG)
-    cdef Buf b = get_buffer(buf, "buf", False)
     cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
-    h.ctx, h.buf, h.peer, h.tag, h.is_send = ctx, b, dest, tag, True
+    h.ctx, h.peer, h.tag, h.is_send = ctx, dest, tag, True
+    if dest == ctx.rank and type(buf) is bytes:     # a pickle, to ourselves
+        _send_to_self(ctx, tag, <bytes>buf)
+        h._finish(dest, tag, len(<bytes>buf))
+        return h
+    cdef Buf b = get_buffer(buf, "buf", False)
+    h.buf = b
     if dest == ctx.rank:
-        _send_to_self(ctx, tag, bytes(b.ptr[:b.nbytes]))
-        h.result = (dest, tag, b.nbytes)
+        _send_to_self(ctx, tag, b.ptr[:b.nbytes])
+        h._finish(dest, tag, b.nbytes)
         return h
     ctx.begin_p2p(&h.c, None)
     try:
@@ -91,11 +99,14 @@ cdef object call_irecv(Context ctx, object buf, int source, int tag):
     cdef Buf b = get_buffer(buf, "buf", True)
     cdef P2PHandle h = P2PHandle.__new__(P2PHandle)
     h.ctx, h.buf, h.peer, h.tag = ctx, b, source, tag
+    if source == ctx.rank:            # from ourselves: matched at wait time
+        ctx.check_usable()
+        return h
     ctx.begin_p2p(&h.c, None)
     try:
         _p2p_want(&h.x, &h.c, b.ptr, b.nbytes, tag)
-        if source == ctx.rank or (source == -1 and h._take_from_self()):
-            return h                  # from ourselves: matched at wait time
+        if source == -1 and h._take_from_self():
+            return h                  # one we sent ourselves, already here
         with nogil:
             post_p2p_recv(ctx, &h.x, source)
     except BaseException as e:
@@ -138,24 +149,46 @@ cdef object call_probe(Context ctx, int source, int tag, bint block,
     return ctx._local[x.peer], <int64_t>x.hdr.tag, x.nbytes
 
 
+cdef object call_recv_new(Context ctx, int source, int tag, bint block,
+                          object timeout):
+    """Receive the next message from `source` with `tag` into new memory
+    (a pickle, whose size only its frame tells): (data, source, tag), or
+    None when `block` is False and none is there."""
+    cdef int i
+    cdef bytes data
+    if source == -1 or source == ctx.rank:
+        for i in range(len(ctx._to_self)):
+            t, data = ctx._to_self[i]
+            if tag == -1 or t == tag:
+                del ctx._to_self[i]
+                return data, ctx.rank, t
+    probed = call_probe(ctx, source, tag, block, timeout)
+    if probed is None:
+        return None
+    src, t, n = probed
+    out = bytearray(n)
+    got = call_recv(ctx, out, src, t, timeout)
+    return out, got[0], got[1]
+
+
 cdef class P2PHandle:
     """An Isend or Irecv in flight. Its Xfer lives here, so the Context keeps
     the handle (and through it the buffer) alive until it is done or
     cancelled. Progress is made by any wait on the communicator."""
-    cdef Context ctx
-    cdef Buf buf
-    cdef Coll c
-    cdef Xfer x
-    cdef int peer           # dest, or source (-1: any)
-    cdef int tag            # receives: the wanted tag (-1: any)
-    cdef bint is_send
-    cdef bint posted        # x sits in a pair's queue
-    cdef bint _cancelled
-    cdef object result      # (source or dest, tag, nbytes) once done
-
     @property
     def done(self):
-        return self.result is not None or self._cancelled
+        return self.finished or self._cancelled
+
+    @property
+    def result(self):
+        """(source or dest, tag, nbytes) once done, else None."""
+        if not self.finished:
+            return None
+        return self.got_source, self.got_tag, self.got_nbytes
+
+    cdef void _finish(self, int source, int tag, int64_t nbytes) noexcept:
+        self.finished = True
+        self.got_source, self.got_tag, self.got_nbytes = source, tag, nbytes
 
     @property
     def cancelled(self):
@@ -175,31 +208,36 @@ cdef class P2PHandle:
     def cancel(self):
         """Withdraw a receive that nothing has arrived for; True if it was
         (sends cannot be withdrawn)."""
+        return self.withdraw() == 1
+
+    cdef int withdraw(self) except -1:
         cdef bint withdrawn = True
-        if self.done or self.is_send:
-            return False
+        if self.finished or self._cancelled or self.is_send:
+            return 0
         if self.posted:
             with nogil:
                 self.ctx.links.enter()
                 withdrawn = cancel_p2p_recv(self.ctx, &self.x, self.peer)
                 self.ctx.links.leave()
         if not withdrawn:
-            return False
+            return 0
         self._cancelled = True
         self.ctx._requests.discard(self)
-        return True
+        return 1
 
     cdef bint _take_from_self(self) except -1:
         """A receive from ourselves (or anyone): messages we sent us."""
-        self.result = take_from_self(self.ctx, self.buf.ptr, self.buf.nbytes,
-                                     self.tag)
-        return self.result is not None
+        got = take_from_self(self.ctx, self.buf.ptr, self.buf.nbytes, self.tag)
+        if got is None:
+            return False
+        self._finish(got[0], got[1], got[2])
+        return True
 
     cdef int _step(self, bint block, object timeout) except -1:
         """One attempt to finish; 1 when done."""
         cdef Context ctx = self.ctx
         cdef int found = 0
-        if self.done:
+        if self.finished or self._cancelled:
             return 1
         if not self.is_send and not self.posted:   # a receive from ourselves
             if self._take_from_self():
@@ -210,8 +248,8 @@ cdef class P2PHandle:
                     "that was never sent: it would wait forever")
             return 0
         if self.posted and self.x.state == XFER_DONE:  # sent to us by us
-            self.result = (ctx._local[self.x.peer], <int64_t>self.x.hdr.tag,
-                           self.x.nbytes)
+            self._finish(ctx._local[self.x.peer], <int64_t>self.x.hdr.tag,
+                         self.x.nbytes)
             ctx._requests.discard(self)
             return 1
         ctx.check_usable()
@@ -233,8 +271,8 @@ cdef class P2PHandle:
             ctx.end()
         if not found:
             return 0
-        self.result = (self.peer if self.is_send else ctx._local[self.x.peer],
-                       <int64_t>self.x.hdr.tag, self.x.nbytes)
+        self._finish(self.peer if self.is_send else ctx._local[self.x.peer],
+                     <int64_t>self.x.hdr.tag, self.x.nbytes)
         ctx._requests.discard(self)
         return 1
 
@@ -334,8 +372,9 @@ cdef object take_from_self(Context ctx, char *buf, int64_t nbytes, int tag):
 cdef int _send_to_self(Context ctx, int tag, bytes data) except -1:
     """A message to ourselves: to the oldest any-source receive posted
     that takes it, else kept for a later receive."""
-    with nogil:
-        ctx.links.enter()
+    if not ctx.links.try_enter():       # free almost always: keep the GIL
+        with nogil:
+            ctx.links.enter()
     try:
         _deliver_to_self(ctx, tag, data)
     finally:

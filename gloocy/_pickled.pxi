@@ -40,10 +40,35 @@ cdef int64_t HEAD = 16                  # a slot's length and buffer count
 cdef int64_t INT64 = 8
 
 
+cdef object _pickle_dumps = pickle.dumps
+cdef object _pickle_loads = pickle.loads
+cdef int PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
 cdef bytes _dumps(obj, list buffers=None):
     if buffers is None:
-        return pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+        return _pickle_dumps(obj, PROTOCOL)
     return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+
+
+# Point-to-point objects (send, recv, sendrecv): one pickle per message;
+# the receiver learns its size from the frame.
+
+cdef int send_object(Context ctx, obj, dest, tag, timeout) except -1:
+    if dest != PROC_NULL:
+        ctx.send(_dumps(obj), dest, tag, timeout)
+    return 0
+
+
+cdef object recv_object(Context ctx, source, tag, status, timeout):
+    if source == PROC_NULL:
+        if status is not None:
+            status._set(PROC_NULL, ANY_TAG, 0)
+        return None
+    data, src, t = call_recv_new(ctx, _any(source), tag, True, timeout)
+    if status is not None:
+        status._set(src, t, len(data))
+    return _pickle_loads(data)
 
 
 cdef inline int64_t _read64(const char *p, int64_t i) noexcept:

@@ -30,8 +30,7 @@ import numpy as np
 
 from gloocy import errors
 from gloocy.constants import BOTTOM, IN_PLACE
-from gloocy.datatypes import (BFLOAT16_T, ERR_COUNT, ERR_TYPE, Datatype,
-                              _mpi_error, from_typecode)
+from gloocy.datatypes import BFLOAT16_T, Datatype, from_typecode
 from gloocy.datatypes import (DOUBLE_INT, FLOAT_INT, INT_INT, LONG_DOUBLE_INT,
                               LONG_INT, SHORT_INT)
 
@@ -402,7 +401,8 @@ def _memory(buf, datatype, name, readonly):
     if datatype is None:
         datatype = _inferred(key, name)
     if not datatype:
-        raise _mpi_error(f"{name}: the datatype is DATATYPE_NULL", ERR_TYPE)
+        raise errors.ArgumentError(f"{name}: the datatype is "
+                                  "DATATYPE_NULL", errors.ERR_TYPE)
     return mem, datatype
 
 
@@ -500,7 +500,8 @@ def vector_message(spec, size, *, name, readonly=False):
         counts = [q + (i < r) for i in range(size)]
     for n in counts:
         if n < 0:
-            raise _mpi_error(f"{name}: negative count {n}", ERR_COUNT)
+            raise errors.ArgumentError(f"{name}: negative count {n}",
+                                      errors.ERR_COUNT)
     if empty:
         _no_data(buf, counts, name)
     if displs is None:
@@ -526,3 +527,34 @@ def vector_message(spec, size, *, name, readonly=False):
         return VectorMessage(data, counts, sizes, offsets, datatype)
     data = np.empty(sum(sizes) // k, dtype)
     return VectorMessage(data, counts, sizes, offsets, datatype, mem, starts)
+
+
+def w_blocks(spec, size, *, name, readonly=False):
+    """(uint8 memory, [(count, byte displacement, datatype)] per rank) of an
+    Alltoallw spec: [buf, (counts, displs), datatypes] or [buf, counts,
+    displs, datatypes]; displacements are in bytes, each rank's block has
+    its own datatype."""
+    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
+        raise TypeError(f"{name}: expected [buffer, (counts, displs), datatypes] "
+                        f"or [buffer, counts, displs, datatypes], got {spec!r}")
+    if len(spec) == 3:
+        buf, pair, datatypes = spec
+        counts, displs = _pair(pair, name, "counts, displs")
+    else:
+        buf, counts, displs, datatypes = spec
+    counts = _per_rank(counts, size, name, "counts")
+    displs = _per_rank(displs, size, name, "displs")
+    if counts is None or displs is None:
+        raise ValueError(f"{name}: Alltoallw needs counts and displacements")
+    if isinstance(datatypes, (Datatype, str)) or len(datatypes) != size:
+        raise ValueError(f"{name}: expected {size} datatypes, one per rank, "
+                         f"got {datatypes!r}")
+    datatypes = [_datatype(d, name) for d in datatypes]
+    mem = _memory(buf, datatypes[0], name, readonly)[0]
+    if buf is None or buf is BOTTOM:
+        _no_data(buf, counts, name)
+    for n, start, datatype in zip(counts, displs, datatypes):
+        if n < 0:
+            raise errors.ArgumentError(f"{name}: negative count {n}", errors.ERR_COUNT)
+        _check_span(mem, datatype, n, start, name)
+    return mem, list(zip(counts, displs, datatypes))

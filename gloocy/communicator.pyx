@@ -10,7 +10,8 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport Context, I64
+from gloocy._core cimport Context, I64, call_recv_new
+from gloocy.requests cimport p2p_request
 from gloocy._msg cimport Message, message, vector_message
 
 import os
@@ -27,10 +28,14 @@ from gloocy import requests as _requests
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
                               KEYVAL_INVALID, PROC_NULL, TAG_UB)
 from gloocy.constants import UNDEFINED
+from gloocy.datatypes import BYTE
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
+from gloocy.attributes import Attributes, MPI_KEYVALS, create_keyval, free_keyval
 from gloocy.info import Info
+from gloocy import errhandler as _errhandlers
+from gloocy.errhandler import ERRORS_RETURN
 from gloocy.status import Status
 from gloocy.transport.shm import host_identity
 
@@ -56,6 +61,16 @@ def _proc_null(status):
     return True
 
 
+cdef list _ends(list sizes):
+    """Offsets of blocks of these sizes laid end to end."""
+    cdef list out = []
+    cdef int64_t at = 0
+    for n in sizes:
+        out.append(at)
+        at += n
+    return out
+
+
 cdef I64 _blocks(Message m, int size, str name):
     """Byte sizes of `size` equal blocks filling message m (end to end)."""
     if m.count % size:
@@ -79,7 +94,14 @@ cdef class Comm(_Collectives):
         """A communicator of the same ranks, over the same connections (its
         messages never mix with ours). Collective."""
         cdef Context ctx = self.live()
-        return self._derived(range(ctx.size), _new_id(ctx, timeout))
+        dup = self._derived(range(ctx.size), _new_id(ctx, timeout))
+        if self._attrs is not None and self._attrs.values:
+            try:
+                dup._attrs = self._attrs.copy(self)   # the keys' copy_fns
+            except BaseException:
+                dup.Free()
+                raise
+        return dup
 
     Clone = Dup
 
@@ -134,6 +156,23 @@ cdef class Intracomm(Comm):
     communicator's ``timeout``.
     """
 
+    @classmethod
+    def Create_from_group(cls, group, stringtag="org.mpi4py", info=None,
+                          errhandler=None, *, timeout=None):
+        """A communicator of `group`'s processes, collective over them only
+        (MPI-4); `stringtag` keeps concurrent calls apart."""
+        world = PREDEFINED.get("COMM_WORLD")
+        if world is None:
+            raise NotImplementedError("Create_from_group needs gloocy.MPI's "
+                                      "COMM_WORLD (import gloocy.MPI)")
+        if not isinstance(stringtag, str):
+            raise TypeError(f"stringtag: expected a str, got {stringtag!r}")
+        comm = world.Create_group(group, zlib.crc32(stringtag.encode()),
+                                  timeout=timeout)
+        if comm and errhandler is not None:
+            comm.Set_errhandler(errhandler)
+        return comm
+
     # -- scans (only within one group) -------------------------------------------
 
     def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
@@ -177,6 +216,12 @@ cdef class Intracomm(Comm):
 
     def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
         return self._start("Exscan", sendbuf, recvbuf, op)
+
+    def Scan_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
+        return self._persistent("Iscan", sendbuf, recvbuf, op)
+
+    def Exscan_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
+        return self._persistent("Iexscan", sendbuf, recvbuf, op)
 
     # -- process topologies (_comm_topology.pxi) ---------------------------------
 
@@ -235,5 +280,5 @@ class _NullContext:
 
 
 _NULL_CONTEXT = _NullContext()
-COMM_NULL = Comm(name="MPI_COMM_NULL")
-COMM_NULL._predefined = True
+COMM_NULL = Comm()
+COMM_NULL._predefine("COMM_NULL")

@@ -36,7 +36,7 @@ SIZES = (1, 2, 3, 4)
 TIMEOUT = 60.0  # seconds per run; the launchers enforce it, a watchdog backs them up
 STDIN = b"hello from stdin\nsecond\nthird line\n"  # for stdin.py; the others ignore it
 HEAD, TAIL = 40, 20  # lines of stderr shown per run on failure (the first error and the end)
-SINGLETON_PROGRAMS = ["errors", "module", "p2p", "stdin"]  # init state, self-messages, input
+SINGLETON_PROGRAMS = ["errors", "handles", "module", "p2p", "stdin"]  # init state, self-messages, input
 
 SLOW = pytest.mark.slow          # registered in conftest.py
 

@@ -1,14 +1,19 @@
+# cython: language_level=3
 """mpi4py-compatible datatypes: the predefined ones, derived ones, typecodes.
 
-A datatype is a handle on a typemap. Every typemap here is made of copies of
-one predefined element type (a NumPy dtype: numbers, bools, chars and the
-C-struct (value, index) pairs of MAXLOC/MINLOC), placed at byte offsets, with
-MPI's lower bound and extent. The buffer layer (`gloocy.bufspec`) moves a
-message as a contiguous array of that element dtype: a view of the user's
-memory when the typemap is dense (`is_contiguous`), else a packed copy.
+A datatype is a handle on a typemap (a `Typemap`, declared with its C
+fields in datatypes.pxd, which the message layer reads directly). Every
+typemap here is made of copies of one predefined element type (a NumPy
+dtype: numbers, bools, chars and the C-struct (value, index) pairs of
+MAXLOC/MINLOC), placed at byte offsets, with MPI's lower bound and extent.
+The buffer layer (`gloocy.bufspec`) moves a message as a contiguous array
+of that element dtype: a view of the user's memory when the typemap is
+dense (`is_contiguous`), else a packed copy.
 
 Sizes, extents, names, aliases and typecodes are those of mpi4py on MPICH.
 """
+
+from gloocy._core cimport Buf, get_buffer
 
 import operator
 
@@ -23,61 +28,82 @@ __all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
 ORDER_C = 56
 ORDER_F = ORDER_FORTRAN = 57
 
+
 def _mpi_error(message, error_class):
     """errors.ArgumentError (a ValueError) with MPI's error class."""
     return ArgumentError(message, error_class)
 
 
-class _Type:
-    """What a datatype handle points at. Offsets are the byte offsets of the
-    elements (copies of the predefined `elem`) in typemap order; the
-    elements as NumPy moves them span bytes data_lb..data_ub (more than the
-    true extent when a value-index pair ends in padding). `np`, `itemsize`
-    and `elem_size` (MPI's size) are set on predefined handles."""
+cdef int _core_code(object np_dtype):
+    """The core's dtype code of elements of `np_dtype`, -1 when it has none."""
+    if np_dtype is None:
+        return -1
+    cdef Buf probe
+    try:
+        probe = get_buffer(np.zeros(1, np_dtype), "datatype", False)
+    except Exception:
+        return -1
+    return probe.dtype
 
-    __slots__ = ("elem", "np", "itemsize", "elem_size", "offsets", "lb", "ub",
-                 "true_lb", "true_ub", "data_lb", "data_ub", "contiguous",
-                 "name", "code", "attr", "committed")
 
-    def __init__(self, elem, offsets, lb, ub, true_lb, true_ub, name="",
-                 code=None):
+cdef class Typemap:
+    """What a datatype handle points at (fields: datatypes.pxd). Offsets
+    are the byte offsets of the elements (copies of the predefined `elem`)
+    in typemap order."""
+
+    def __init__(self, Typemap elem, offsets, lb, ub, true_lb, true_ub,
+                 name="", code=None):
         self.elem, self.offsets = elem, offsets
-        self.lb, self.ub = int(lb), int(ub)
-        self.true_lb, self.true_ub = int(true_lb), int(true_ub)
-        self.name, self.code, self.attr = name, code, None
+        self.np, self.attr = None, None
+        self.itemsize, self.elem_size = elem.itemsize, elem.elem_size
+        self.lb, self.ub = lb, ub
+        self.true_lb, self.true_ub = true_lb, true_ub
+        self.name, self.code = name, code
         self.committed = False      # derived types need Commit() before use
-        n, k = offsets.size, elem.itemsize
-        self.data_lb, self.data_ub = ((int(offsets.min()),
-                                       int(offsets.max()) + k) if n else (0, 0))
+        self.n = offsets.size
+        self._layout()
+
+    cdef _layout(self):
+        """What follows from the offsets and bounds."""
+        cdef int64_t n = self.n, k = self.itemsize
+        self.data_lb, self.data_ub = ((int(self.offsets.min()),
+                                       int(self.offsets.max()) + k)
+                                      if n else (0, 0))
         # Dense: packing any number of items is a no-op.
         self.contiguous = n == 0 or (
             self.ub - self.lb == n * k
-            and np.array_equal(offsets, np.arange(n) * k))
+            and np.array_equal(self.offsets, np.arange(n) * k))
+        self.core = self.elem.core if self.elem is not None else -1
+        self.dense = (self.core if self.contiguous and n > 0 and self.lb == 0
+                      else -1)
 
     def __reduce__(self):
         if self.attr:           # predefined: unpickle to this module's handle
             return _predefined_handle, (self.attr,)
-        return _Type, (self.elem, self.offsets, self.lb, self.ub,
-                       self.true_lb, self.true_ub, self.name, self.code)
+        return Typemap, (self.elem, self.offsets, self.lb, self.ub,
+                         self.true_lb, self.true_ub, self.name, self.code)
 
 
-def _predefined(attr, mpi_name, np_dtype, code, size=None, true_ub=None):
+cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
+                         true_ub=None, int core=-1):
     """The handle of a predefined element type (np_dtype None: bfloat16,
     whose NumPy dtype is looked up only when needed)."""
-    h = _Type.__new__(_Type)
+    cdef Typemap h = Typemap.__new__(Typemap)
     h.elem, h.np, h.attr, h.name, h.code = h, np_dtype, attr, mpi_name, code
     h.committed = True
     h.itemsize = np_dtype.itemsize if np_dtype is not None else 2
     h.offsets = np.zeros(1, np.int64)
-    h.lb, h.ub, h.true_lb, h.contiguous = 0, h.itemsize, 0, True
-    h.data_lb, h.data_ub = 0, h.itemsize
+    h.n = 1
+    h.lb, h.ub, h.true_lb = 0, h.itemsize, 0
     h.elem_size = h.itemsize if size is None else size
     h.true_ub = h.itemsize if true_ub is None else true_ub
+    h._layout()
+    h.core = h.dense = core if np_dtype is None else _core_code(np_dtype)
     return h
 
 
 def _predefined_handle(attr):
-    return globals()[attr]._h
+    return (<Datatype>_BY_NAME[attr])._h
 
 
 def _index(value, what):
@@ -124,40 +150,47 @@ def _block_starts(displs, blocklengths, extent):
     return np.repeat(np.asarray(displs, np.int64), lengths) + within * extent
 
 
-class Datatype:
+cdef inline Typemap _handle(Datatype self):
+    if self._h is None:
+        raise _mpi_error("invalid datatype: MPI_DATATYPE_NULL", ERR_TYPE)
+    return self._h
+
+
+cdef class Datatype:
     """An MPI datatype (mpi4py's ``MPI.Datatype``).
 
     Equality is that of the handle: aliases of one predefined type (FLOAT
     and FLOAT32_T) are one object, ``Datatype(t) == t``, a Dup is a new type.
+    Python subclasses work everywhere a Datatype does.
     """
 
-    __slots__ = ("_h",)
-
-    def __new__(cls, datatype=None):
-        self = object.__new__(cls)
+    def __cinit__(self, datatype=None):
+        # in __cinit__ (not __init__): a subclass's __new__ calling
+        # Datatype.__new__(cls, t) gets t's handle, as in mpi4py
         if datatype is None:
-            self._h = None
-        elif isinstance(datatype, Datatype):
-            self._h = datatype._h
-        else:
+            return
+        if not isinstance(datatype, Datatype):
             raise TypeError(f"expected a Datatype, got {datatype!r}")
-        return self
+        self._h = (<Datatype>datatype)._h
 
     @classmethod
-    def _wrap(cls, handle):
-        self = object.__new__(cls)
+    def _wrap(cls, Typemap handle):
+        cdef Datatype self = cls.__new__(cls)
         self._h = handle
         return self
 
     def _handle(self):
-        if self._h is None:
-            raise _mpi_error("invalid datatype: MPI_DATATYPE_NULL", ERR_TYPE)
-        return self._h
+        return _handle(self)
 
     def __eq__(self, other):
         if not isinstance(other, Datatype):
             return NotImplemented
-        return self._h is other._h
+        return self._h is (<Datatype>other)._h
+
+    def __ne__(self, other):
+        if not isinstance(other, Datatype):
+            return NotImplemented
+        return self._h is not (<Datatype>other)._h
 
     def __hash__(self):
         return id(self._h)
@@ -170,36 +203,57 @@ class Datatype:
 
     def __reduce__(self):
         h = self._h
-        if h is None:
-            return "DATATYPE_NULL"
-        if h.attr:
-            return h.attr
-        return type(self)._wrap, (h,)
+        if h is not None and not h.attr:
+            return type(self)._wrap, (h,)
+        name = "DATATYPE_NULL" if h is None else h.attr
+        if type(self) is Datatype:
+            return name             # unpickles to this module's object
+        return type(self), (_BY_NAME[name],)    # a subclass: Sub(FLOAT)
 
     # -- sizes and bounds ----------------------------------------------------
 
     def Get_size(self):
         """Bytes of data in one item (padding excluded)."""
-        h = self._handle()
-        return h.offsets.size * h.elem.elem_size
+        h = _handle(self)
+        return h.n * h.elem_size
 
     def Get_extent(self):
         """(lb, extent): where an item starts and how far apart items are."""
-        h = self._handle()
+        h = _handle(self)
         return h.lb, h.ub - h.lb
 
     def Get_true_extent(self):
         """(lb, extent) of the bytes the data really spans."""
-        h = self._handle()
+        h = _handle(self)
         return h.true_lb, h.true_ub - h.true_lb
 
-    size = property(Get_size)
-    extent = property(lambda self: self.Get_extent()[1])
-    lb = property(lambda self: self._handle().lb)
-    ub = property(lambda self: self._handle().ub)
-    true_extent = property(lambda self: self.Get_true_extent()[1])
-    true_lb = property(lambda self: self._handle().true_lb)
-    true_ub = property(lambda self: self._handle().true_ub)
+    @property
+    def size(self):
+        return self.Get_size()
+
+    @property
+    def extent(self):
+        return self.Get_extent()[1]
+
+    @property
+    def lb(self):
+        return _handle(self).lb
+
+    @property
+    def ub(self):
+        return _handle(self).ub
+
+    @property
+    def true_extent(self):
+        return self.Get_true_extent()[1]
+
+    @property
+    def true_lb(self):
+        return _handle(self).true_lb
+
+    @property
+    def true_ub(self):
+        return _handle(self).true_ub
 
     @property
     def is_predefined(self):
@@ -211,20 +265,40 @@ class Datatype:
         return "MPI_DATATYPE_NULL" if self._h is None else self._h.name
 
     def Set_name(self, name):
-        self._handle().name = str(name)
+        _handle(self).name = str(name)
 
-    name = property(Get_name, Set_name)
+    @property
+    def name(self):
+        return self.Get_name()
+
+    @name.setter
+    def name(self, value):
+        self.Set_name(value)
+
+    # -- typecodes ---------------------------------------------------------------
+
+    @staticmethod
+    def fromcode(code):
+        """The predefined datatype of a typecode (mpi4py's spelling)."""
+        return from_typecode(code)
+
+    def tocode(self):
+        """The typecode of this datatype; ValueError when it has none."""
+        code = typecode(self)
+        if code is None:
+            raise ValueError(f"{self!r} has no typecode")
+        return code
 
     # -- life cycle ------------------------------------------------------------
 
     def Commit(self):
         """Make the type usable in communication; returns self."""
-        self._handle().committed = True
+        _handle(self).committed = True
         return self
 
     @property
     def is_committed(self):
-        return self._handle().committed
+        return _handle(self).committed
 
     def Free(self):
         if self.is_predefined:
@@ -233,9 +307,9 @@ class Datatype:
         self._h = None
 
     def Dup(self):
-        h = self._handle()
-        dup = _Type(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
-                    code=h.code)
+        h = _handle(self)
+        dup = Typemap(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
+                      code=h.code)
         dup.committed = h.committed
         return self._wrap(dup)
 
@@ -244,43 +318,43 @@ class Datatype:
     # -- constructors ----------------------------------------------------------
 
     def Create_contiguous(self, count):
-        h = self._handle()
+        h = _handle(self)
         count = _count(count, "count")
-        _check_elements(count * h.offsets.size)
+        _check_elements(count * h.n)
         return _derive(type(self), [(h, np.arange(count, dtype=np.int64)
-                              * (h.ub - h.lb))])
+                                     * (h.ub - h.lb))])
 
     def Create_vector(self, count, blocklength, stride):
         """count blocks of blocklength items, block starts `stride` items apart."""
-        h = self._handle()
+        h = _handle(self)
         return self.Create_hvector(count, blocklength,
                                    _index(stride, "stride") * (h.ub - h.lb))
 
     def Create_hvector(self, count, blocklength, stride):
         """As Create_vector with `stride` in bytes."""
-        h = self._handle()
+        h = _handle(self)
         count = _count(count, "count")
         blocklength = _count(blocklength, "blocklength")
         stride = _index(stride, "stride")
-        _check_elements(count * blocklength * h.offsets.size)
+        _check_elements(count * blocklength * h.n)
         displs = np.arange(count, dtype=np.int64) * stride
         return _derive(type(self), [(h, _block_starts(
             displs, [blocklength] * count, h.ub - h.lb))])
 
     def Create_indexed(self, blocklengths, displacements):
         """Blocks of blocklengths[i] items at displacements[i] items."""
-        h = self._handle()
+        h = _handle(self)
         displs = np.asarray(_ints(displacements, "displacements"), np.int64)
         return self.Create_hindexed(blocklengths, displs * (h.ub - h.lb))
 
     def Create_hindexed(self, blocklengths, displacements):
         """As Create_indexed with displacements in bytes."""
-        h = self._handle()
+        h = _handle(self)
         _same_length(blocklengths, displacements, "displacements")
         lengths = [_count(b, "blocklengths") for b in blocklengths]
         displs = _ints(displacements, "displacements")
         return _derive(type(self), [(h, _block_starts(displs, lengths,
-                                               h.ub - h.lb))])
+                                                      h.ub - h.lb))])
 
     def Create_indexed_block(self, blocklength, displacements):
         return self.Create_indexed([blocklength] * len(displacements),
@@ -306,17 +380,17 @@ class Datatype:
 
     def Create_resized(self, lb, extent):
         """The same data with lower bound `lb` and extent `extent` (bytes)."""
-        h = self._handle()
+        h = _handle(self)
         lb, extent = _index(lb, "lb"), _index(extent, "extent")
-        return self._wrap(_Type(h.elem, h.offsets, lb, lb + extent,
-                                h.true_lb, h.true_ub))
+        return self._wrap(Typemap(h.elem, h.offsets, lb, lb + extent,
+                                  h.true_lb, h.true_ub))
 
     Resized = Create_resized
 
     def Create_subarray(self, sizes, subsizes, starts, order=ORDER_C):
         """The block subsizes at starts of an array of shape `sizes`; its
         extent is the whole array's."""
-        h = self._handle()
+        h = _handle(self)
         _same_length(sizes, subsizes, "subsizes")
         _same_length(sizes, starts, "starts")
         sizes = [_count(n, "sizes") for n in sizes]
@@ -332,7 +406,7 @@ class Datatype:
         npo = "C" if order == ORDER_C else "F"
         flat = np.arange(int(np.prod(sizes)), dtype=np.int64)
         index = flat.reshape(sizes, order=npo)[
-            tuple(slice(s, s + n) for s, n in zip(starts, subsizes))]
+            tuple([slice(s, s + n) for s, n in zip(starts, subsizes)])]
         extent = h.ub - h.lb
         sub = _derive(type(self), [(h, index.ravel(order=npo) * extent)])
         return sub.Create_resized(0, flat.size * extent)
@@ -342,7 +416,7 @@ class Datatype:
     @property
     def np_dtype(self):
         """NumPy dtype of the element type (structured for value-index pairs)."""
-        h = self._handle().elem
+        h = _handle(self).elem
         if h.np is None:        # ml_dtypes takes seconds to import: only now
             import ml_dtypes
             h.np = np.dtype(ml_dtypes.bfloat16)
@@ -351,19 +425,19 @@ class Datatype:
     @property
     def n_elements(self):
         """How many elements (of `np_dtype`) one item holds."""
-        return self._handle().offsets.size
+        return _handle(self).n
 
     @property
     def is_contiguous(self):
         """Whether any number of items are one dense run of elements, so the
         message is a view of the user's memory and packing is a no-op."""
-        return self._handle().contiguous
+        return _handle(self).contiguous
 
     def span(self, count):
         """(first, end) bytes, relative to the start of the first item, that
         pack() and unpack() of `count` items touch; (0, 0) for no data."""
-        h = self._handle()
-        if count <= 0 or h.offsets.size == 0:
+        h = _handle(self)
+        if count <= 0 or h.n == 0:
             return 0, 0
         step = (count - 1) * (h.ub - h.lb)
         return h.data_lb + min(0, step), h.data_ub + max(0, step)
@@ -379,7 +453,7 @@ class Datatype:
         """Byte offsets in `mem` of every element of `count` items from byte
         `start`, in typemap order."""
         self._check_room(count, start, mem)
-        h = self._handle()
+        h = _handle(self)
         steps = np.arange(count, dtype=np.int64)[:, None] * (h.ub - h.lb)
         return (start + steps + h.offsets).ravel()
 
@@ -420,24 +494,24 @@ class Datatype:
 
 def _derive(cls, pieces):
     used = [(h, starts) for h, starts in pieces if starts.size]
-    full = [(h, starts) for h, starts in used if h.offsets.size]
+    full = [(h, starts) for h, starts in used if h.n]
     elems = {id(h.elem): h.elem for h, _ in full}
     if len(elems) > 1:
-        names = ", ".join(sorted(e.name for e in elems.values()))
+        names = ", ".join(sorted([e.name for e in elems.values()]))
         raise NotImplementedError(
             f"gloocy datatypes are made of one element type; this one mixes "
             f"{names}")
     elem = next(iter(elems.values()), pieces[0][0].elem if pieces
-                else BYTE._h)
+                else (<Datatype>_BY_NAME["BYTE"])._h)
     if not used:
-        return cls._wrap(_Type(elem, np.zeros(0, np.int64), 0, 0, 0, 0))
+        return cls._wrap(Typemap(elem, np.zeros(0, np.int64), 0, 0, 0, 0))
     offsets = np.concatenate([(s[:, None] + h.offsets).ravel()
                               for h, s in full] or [np.zeros(0, np.int64)])
-    lb = min(int(s.min()) + h.lb for h, s in used)
-    ub = max(int(s.max()) + h.ub for h, s in used)
-    true_lb = min((int(s.min()) + h.true_lb for h, s in full), default=0)
-    true_ub = max((int(s.max()) + h.true_ub for h, s in full), default=0)
-    return cls._wrap(_Type(elem, offsets, lb, ub, true_lb, true_ub))
+    lb = min([int(s.min()) + h.lb for h, s in used])
+    ub = max([int(s.max()) + h.ub for h, s in used])
+    true_lb = min([int(s.min()) + h.true_lb for h, s in full], default=0)
+    true_ub = max([int(s.max()) + h.true_ub for h, s in full], default=0)
+    return cls._wrap(Typemap(elem, offsets, lb, ub, true_lb, true_ub))
 
 
 # -- the predefined types ----------------------------------------------------
@@ -518,8 +592,10 @@ _TABLE = [
 _NULL_NAMES = ["DATATYPE_NULL", "LOGICAL1", "LOGICAL2", "LOGICAL4",
                "LOGICAL8", "LOGICAL16", "INTEGER16", "REAL2", "COMPLEX4"]
 
+cdef dict _BY_NAME = {}      # every name above and in _TABLE -> its Datatype
+
 for _name in _NULL_NAMES:
-    globals()[_name] = Datatype()
+    _BY_NAME[_name] = Datatype()
 
 for _attrs, _mpi_name, _np, _code in _TABLE:
     _attrs = _attrs.split()
@@ -533,44 +609,53 @@ for _attrs, _mpi_name, _np, _code in _TABLE:
         _h = _predefined(_attrs[0], _mpi_name, np.dtype(_np), _code)
     _dt = Datatype._wrap(_h)
     for _name in _attrs:
-        globals()[_name] = _dt
+        _BY_NAME[_name] = _dt
 
+globals().update(_BY_NAME)
 __all__ += _NULL_NAMES + [a for row in _TABLE for a in row[0].split()]
 del _attrs, _mpi_name, _np, _code, _h, _dt, _name
 
 # -- typecodes (the format characters of the buffer protocol and NumPy) -------
 
-_typedict_c = {
-    "?": C_BOOL, "b": SIGNED_CHAR, "h": SHORT, "i": INT, "l": LONG,
-    "q": LONG_LONG, "B": UNSIGNED_CHAR, "H": UNSIGNED_SHORT, "I": UNSIGNED,
-    "L": UNSIGNED_LONG, "Q": UNSIGNED_LONG_LONG, "f": FLOAT, "d": DOUBLE,
-    "g": LONG_DOUBLE, "F": C_FLOAT_COMPLEX, "D": C_DOUBLE_COMPLEX,
-    "G": C_LONG_DOUBLE_COMPLEX, "b1": C_BOOL, "i1": INT8_T, "i2": INT16_T,
-    "i4": INT32_T, "i8": INT64_T, "u1": UINT8_T, "u2": UINT16_T,
-    "u4": UINT32_T, "u8": UINT64_T, "f2": FLOAT16_T, "f4": FLOAT,
-    "c8": C_FLOAT_COMPLEX, "f8": DOUBLE, "c16": C_DOUBLE_COMPLEX,
-    "f16": LONG_DOUBLE, "c32": C_LONG_DOUBLE_COMPLEX,
-}
+def _named(table):
+    """A typecode table of names, with the Datatypes they name."""
+    return {code: _BY_NAME[name] for code, name in table.items()}
 
-_typedict_f = {
-    "l": LOGICAL, "i": INTEGER, "r": REAL, "s": REAL, "d": DOUBLE_PRECISION,
-    "c": COMPLEX, "z": DOUBLE_COMPLEX, "i1": INTEGER1, "i2": INTEGER2,
-    "i4": INTEGER4, "i8": INTEGER8, "r4": REAL4, "r8": REAL8, "r16": REAL16,
-    "c8": COMPLEX8, "c16": COMPLEX16, "c32": COMPLEX32,
-}
+
+_typedict_c = _named({
+    "?": "C_BOOL", "b": "SIGNED_CHAR", "h": "SHORT", "i": "INT",
+    "l": "LONG", "q": "LONG_LONG", "B": "UNSIGNED_CHAR",
+    "H": "UNSIGNED_SHORT", "I": "UNSIGNED", "L": "UNSIGNED_LONG",
+    "Q": "UNSIGNED_LONG_LONG", "f": "FLOAT", "d": "DOUBLE",
+    "g": "LONG_DOUBLE", "F": "C_FLOAT_COMPLEX", "D": "C_DOUBLE_COMPLEX",
+    "G": "C_LONG_DOUBLE_COMPLEX", "b1": "C_BOOL", "i1": "INT8_T",
+    "i2": "INT16_T", "i4": "INT32_T", "i8": "INT64_T", "u1": "UINT8_T",
+    "u2": "UINT16_T", "u4": "UINT32_T", "u8": "UINT64_T",
+    "f2": "FLOAT16_T", "f4": "FLOAT", "c8": "C_FLOAT_COMPLEX",
+    "f8": "DOUBLE", "c16": "C_DOUBLE_COMPLEX", "f16": "LONG_DOUBLE",
+    "c32": "C_LONG_DOUBLE_COMPLEX",
+})
+
+_typedict_f = _named({
+    "l": "LOGICAL", "i": "INTEGER", "r": "REAL", "s": "REAL",
+    "d": "DOUBLE_PRECISION", "c": "COMPLEX", "z": "DOUBLE_COMPLEX",
+    "i1": "INTEGER1", "i2": "INTEGER2", "i4": "INTEGER4", "i8": "INTEGER8",
+    "r4": "REAL4", "r8": "REAL8", "r16": "REAL16", "c8": "COMPLEX8",
+    "c16": "COMPLEX16", "c32": "COMPLEX32",
+})
 
 # Everything a buffer format may say: struct-module codes, NumPy type
 # strings, Python's "Z" complex prefix, chars/strings, datetimes as int64.
 _typedict = dict(_typedict_c)
-_typedict.update({
-    "e": FLOAT16_T, "Zf": C_FLOAT_COMPLEX, "Zd": C_DOUBLE_COMPLEX,
-    "Zg": C_LONG_DOUBLE_COMPLEX,
-    "n": COUNT, "N": UNSIGNED_LONG, "p": AINT, "P": UNSIGNED_LONG,
-    "c": CHAR, "a": CHAR, "S": CHAR, "S1": CHAR, "s": CHAR, "1s": CHAR,
-    "U": WCHAR, "U1": WCHAR, "w": WCHAR, "1w": WCHAR,
-    "u": UINT16_T, "1u": UINT16_T,
-    "M": INT64_T, "M8": INT64_T, "m": INT64_T, "m8": INT64_T,
-})
+_typedict.update(_named({
+    "e": "FLOAT16_T", "Zf": "C_FLOAT_COMPLEX", "Zd": "C_DOUBLE_COMPLEX",
+    "Zg": "C_LONG_DOUBLE_COMPLEX",
+    "n": "COUNT", "N": "UNSIGNED_LONG", "p": "AINT", "P": "UNSIGNED_LONG",
+    "c": "CHAR", "a": "CHAR", "S": "CHAR", "S1": "CHAR", "s": "CHAR",
+    "1s": "CHAR", "U": "WCHAR", "U1": "WCHAR", "w": "WCHAR", "1w": "WCHAR",
+    "u": "UINT16_T", "1u": "UINT16_T",
+    "M": "INT64_T", "M8": "INT64_T", "m": "INT64_T", "m8": "INT64_T",
+}))
 
 
 def from_typecode(code):
@@ -586,8 +671,5 @@ def typecode(datatype):
     """The typecode of a predefined datatype (or of a Dup of one), else None."""
     if not isinstance(datatype, Datatype):
         raise TypeError(f"expected a Datatype, got {datatype!r}")
-    return None if datatype._h is None else datatype._h.code
-
-
-# mpi4py's spellings: Datatype.fromcode("i") and INT.tocode()
-Datatype.fromcode = staticmethod(from_typecode)
+    h = (<Datatype>datatype)._h
+    return None if h is None else h.code

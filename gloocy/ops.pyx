@@ -1,3 +1,4 @@
+# cython: language_level=3
 """Reduction operations.
 
 Each op is usable two ways: its `code` selects the Cython kernel for buffer
@@ -23,21 +24,29 @@ _USER = OP_CODES["user"]
 _NONE = 0                         # OP_NONE: no operation
 
 
-class Op:
+cdef class Op:
     """A reduction operation: predefined (a kernel in the core) or a user's
-    function (see `Op.Create`, `Op.create` and `Op.from_c`)."""
+    function (see `Op.Create`, `Op.create` and `Op.from_c`). Fields:
+    ops.pxd. Python subclasses work everywhere an Op does."""
 
-    __slots__ = ("name", "code", "_combine", "_fold", "commute",
-                 "c_function", "c_context", "predefined")
+    def __cinit__(self, name=None, *args, **kwargs):
+        # Op.__new__(cls, op) copies op (a subclass's __new__ may call it
+        # so, as in mpi4py); __init__ does the rest
+        if isinstance(name, Op):
+            self._copy(name)
+
+    cdef _copy(self, Op other):
+        self.name, self.code, self.commute = (other.name, other.code,
+                                              other.commute)
+        self._combine, self._fold = other._combine, other._fold
+        self.c_function, self.c_context = other.c_function, other.c_context
+        self.predefined = other.predefined   # as mpi4py: Op(SUM) too
 
     def __init__(self, name=None, combine=None, *, code=None, commute=True,
                  fold=None, c_function=0, c_context=0, predefined=False):
         """Op(): a null op (== OP_NULL); Op(op): a copy of op."""
         if name is None or isinstance(name, Op):
-            other = OP_NULL if name is None else name
-            for slot in Op.__slots__:
-                setattr(self, slot, getattr(other, slot))
-            self.predefined = False
+            self._copy(OP_NULL if name is None else name)
             return
         self.name = name
         self.code = OP_CODES[name] if code is None else code
@@ -94,7 +103,9 @@ class Op:
     def Is_commutative(self):
         return self.commute
 
-    is_commutative = property(Is_commutative)
+    @property
+    def is_commutative(self):
+        return self.commute
 
     @property
     def is_predefined(self):
@@ -151,14 +162,16 @@ class Op:
     def __eq__(self, other):
         if not isinstance(other, Op):
             return NotImplemented
-        if not self or not other:
-            return not self and not other
-        return self is other or (      # a copy, Op(op), is the same op
-            (self.name, self.code, self.c_function) ==
-            (other.name, other.code, other.c_function)
-            and self._combine is other._combine and self._fold is other._fold)
+        return _same(self, other)
 
-    __hash__ = object.__hash__
+    def __ne__(self, other):
+        if not isinstance(other, Op):
+            return NotImplemented
+        return not _same(self, other)
+
+    def __hash__(self):
+        # equal ops (a copy, Op(op), equals op) hash alike
+        return hash((self.name, self.code, self.c_function)) if self else 0
 
     def __repr__(self):
         return f"gloocy.{self.name}" if self.predefined else f"<Op {self.name}>"
@@ -166,7 +179,18 @@ class Op:
     def __reduce__(self):
         if not self.predefined:
             raise TypeError("user-defined ops cannot be pickled")
-        return self.name          # pickles as the module-level singleton
+        if type(self) is Op:
+            return self.name      # pickles as the module-level singleton
+        return type(self), (_PREDEFINED[self.name],)  # a subclass: Sub(SUM)
+
+
+cdef bint _same(Op a, Op b):
+    if not a or not b:
+        return not a and not b
+    return a is b or (      # a copy, Op(op), is the same op
+        a.name == b.name and a.code == b.code
+        and a.c_function == b.c_function
+        and a._combine is b._combine and a._fold is b._fold)
 
 
 def _max(x, y):
@@ -213,3 +237,7 @@ NO_OP = _predefined("NO_OP", lambda x, y: x, code=_NONE, commute=False)
 OP_NULL = _predefined("OP_NULL", None, code=_NONE)
 # AVG: SUM, then each result divided by the number of ranks (Gloo lacks it).
 AVG = _predefined("AVG", operator.add, code=OP_CODES["SUM"])
+
+cdef dict _PREDEFINED = {op.name: op for op in (
+    SUM, PROD, MIN, MAX, BAND, BOR, BXOR, LAND, LOR, LXOR, MAXLOC, MINLOC,
+    REPLACE, NO_OP, OP_NULL, AVG)}

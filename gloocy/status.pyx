@@ -1,0 +1,103 @@
+# cython: language_level=3
+"""mpi4py's Status: where a received (or probed) message came from and how
+big it is."""
+
+from libc.stdint cimport int64_t
+
+from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
+
+__all__ = ["Status"]
+
+cdef int _ANY_SOURCE = ANY_SOURCE
+cdef int _ANY_TAG = ANY_TAG
+cdef int _UNDEFINED = UNDEFINED
+
+
+cdef class Status:
+    """Where a received (or probed) message came from and how big it is
+    (`count` in bytes), as mpi4py's Status. ``Status(other)`` is a copy."""
+
+    def __cinit__(self, *args, **kwargs):
+        self.source, self.tag = _ANY_SOURCE, _ANY_TAG
+
+    def __init__(self, Status status=None):
+        if status is not None:
+            self.source, self.tag, self.count = status.source, status.tag, status.count
+            self.error, self.cancelled = status.error, status.cancelled
+
+    cdef void set(self, int source, int tag, int64_t count) noexcept:
+        self.source, self.tag, self.count = source, tag, count
+
+    def _set(self, int source, int tag, int64_t count):
+        self.source, self.tag, self.count = source, tag, count
+
+    def Get_source(self):
+        return self.source
+
+    def Set_source(self, int source):
+        self.source = source
+
+    def Get_tag(self):
+        return self.tag
+
+    def Set_tag(self, int tag):
+        self.tag = tag
+
+    def Get_error(self):
+        return self.error
+
+    def Set_error(self, int error):
+        self.error = error
+
+    def Is_cancelled(self):
+        return self.cancelled
+
+    def Set_cancelled(self, flag):
+        self.cancelled = bool(flag)
+
+    def Get_count(self, datatype=None):
+        """Bytes received, or whole elements of `datatype` (UNDEFINED when
+        the bytes are not a whole number of them)."""
+        if datatype is None:
+            return self.count
+        cdef int64_t size = getattr(datatype, "itemsize", None) or datatype.Get_size()
+        if size == 0:
+            return 0 if self.count == 0 else _UNDEFINED
+        return self.count // size if self.count % size == 0 else _UNDEFINED
+
+    def Get_elements(self, datatype=None):
+        return self.Get_count(datatype)
+
+    def Set_elements(self, datatype, int64_t count):
+        cdef int64_t size = getattr(datatype, "itemsize", None) or datatype.Get_size()
+        self.count = count * size
+
+    def __eq__(self, other):
+        """Equal fields, as mpi4py compares statuses."""
+        if not isinstance(other, Status):
+            return NotImplemented
+        cdef Status o = <Status>other
+        return (self.source == o.source and self.tag == o.tag
+                and self.count == o.count and self.error == o.error
+                and self.cancelled == o.cancelled)
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None
+
+    def __reduce__(self):
+        return _rebuild, (type(self), self.source, self.tag, self.count,
+                          self.error, self.cancelled, getattr(self, "__dict__", None))
+
+    def __repr__(self):
+        return f"<Status source={self.source} tag={self.tag} count={self.count}>"
+
+
+def _rebuild(cls, source, tag, count, error, cancelled, state=None):
+    cdef Status s = cls.__new__(cls)
+    s.source, s.tag, s.count, s.error, s.cancelled = source, tag, count, error, cancelled
+    if state:
+        s.__dict__.update(state)
+    return s
