@@ -129,6 +129,7 @@ cdef class Topocomm(Intracomm):
         cdef Message r = message(recvbuf, "recvbuf", False, False,
                                  len(plan[0]))
         view = _view(s.buf)
+        _keep_untouched(r, plan[0])
         _exchange(self._neighbor_context(), [view] * len(plan[1]),
                   _equal_blocks(r, len(plan[0]), "recvbuf"), plan, timeout)
         r.unpack()
@@ -140,6 +141,7 @@ cdef class Topocomm(Intracomm):
         cdef Message s = message(sendbuf, "sendbuf", True)
         cdef Message r = vector_message(recvbuf, len(plan[0]), "recvbuf")
         view = _view(s.buf)
+        _keep_untouched(r, plan[0])
         _exchange(self._neighbor_context(), [view] * len(plan[1]),
                   _vector_blocks(r), plan, timeout)
         r.unpack()
@@ -152,6 +154,7 @@ cdef class Topocomm(Intracomm):
                                  len(plan[1]))
         cdef Message r = message(recvbuf, "recvbuf", False, False,
                                  len(plan[0]))
+        _keep_untouched(r, plan[0])
         _exchange(self._neighbor_context(),
                   _equal_blocks(s, len(plan[1]), "sendbuf"),
                   _equal_blocks(r, len(plan[0]), "recvbuf"), plan, timeout)
@@ -161,6 +164,7 @@ cdef class Topocomm(Intracomm):
         plan = self._exchange_plan()
         cdef Message s = vector_message(sendbuf, len(plan[1]), "sendbuf", True)
         cdef Message r = vector_message(recvbuf, len(plan[0]), "recvbuf")
+        _keep_untouched(r, plan[0])
         _exchange(self._neighbor_context(), _vector_blocks(s),
                   _vector_blocks(r), plan, timeout)
         r.unpack()

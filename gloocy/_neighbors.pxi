@@ -47,6 +47,26 @@ cdef list _vector_blocks(Message m):
     return [view[o:o + s] for s, o in zip(m.sizes, m.offsets)]
 
 
+cdef int _keep_untouched(Message m, list plan_in) except -1:
+    """A non-contiguous receive datatype travels through a scratch copy
+    that is scattered back whole: start it from the user's data, so that
+    the blocks of PROC_NULL neighbours come back as they were."""
+    if m.slow is None or not any(src == PROC_NULL for src, _ in plan_in):
+        return 0
+    slow = m.slow
+    if slow._mem is None:
+        return 0
+    if m.sizes is None:
+        slow.data[:] = slow.datatype.pack(slow._mem, slow.count, slow._start)
+        return 0
+    k = slow.data.itemsize
+    for count, start, offset, size in zip(slow.counts, slow._starts,
+                                          slow.offsets, slow.sizes):
+        slow.data[offset // k:(offset + size) // k] = slow.datatype.pack(
+            slow._mem, count, start)
+    return 0
+
+
 cdef object _exchange(Context nctx, list sends, list recvs, tuple plan,
                       timeout):
     """Send block i to the i-th destination of `plan`, receive block j

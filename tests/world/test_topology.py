@@ -413,6 +413,43 @@ def test_persistent(world, size):
             assert recv == lo + hi
 
 
+def r_strided(comm):
+    """A non-contiguous receive datatype (every other int64) on a line
+    whose ends have a PROC_NULL neighbour: their blocks stay as they were,
+    and so do the gaps."""
+    from gloocy.datatypes import INT64_T
+    every_other = INT64_T.Create_vector(K, 1, 2).Commit()
+    line = comm.Create_cart([comm.size], [False])
+    try:
+        recv = np.full(2 * 2 * K, -5, np.int64)
+        line.Neighbor_allgather(np.full(K, line.rank, np.int64),
+                                [recv, 1, every_other])
+        recv2 = np.full(2 * 2 * K, -5, np.int64)
+        line.Neighbor_alltoallv(np.arange(2 * K, dtype=np.int64) + 10 * line.rank,
+                                [recv2, ([1, 1], [0, 1]), every_other])
+        return recv.tolist(), recv2.tolist()
+    finally:
+        line.Free()
+        every_other.Free()
+
+
+@pytest.mark.parametrize("size", [1, 2, 3])
+def test_strided_receive_keeps_proc_null_blocks(world, size):
+    for rank, (got, got2) in enumerate(world(size).run(r_strided)):
+        want = np.full(4 * K, -5)
+        want2 = np.full(4 * K, -5)
+        # the vector type's extent is 2K - 1 items: block j starts there
+        ext = 2 * K - 1
+        if rank > 0:
+            want[0:2 * K:2][:K] = rank - 1
+            want2[0:ext + 1:2][:K] = 10 * (rank - 1) + K + np.arange(K)
+        if rank < size - 1:
+            want[ext:ext + 2 * K:2][:K] = rank + 1
+            want2[ext:ext + 2 * K:2][:K] = 10 * (rank + 1) + np.arange(K)
+        assert got == want.tolist(), rank
+        assert got2 == want2.tolist(), rank
+
+
 # -- errors ----------------------------------------------------------------------------
 
 
