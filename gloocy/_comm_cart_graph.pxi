@@ -9,46 +9,46 @@ cdef class Cartcomm(Topocomm):
     _kind = _topology.CART
 
     def Get_dim(self):
-        return len(self._topo.dims)
+        return len(self._t().dims)
 
     dim = ndim = property(Get_dim)
 
     def Get_topo(self):
         """(dims, periods, our coordinates)."""
-        t = self._topo
+        t = self._t()
         return list(t.dims), list(t.periods), t.coords_of(t.rank)
 
     topo = property(Get_topo)
 
     @property
     def dims(self):
-        return list(self._topo.dims)
+        return list(self._t().dims)
 
     @property
     def periods(self):
-        return list(self._topo.periods)
+        return list(self._t().periods)
 
     @property
     def coords(self):
-        return self._topo.coords_of(self._topo.rank)
+        return self._t().coords_of(self._t().rank)
 
     def Get_cart_rank(self, coords):
         """The rank at `coords` (periodic dimensions wrap around)."""
-        return self._topo.rank_of(coords)
+        return self._t().rank_of(coords)
 
     def Get_coords(self, rank):
-        return self._topo.coords_of(rank)
+        return self._t().coords_of(rank)
 
     def Shift(self, direction, disp):
         """(source, dest): the ranks `disp` steps back and ahead of us
         along `direction`; PROC_NULL off a non-periodic edge."""
-        return self._topo.shift(direction, disp)
+        return self._t().shift(direction, disp)
 
     def Sub(self, remain_dims, *, timeout=None):
         """The sub-grid of our rank keeping the dimensions flagged in
         `remain_dims` (a Cartcomm). Collective."""
         cdef Context ctx = self.live()
-        color, key, dims, periods = self._topo.sub(remain_dims)
+        color, key, dims, periods = self._t().sub(remain_dims)
         members, comm_id = _split(ctx, color, key, timeout)
         sub = _topology.Cart(dims, periods, members.index(ctx.rank))
         return Cartcomm(ctx.derive(members, comm_id),
@@ -63,45 +63,45 @@ cdef class Graphcomm(Topocomm):
 
     def Get_dims(self):
         """(number of nodes, number of edges)."""
-        return self._topo.nnodes, len(self._topo.edges)
+        return self._t().nnodes, len(self._t().edges)
 
     dims = property(Get_dims)
 
     @property
     def nnodes(self):
-        return self._topo.nnodes
+        return self._t().nnodes
 
     @property
     def nedges(self):
-        return len(self._topo.edges)
+        return len(self._t().edges)
 
     def Get_topo(self):
         """(index, edges)."""
-        return list(self._topo.index), list(self._topo.edges)
+        return list(self._t().index), list(self._t().edges)
 
     topo = property(Get_topo)
 
     @property
     def index(self):
-        return list(self._topo.index)
+        return list(self._t().index)
 
     @property
     def edges(self):
-        return list(self._topo.edges)
+        return list(self._t().edges)
 
     def Get_neighbors_count(self, rank):
-        return len(self._topo.neighbors_of(rank))
+        return len(self._t().neighbors_of(rank))
 
     def Get_neighbors(self, rank):
-        return list(self._topo.neighbors_of(rank))
+        return list(self._t().neighbors_of(rank))
 
     @property
     def nneighbors(self):
-        return len(self._topo.neighbors_of(self._topo.rank))
+        return len(self._t().neighbors_of(self._t().rank))
 
     @property
     def neighbors(self):
-        return list(self._topo.neighbors_of(self._topo.rank))
+        return list(self._t().neighbors_of(self._t().rank))
 
 
 cdef class Distgraphcomm(Topocomm):
@@ -112,12 +112,12 @@ cdef class Distgraphcomm(Topocomm):
 
     def Get_dist_neighbors_count(self):
         """(indegree, outdegree, weighted)."""
-        t = self._topo
+        t = self._t()
         return len(t.sources), len(t.destinations), t.weights is not None
 
     def Get_dist_neighbors(self):
         """(sources, destinations, (sourceweights, destweights) or None)."""
-        t = self._topo
+        t = self._t()
         w = t.weights
         return (list(t.sources), list(t.destinations),
                 None if w is None else (list(w[0]), list(w[1])))

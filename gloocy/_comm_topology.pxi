@@ -42,7 +42,7 @@ cdef class Topocomm(Intracomm):
         self._topo, self._nid = topo, nid
 
     def Get_topology(self):
-        return UNDEFINED if self._topo is None else self._topo.kind
+        return UNDEFINED if self._topo is None else self._t().kind
 
     topology = property(Get_topology)
 
@@ -80,7 +80,7 @@ cdef class Topocomm(Intracomm):
     @property
     def degrees(self):
         """(indegree, outdegree)."""
-        ins, outs = self._topo.neighbors()
+        ins, outs = self._t().neighbors()
         return len(ins), len(outs)
 
     @property
@@ -94,20 +94,25 @@ cdef class Topocomm(Intracomm):
     @property
     def inoutedges(self):
         """(incoming neighbours, outgoing neighbours), in slot order."""
-        return self._topo.neighbors()
+        return self._t().neighbors()
 
     @property
     def inedges(self):
-        return self._topo.neighbors()[0]
+        return self._t().neighbors()[0]
 
     @property
     def outedges(self):
-        return self._topo.neighbors()[1]
+        return self._t().neighbors()[1]
+
+    cdef object _t(self):
+        """The topology; ArgumentError (ERR_COMM) once freed (or null)."""
+        self.live()
+        return self._topo
 
     cdef tuple _exchange_plan(self):
         self.live()
         if self._plan is None:
-            self._plan = self._topo.exchange_plan()
+            self._plan = self._t().exchange_plan()
         return self._plan
 
     cdef Context _neighbor_context(self):

@@ -484,6 +484,7 @@ def r_errors(comm):
                 attempt(lambda: cart.neighbor_alltoall([1, 2, 3]))]
     finally:
         cart.Free()
+    out.append(attempt(lambda: cart.Get_coords(0)))     # freed
     # an asymmetric graph: node 0 lists 0 once more than... itself: fine;
     # node 0 lists node 1 but node 1 does not list node 0
     if size >= 2:
@@ -502,7 +503,7 @@ def test_errors_name_the_argument(world):
         words = ["dims", "dims[0]", "periods", "edges[1]", "sources[0]",
                  "sourceweights", "destinations", "dims", "dims[0]",
                  "coords[0]", "coords", "rank", "direction", "sendbuf",
-                 "sendobj"]
+                 "sendobj", "communicator"]
         for (kind, text, is_value_error), word in zip(got, words):
             assert text.startswith(word + ":") or text.startswith(word + " "),\
                 (word, text)
