@@ -18,7 +18,9 @@ from gloocy.communicator import COMM_NULL, Comm, Intracomm
 from gloocy.communicator import Cartcomm, Distgraphcomm, Graphcomm, Topocomm  # noqa: F401
 from gloocy.topology import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED,  # noqa: F401
                              WEIGHTS_EMPTY, compute_dims as Compute_dims)
-from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM, COMM_TYPE_SHARED,
+from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM,  # noqa: F401
+                              COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
+                              COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED,
                               IN_PLACE, KEYVAL_INVALID, PROC_NULL, TAG_UB)
 from gloocy.status import Status
 from gloocy.datatypes import *  # noqa: F401,F403  (every predefined Datatype)

@@ -227,7 +227,7 @@ cdef class _CommBase:
     def _mpi4(self, *args, **kwargs):
         raise NotImplementedError("this MPI-4 operation is not in gloocy yet")
 
-    Idup = Idup_with_info = Attach_buffer = Detach_buffer = _mpi4
+    Attach_buffer = Detach_buffer = _mpi4
     Flush_buffer = Iflush_buffer = _mpi4
 
     # -- error handlers (see gloocy.errhandler) ------------------------------

@@ -279,14 +279,17 @@ cdef class _Collectives(_PointToPoint):
         """Run collective `method` of the shadow communicator on the worker.
         The first call builds both, locally: the shadow's id is ours with
         the shadow bit set, so no rank waits for another to start."""
+        call = getattr(self._shadow_comm(), method)
+        return self._worker.submit(lambda: call(*args, **kwargs),
+                                   _requests.CollectiveRequest())
+
+    cdef object _shadow_comm(self):
         if self._shadow is None:
             self._shadow = Intracomm(
                 self._ctx.derive(range(self.size), self._ctx.comm_id | SHADOW),
                 procs=self._procs)
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
-        call = getattr(self._shadow, method)
-        return self._worker.submit(lambda: call(*args, **kwargs),
-                                   _requests.CollectiveRequest())
+        return self._shadow
 
     def Ibarrier(self):
         return self._start("Barrier")

@@ -221,9 +221,9 @@ cdef class Topocomm(Intracomm):
 
     # -- nonblocking and persistent ------------------------------------------
 
-    def _start(self, method, *args, **kwargs):
-        """As Intracomm's, with a shadow of the same topology whose
-        neighbour exchanges have a context of their own."""
+    cdef object _shadow_comm(self):
+        """As Intracomm's, but of the same topology, its neighbour
+        exchanges over a context of their own."""
         if self._shadow is None:
             ctx = self.live()
             self._shadow = type(self)(
@@ -231,7 +231,15 @@ cdef class Topocomm(Intracomm):
                 procs=self._procs, topo=self._topo,
                 nid=ctx.comm_id | SHADOW | NEIGHBORS | NEIGHBORS_NB)
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
-        return Intracomm._start(self, method, *args, **kwargs)
+        return self._shadow
+
+    def Idup(self, info=None):
+        """(communicator of the same topology, request), as Intracomm's."""
+        new, request = Intracomm.Idup(self, info)
+        new._topo = self._topo
+        return new, request
+
+    Idup_with_info = Idup
 
     def Ineighbor_allgather(self, sendbuf, recvbuf):
         return self._start("Neighbor_allgather", sendbuf, recvbuf)

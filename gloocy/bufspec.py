@@ -25,6 +25,7 @@ import ctypes
 import functools
 import operator
 import sys
+import weakref
 
 import numpy as np
 
@@ -197,7 +198,16 @@ def _from_dlpack(obj, name):
                  "data": (address, False), "strides": strides, "version": 3}
     if t.dtype.code == 6:
         interface["typestr"] = "|b1"
-    return np.asarray(_HostArray(interface, (capsule, obj)))
+    host = _HostArray(interface, obj)
+    # The capsule goes when the array does, from a weakref callback: its
+    # destructor may run Python code, which must not run while an exception
+    # is being raised (CPython saves and restores it around such callbacks).
+    weakref.finalize(host, _keep, capsule)
+    return np.asarray(host)
+
+
+def _keep(capsule):
+    """Held by a finalizer until then; nothing to do."""
 
 
 def _foreign(obj, name):

@@ -27,7 +27,8 @@ from gloocy import ops as _ops
 from gloocy import requests as _requests
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
                               KEYVAL_INVALID, PROC_NULL, TAG_UB)
-from gloocy.constants import UNDEFINED
+from gloocy.constants import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
+                              COMM_TYPE_RESOURCE_GUIDED, UNDEFINED)
 from gloocy.datatypes import BYTE
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
@@ -59,6 +60,11 @@ def _proc_null(status):
     if status is not None:
         status._set(PROC_NULL, ANY_TAG, 0)
     return True
+
+
+SPLIT_TYPES = (UNDEFINED, COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED,
+               COMM_TYPE_HW_UNGUIDED, COMM_TYPE_RESOURCE_GUIDED)
+HW_RESOURCE, SHARED_MEMORY = "mpi_hw_resource_type", "mpi_shared_memory"
 
 
 cdef list _ends(list sizes):
@@ -105,6 +111,24 @@ cdef class Comm(_Collectives):
 
     Clone = Dup
 
+    def Idup(self, info=None):
+        """(communicator, request): a Dup run by the worker of the
+        nonblocking collectives; use the communicator once the request is
+        done (it is COMM_NULL until then)."""
+        self.live()
+        shadow = self._shadow_comm()
+        cdef _CommBase new = type(self)()
+        copied = self._attrs.copy(self) if self._attrs is not None else None
+
+        def dup():
+            cdef _CommBase made = shadow.Dup()
+            new._bind(made._ctx)
+            new._procs, new._attrs = made._procs, copied
+        return new, self._worker.submit(dup, _requests.CollectiveRequest())
+
+    def Idup_with_info(self, info):
+        return self.Idup(info)
+
     def Split(self, color=0, key=0, *, timeout=None):
         """One new communicator per `color`, ranked by (key, our rank);
         COMM_NULL for color UNDEFINED. Collective."""
@@ -112,14 +136,27 @@ cdef class Comm(_Collectives):
         return COMM_NULL if found is None else self._derived(*found)
 
     def Split_type(self, split_type, key=0, info=None, *, timeout=None):
-        """COMM_TYPE_SHARED: one communicator per host (COMM_NULL for the
-        ranks passing UNDEFINED). Collective."""
-        if split_type not in (UNDEFINED, COMM_TYPE_SHARED):
-            raise ArgumentError(f"split_type: {split_type} is not supported "
-                                "(only COMM_TYPE_SHARED)", ERR_ARG)
+        """One communicator per host for COMM_TYPE_SHARED, and for the
+        guided types when `info`'s mpi_hw_resource_type is
+        "mpi_shared_memory" (another resource: COMM_NULL);
+        COMM_TYPE_HW_UNGUIDED splits by host when the ranks span several
+        (naming the level in `info`), else gives COMM_NULL; so does
+        UNDEFINED. Collective."""
+        if split_type not in SPLIT_TYPES:
+            raise ArgumentError(f"split_type: {split_type} is not a split type",
+                                ERR_ARG)
         hosts = self.allgather(host_identity(), timeout=timeout)
-        color = (UNDEFINED if split_type == UNDEFINED
-                 else hosts.index(hosts[self.rank]))
+        color = hosts.index(hosts[self.rank])
+        if split_type == COMM_TYPE_HW_UNGUIDED:
+            if len(set(hosts)) == 1:                # no smaller level known
+                color = UNDEFINED
+            elif info:
+                info.Set(HW_RESOURCE, SHARED_MEMORY)
+        elif split_type in (COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
+            if not info or info.Get(HW_RESOURCE) != SHARED_MEMORY:
+                color = UNDEFINED
+        elif split_type == UNDEFINED:
+            color = UNDEFINED
         return self.Split(color, key, timeout=timeout)
 
     def Create(self, group, *, timeout=None):

@@ -25,6 +25,7 @@ cdef class Typemap:
     cdef public str name             # MPI's name ("" for derived types)
     cdef readonly object code        # typecode (predefined types and their Dups), else None
     cdef readonly object attr        # predefined: its name in gloocy.datatypes, else None
+    cdef public object attrs         # Attributes (keyvals) set on the type, or None
     cdef _layout(self)               # sets data_lb/ub, contiguous, core, dense
 
 

@@ -19,6 +19,7 @@ import operator
 
 import numpy as np
 
+from gloocy.attributes import Attributes, create_keyval, free_keyval
 from gloocy.errors import ERR_ARG, ERR_COUNT, ERR_TYPE, ArgumentError
 
 __all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
@@ -304,6 +305,8 @@ cdef class Datatype:
         if self.is_predefined:
             raise _mpi_error(f"cannot free the predefined datatype "
                              f"{self.Get_name()}", ERR_TYPE)
+        if self._h.attrs is not None:
+            self._h.attrs.clear(self)
         self._h = None
 
     def Dup(self):
@@ -311,7 +314,33 @@ cdef class Datatype:
         dup = Typemap(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
                       code=h.code)
         dup.committed = h.committed
+        if h.attrs is not None:
+            dup.attrs = h.attrs.copy(self)      # the keys' copy callbacks
         return self._wrap(dup)
+
+    # -- attributes (see gloocy.attributes) ------------------------------------
+
+    @classmethod
+    def Create_keyval(cls, copy_fn=None, delete_fn=None, nopython=False):
+        return create_keyval(copy_fn, delete_fn, nopython)
+
+    @classmethod
+    def Free_keyval(cls, keyval):
+        return free_keyval(keyval)
+
+    def Get_attr(self, keyval):
+        h = _handle(self)
+        return (Attributes() if h.attrs is None else h.attrs).get(keyval)
+
+    def Set_attr(self, keyval, attrval):
+        h = _handle(self)
+        if h.attrs is None:
+            h.attrs = Attributes()
+        h.attrs.set(self, keyval, attrval)
+
+    def Delete_attr(self, keyval):
+        h = _handle(self)
+        (Attributes() if h.attrs is None else h.attrs).delete(self, keyval)
 
     Create_dup = Dup
 

@@ -8,13 +8,14 @@ raises the same exception type). NumPy fancy indexing checks pack/unpack.
 
 import array
 import ctypes
+import gc
 import pickle
 import types
 
 import numpy as np
 import pytest
 
-from gloocy import bufspec, datatypes
+from gloocy import bufspec, datatypes, ops
 from gloocy.bufspec import BOTTOM, message, vector_message
 from gloocy.constants import IN_PLACE
 from peers import MPI as INSTALL_MPI
@@ -854,3 +855,47 @@ def test_communicator_reads_vector_specs_like_mpi4py(case, role):
     theirs, their_error = _outcome(lambda: run(MPI))
     assert _same_error(our_error, their_error), (our_error, their_error)
     assert ours == theirs
+
+
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_capsule_new = ctypes.pythonapi.PyCapsule_New
+_capsule_new.restype = ctypes.py_object
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
+_released = []
+
+
+@_CAPSULE_DESTRUCTOR
+def _python_destructor(pointer):
+    # Python code in a capsule destructor, as ctypes-made DLPack producers
+    # (mpi4py's test arrays) have: it must not run while an error is raised.
+    _released.append(ctypes.cast(pointer, ctypes.c_void_p).value)
+
+
+class _CtypesDLPack:
+    """A DLPack producer whose capsule's destructor is Python code."""
+
+    def __init__(self, array):
+        self.array = array
+        self.shape = (ctypes.c_int64 * 1)(array.size)
+        self.tensor = bufspec._DLTensor(array.ctypes.data, bufspec._DLDevice(1, 0), 1,
+                                        bufspec._DLDataType(2, 64, 1), self.shape,
+                                        None, 0)
+
+    def __dlpack__(self, **kwargs):
+        return _capsule_new(ctypes.addressof(self.tensor), b"dltensor",
+                            _python_destructor)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+def test_an_error_with_a_dlpack_buffer_is_that_error():
+    """The capsule is released after the error is raised, not during it
+    (else CPython reports a SystemError instead)."""
+    before = len(_released)
+    source = _CtypesDLPack(np.arange(2.0))
+    with pytest.raises(ValueError, match="2 elements but inoutbuf has 3"):
+        ops.SUM.Reduce_local([source, 2, datatypes.DOUBLE],
+                             [np.zeros(3), 3, datatypes.DOUBLE])
+    gc.collect()
+    assert len(_released) == before + 1

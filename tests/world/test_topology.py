@@ -201,10 +201,18 @@ def r_sub(comm, dims, remain):
         out = (type(sub).__name__, sub.dims, sub.coords, sub.size,
                sorted(sub.allgather(cart.rank)))
         sub.Free()
+        idup, req = cart.Idup()        # the shadow first made by Idup...
+        req.Wait()
+        got = np.full(2 * cart.ndim, -1.0)
+        cart.Ineighbor_allgather(np.ones(1), got).Wait()   # ...serves these
+        idup_ok = (type(idup).__name__, idup.Get_topo() == cart.Get_topo(),
+                   got.tolist() == [-1.0 if p == PROC_NULL else 1.0
+                                    for p in cart.inedges] or None)
+        idup.Free()
         dup = cart.Dup()
         split = cart.Split(0, 0)
         out += (type(dup).__name__, dup.Get_topo(), dup.Get_topology(),
-                type(split).__name__, split.Get_topology())
+                type(split).__name__, split.Get_topology(), idup_ok)
         dup.Free()
         split.Free()
         return out
@@ -228,7 +236,8 @@ def test_cart_sub_dup_split(world, size, dims, remain):
         assert got[3] == members.size
         assert got[4] == sorted(members.reshape(-1).tolist())
         assert got[5:] == ("Cartcomm", (dims, [1] * len(dims), list(coords)),
-                           CART, "Intracomm", -32766)
+                           CART, "Intracomm", -32766,
+                           ("Cartcomm", True, True))
 
 
 # -- graphs ------------------------------------------------------------------------
