@@ -13,8 +13,11 @@ import threading
 import time
 
 import gloocy as _gloocy
-from gloocy import _core, errors as _errors, ops as _ops
+from gloocy import _core, bufspec as _bufspec, errors as _errors, ops as _ops
 from gloocy.communicator import COMM_NULL, Comm, Intercomm, Intracomm
+from gloocy.communicator import Cartcomm, Distgraphcomm, Graphcomm, Topocomm  # noqa: F401
+from gloocy.topology import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED,  # noqa: F401
+                             WEIGHTS_EMPTY, compute_dims as Compute_dims)
 from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM,  # noqa: F401
                               COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
                               COMM_TYPE_RESOURCE_GUIDED, COMM_TYPE_SHARED,
@@ -225,6 +228,13 @@ def Alloc_mem(size, info=None):
 
 def Free_mem(mem):
     """Nothing to do: the memory goes with its last reference."""
+
+
+def Get_address(location):
+    """The address of a buffer's first byte (displacements from BOTTOM)."""
+    if location is BOTTOM:
+        return 0
+    return int(_bufspec._buffer(location, "location", True)[0].ctypes.data)
 
 
 def Attach_buffer(buf):

@@ -7,7 +7,11 @@
 cdef dict PREDEFINED = {}
 
 
-_HANDLES = {}                   # toint() handles -> communicators
+# toint's handles: handle -> a communicator, id(its context) -> handle;
+# forgotten when the communicator is freed.
+cdef dict _HANDLES = {}
+cdef dict _HANDLE_OF = {}
+cdef long _LAST_HANDLE = 0
 
 
 cdef class _CommBase:
@@ -135,6 +139,39 @@ cdef class _CommBase:
 
     topology = property(Get_topology)
 
+    @property
+    def is_topo(self):
+        return self.Get_topology() != UNDEFINED
+
+    # -- integer handles (mpi4py's toint/fromint, py2f/f2py) ---------------------
+
+    def toint(self):
+        """An integer naming this communicator in this process (0: null);
+        Comm.fromint gives it back (a new handle of the same class)."""
+        global _LAST_HANDLE
+        if self._ctx is _NULL_CONTEXT:
+            return 0
+        handle = _HANDLE_OF.get(id(self._ctx))
+        if handle is None:
+            _LAST_HANDLE += 1
+            handle = _HANDLE_OF[id(self._ctx)] = _LAST_HANDLE
+            _HANDLES[handle] = self
+        return handle
+
+    py2f = toint
+
+    @classmethod
+    def fromint(cls, handle):
+        if handle == 0:
+            return COMM_NULL
+        comm = _HANDLES.get(handle)
+        if comm is None:
+            raise ArgumentError(f"handle: {handle} names no communicator "
+                                "(or a freed one)", ERR_COMM)
+        return type(comm)(comm)
+
+    f2py = fromint
+
     # -- attributes (see gloocy.attributes) ---------------------------------
 
     @classmethod
@@ -222,34 +259,6 @@ cdef class _CommBase:
         sys.stderr.flush()
         os._exit(int(errorcode) & 0xFF or 1)
 
-    # -- handles (mpi4py's toint/fromint, py2f/f2py) ----------------------------
-
-    def toint(self):
-        """An integer naming this communicator in this process (0: the null
-        one); Comm.fromint turns it back into a handle on it."""
-        if not self:
-            return 0
-        handle = getattr(self, "_handle", None)
-        if handle is None:
-            handle = len(_HANDLES) + 1
-            setattr(self, "_handle", handle)
-            _HANDLES[handle] = self
-        return handle
-
-    @classmethod
-    def fromint(cls, handle):
-        """A handle on the communicator toint() named `handle`."""
-        if handle == 0:
-            return COMM_NULL
-        comm = _HANDLES.get(handle)
-        if comm is None:
-            raise ArgumentError(f"handle: {handle} names no communicator",
-                                ERR_COMM)
-        return type(comm)(comm)
-
-    py2f = toint
-    f2py = fromint
-
     # -- lifetime ------------------------------------------------------------
 
     def Free(self):
@@ -270,6 +279,7 @@ cdef class _CommBase:
         if self._shadow is not None:
             self._shadow.Free()
             self._shadow = None
+        _HANDLES.pop(_HANDLE_OF.pop(id(self._ctx), None), None)
         self._ctx.close()
         self._bind(_NULL_CONTEXT)
 

@@ -42,6 +42,7 @@ from gloocy.transport.shm import host_identity
 
 __all__ = ["Communicator", "Comm", "Intracomm", "Intercomm", "IN_PLACE", "Status", "ANY_SOURCE", "ANY_TAG",
            "PROC_NULL"]
+__all__ += ["Topocomm", "Cartcomm", "Graphcomm", "Distgraphcomm"]
 
 cdef int MAX_CODE = _ops.MAX.code
 
@@ -282,11 +283,51 @@ cdef class Intracomm(Comm):
     def Exscan_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
         return self._persistent("Iexscan", sendbuf, recvbuf, op)
 
+    # -- process topologies (_comm_topology.pxi) ---------------------------------
+
+    def Create_cart(self, dims, periods=None, reorder=False, *, timeout=None):
+        """A Cartcomm of the first prod(dims) ranks (COMM_NULL for the
+        others); `reorder` is ignored (ranks keep their order). Collective."""
+        return _create_cart(self, dims, periods, timeout)
+
+    def Create_graph(self, index, edges, reorder=False, *, timeout=None):
+        """A Graphcomm of the first len(index) ranks (COMM_NULL for the
+        others). Collective."""
+        return _create_graph(self, index, edges, timeout)
+
+    def Create_dist_graph_adjacent(self, sources, destinations,
+                                   sourceweights=None, destweights=None,
+                                   info=None, reorder=False, *, timeout=None):
+        """A Distgraphcomm: each rank names its own incoming and outgoing
+        neighbours. Collective."""
+        return _create_dist_graph_adjacent(self, sources, destinations,
+                                           sourceweights, destweights, timeout)
+
+    def Create_dist_graph(self, sources, degrees, destinations, weights=None,
+                          info=None, reorder=False, *, timeout=None):
+        """A Distgraphcomm from edges any rank may name (degrees[i] edges
+        from sources[i]). Collective."""
+        return _create_dist_graph(self, sources, degrees, destinations,
+                                  weights, timeout)
+
+    def Cart_map(self, dims, periods=None):
+        """Our rank in Create_cart(dims, periods) (UNDEFINED outside)."""
+        cdef Context ctx = self.live()
+        cart = _topology.Cart.make(dims, periods, ctx.size, ctx.rank)
+        return ctx.rank if ctx.rank < cart.nnodes else UNDEFINED
+
+    def Graph_map(self, index, edges):
+        """Our rank in Create_graph(index, edges) (UNDEFINED outside)."""
+        cdef Context ctx = self.live()
+        graph = _topology.Graph.make(index, edges, ctx.size, ctx.rank)
+        return ctx.rank if ctx.rank < graph.nnodes else UNDEFINED
+
 
 # gloocy's own name for it: a communicator of one group of ranks.
 Communicator = Intracomm
 
 include "_comm_inter.pxi"
+include "_comm_topology.pxi"
 
 
 class _NullContext:
