@@ -32,10 +32,16 @@ def _spec_nbytes(buf):
 _comm_locks_lock = _threading.Lock()
 
 
-def _comm_lock(comm, key):
+cdef object _comm_lock(comm, str key):
     """The lock (one per communicator and key: "recv", "bcast", ...) that
     serializes the object calls of threads sharing a communicator, in the
-    table MPI._comm_lock_table shows."""
+    table MPI._comm_lock_table shows. Found without the global lock once
+    made (every call takes it)."""
+    table = comm.__dict__.get("_locks")
+    if table is not None:
+        lock = (<dict>table).get(key)
+        if lock is not None:
+            return lock
     with _comm_locks_lock:
         table = comm.__dict__.setdefault("_locks", {})
         lock = table.get(key)
