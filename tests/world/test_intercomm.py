@@ -308,6 +308,60 @@ def test_point_to_point_addresses_the_remote_group(world, size, a):
         assert first == (theirs[0] if me == 0 else None), p
 
 
+def r_p2p_modes(comm, a, rounds):
+    """Synchronous and standard sends to every remote rank, taken by matched
+    probes from any source (buffers, then objects), then the leaders swap
+    through Isendrecv: each round's messages are matched in its own phase."""
+    local, ic = make(comm, a)
+    p, rs = comm.rank, ic.remote_size
+    out = []
+    for k in range(rounds):
+        reqs = [(ic.Issend if i % 2 else ic.Isend)(data(p, 3, salt=k), i, k)
+                for i in range(rs)]
+        got = []
+        for _ in range(rs):
+            st = Status()
+            msg = ic.Mprobe(ANY_SOURCE, k, st)
+            buf = np.zeros(3)
+            msg.Recv(buf)
+            got.append((st.source, buf.tolist()))
+        for r in reqs:
+            r.Wait()
+        # a tag of their own: a fast sender's object must not meet the
+        # buffer probes above
+        reqs = [ic.issend(("o", p, k), dest=i, tag=100 + k)
+                for i in range(rs)]
+        objs = []
+        for _ in range(rs):
+            st = Status()
+            obj = ic.mprobe(ANY_SOURCE, 100 + k, st).recv()
+            objs.append((st.source, obj))
+        for r in reqs:
+            r.wait()
+        ic.Barrier()            # the swap below meets no probe of this round
+        peer = 0 if ic.rank == 0 else PROC_NULL
+        y = np.zeros(2)
+        ic.Isendrecv(np.full(2, float(p + k)), peer, k, y, peer, k).Wait()
+        out.append((sorted(got), sorted(objs), y.tolist()))
+    ic.Free()
+    local.Free()
+    return out
+
+
+@pytest.mark.parametrize("size,a", [(2, [0]), (3, [0]), (4, [0, 2]),
+                                    (4, [0])])
+def test_send_modes_and_matched_probes_across_the_groups(world, size, a):
+    rounds = 6
+    for p, got in enumerate(world(size).run(r_p2p_modes, a, rounds)):
+        mine, theirs = groups(size, a, p)
+        for k, (bufs, objs, y) in enumerate(got):
+            assert bufs == [(j, data(q, 3, salt=k).tolist())
+                            for j, q in enumerate(theirs)], (p, k)
+            assert objs == [(j, ("o", q, k)) for j, q in enumerate(theirs)]
+            first = mine.index(p) == 0
+            assert y == ([float(theirs[0] + k)] * 2 if first else [0.0, 0.0])
+
+
 def r_new_communicators(comm, a, high_a):
     local, ic = make(comm, a)
     p = comm.rank
