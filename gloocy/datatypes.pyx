@@ -47,14 +47,20 @@ cdef int _core_code(object np_dtype):
     return probe.dtype
 
 
+cdef Typemap _MIXED                 # the element of mixed types (below)
+cdef object _ONE_BYTE = np.zeros(1, np.int64)
+
+
 cdef class Typemap:
     """What a datatype handle points at (fields: datatypes.pxd). Offsets
     are the byte offsets of the elements (copies of the predefined `elem`)
-    in typemap order."""
+    in typemap order. A type mixing element types (a struct of a double
+    and a char) is kept as the bytes MPI moves: its elem is _MIXED."""
 
     def __init__(self, Typemap elem, offsets, lb, ub, true_lb, true_ub,
-                 name="", code=None):
+                 name="", code=None, align=0):
         self.elem, self.offsets = elem, offsets
+        self.align = align or elem.align
         self.np, self.attr = None, None
         self.itemsize, self.elem_size = elem.itemsize, elem.elem_size
         self.lb, self.ub = lb, ub
@@ -82,7 +88,8 @@ cdef class Typemap:
         if self.attr:           # predefined: unpickle to this module's handle
             return _predefined_handle, (self.attr,)
         return Typemap, (self.elem, self.offsets, self.lb, self.ub,
-                         self.true_lb, self.true_ub, self.name, self.code)
+                         self.true_lb, self.true_ub, self.name, self.code,
+                         self.align)
 
 
 cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
@@ -93,6 +100,7 @@ cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
     h.elem, h.np, h.attr, h.name, h.code = h, np_dtype, attr, mpi_name, code
     h.committed = True
     h.itemsize = np_dtype.itemsize if np_dtype is not None else 2
+    h.align = np_dtype.alignment if np_dtype is not None else 2
     h.offsets = np.zeros(1, np.int64)
     h.n = 1
     h.lb, h.ub, h.true_lb = 0, h.itemsize, 0
@@ -312,7 +320,7 @@ cdef class Datatype:
     def Dup(self):
         h = _handle(self)
         dup = Typemap(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
-                      code=h.code)
+                      code=h.code, align=h.align)
         dup.committed = h.committed
         if h.attrs is not None:
             dup.attrs = h.attrs.copy(self)      # the keys' copy callbacks
@@ -396,7 +404,9 @@ cdef class Datatype:
     @classmethod
     def Create_struct(cls, blocklengths, displacements, datatypes):
         """Blocks of blocklengths[i] items of datatypes[i] at byte
-        displacements[i]; every datatype must be made of one element type."""
+        displacements[i]. When the element types differ, the extent is
+        padded to a multiple of the widest element's alignment, as a C
+        struct's (and MPICH's)."""
         _same_length(blocklengths, displacements, "displacements")
         _same_length(blocklengths, datatypes, "datatypes")
         pieces = []
@@ -405,14 +415,14 @@ cdef class Datatype:
             pieces.append((h, _block_starts([_index(d, "displacements")],
                                             [_count(b, "blocklengths")],
                                             h.ub - h.lb)))
-        return _derive(cls, pieces)
+        return _derive(cls, pieces, True)
 
     def Create_resized(self, lb, extent):
         """The same data with lower bound `lb` and extent `extent` (bytes)."""
         h = _handle(self)
         lb, extent = _index(lb, "lb"), _index(extent, "extent")
         return self._wrap(Typemap(h.elem, h.offsets, lb, lb + extent,
-                                  h.true_lb, h.true_ub))
+                                  h.true_lb, h.true_ub, align=h.align))
 
     Resized = Create_resized
 
@@ -521,26 +531,46 @@ cdef class Datatype:
         target[index] = packed.view(target.dtype)
 
 
-def _derive(cls, pieces):
+def _derive(cls, pieces, bint struct=False):
+    """The type made of `pieces`: (Typemap, byte starts of its copies)."""
     used = [(h, starts) for h, starts in pieces if starts.size]
     full = [(h, starts) for h, starts in used if h.n]
     elems = {id(h.elem): h.elem for h, _ in full}
-    if len(elems) > 1:
-        names = ", ".join(sorted([e.name for e in elems.values()]))
-        raise NotImplementedError(
-            f"gloocy datatypes are made of one element type; this one mixes "
-            f"{names}")
     elem = next(iter(elems.values()), pieces[0][0].elem if pieces
                 else (<Datatype>_BY_NAME["BYTE"])._h)
     if not used:
         return cls._wrap(Typemap(elem, np.zeros(0, np.int64), 0, 0, 0, 0))
-    offsets = np.concatenate([(s[:, None] + h.offsets).ravel()
-                              for h, s in full] or [np.zeros(0, np.int64)])
+    mixed = len(elems) > 1
+    if mixed:           # the bytes MPI moves, element by element
+        offsets = np.concatenate([
+            ((s[:, None] + h.offsets).reshape(-1, 1)
+             + _data_bytes(h.elem)).ravel() for h, s in full])
+        _check_elements(offsets.size)
+        elem = _MIXED
+    else:
+        offsets = np.concatenate([(s[:, None] + h.offsets).ravel()
+                                  for h, s in full] or [np.zeros(0, np.int64)])
     lb = min([int(s.min()) + h.lb for h, s in used])
     ub = max([int(s.max()) + h.ub for h, s in used])
     true_lb = min([int(s.min()) + h.true_lb for h, s in full], default=0)
     true_ub = max([int(s.max()) + h.true_ub for h, s in full], default=0)
-    return cls._wrap(Typemap(elem, offsets, lb, ub, true_lb, true_ub))
+    align = max([h.align for h, _ in full], default=1)
+    if struct and mixed and (ub - lb) % align:
+        ub += align - (ub - lb) % align
+    return cls._wrap(Typemap(elem, offsets, lb, ub, true_lb, true_ub,
+                             align=align))
+
+
+cdef object _data_bytes(Typemap elem):
+    """Byte offsets, within one element, of the bytes MPI moves: all of
+    them but a (value, index) pair's padding."""
+    if elem is _MIXED:
+        return _ONE_BYTE
+    fields = elem.np.fields if elem.np is not None else None
+    if not fields:
+        return np.arange(elem.elem_size, dtype=np.int64)
+    return np.concatenate([np.arange(at, at + f.itemsize, dtype=np.int64)
+                           for f, at in fields.values()])
 
 
 # -- the predefined types ----------------------------------------------------
@@ -641,6 +671,12 @@ for _attrs, _mpi_name, _np, _code in _TABLE:
         _BY_NAME[_name] = _dt
 
 globals().update(_BY_NAME)
+
+# The element of types that mix element types: one byte, as MPI_CHAR (the
+# core moves it and refuses to reduce it), but a handle of its own.
+_MIXED = _predefined("_MIXED", "MPI_CHAR", np.dtype("S1"), None)
+_BY_NAME["_MIXED"] = Datatype._wrap(_MIXED)
+
 __all__ += _NULL_NAMES + [a for row in _TABLE for a in row[0].split()]
 del _attrs, _mpi_name, _np, _code, _h, _dt, _name
 
