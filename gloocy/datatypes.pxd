@@ -27,6 +27,7 @@ cdef class Typemap:
     cdef readonly object code        # typecode (predefined types and their Dups), else None
     cdef readonly object attr        # predefined: its name in gloocy.datatypes, else None
     cdef public object attrs         # Attributes (keyvals) set on the type, or None
+    cdef public object recipe        # how it was made (_type_recipes.pxi); None: named
     cdef _layout(self)               # sets data_lb/ub, contiguous, core, dense
 
 

@@ -23,11 +23,16 @@ from gloocy.attributes import Attributes, create_keyval, free_keyval
 from gloocy.errors import ERR_ARG, ERR_COUNT, ERR_TYPE, ArgumentError
 
 __all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
-           "ORDER_FORTRAN"]
+           "ORDER_FORTRAN", "DISTRIBUTE_BLOCK", "DISTRIBUTE_CYCLIC",
+           "DISTRIBUTE_NONE", "DISTRIBUTE_DFLT_DARG"]
 
 # mpi4py's values
 ORDER_C = 56
 ORDER_F = ORDER_FORTRAN = 57
+DISTRIBUTE_BLOCK = 121
+DISTRIBUTE_CYCLIC = 122
+DISTRIBUTE_NONE = 123
+DISTRIBUTE_DFLT_DARG = -49767
 
 
 def _mpi_error(message, error_class):
@@ -48,6 +53,7 @@ cdef int _core_code(object np_dtype):
 
 
 cdef Typemap _MIXED                 # the element of mixed types (below)
+cdef dict _BY_NAME                  # every predefined name -> its Datatype (below)
 cdef object _ONE_BYTE = np.zeros(1, np.int64)
 
 
@@ -87,9 +93,17 @@ cdef class Typemap:
     def __reduce__(self):
         if self.attr:           # predefined: unpickle to this module's handle
             return _predefined_handle, (self.attr,)
-        return Typemap, (self.elem, self.offsets, self.lb, self.ub,
-                         self.true_lb, self.true_ub, self.name, self.code,
-                         self.align)
+        return _typemap, (self.elem, self.offsets, self.lb, self.ub,
+                          self.true_lb, self.true_ub, self.name, self.code,
+                          self.align, self.recipe, self.committed)
+
+
+def _typemap(elem, offsets, lb, ub, true_lb, true_ub, name, code, align,
+             recipe, committed):
+    cdef Typemap h = Typemap(elem, offsets, lb, ub, true_lb, true_ub, name,
+                             code, align)
+    h.recipe, h.committed = recipe, committed
+    return h
 
 
 cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
@@ -109,6 +123,10 @@ cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
     h._layout()
     h.core = h.dense = core if np_dtype is None else _core_code(np_dtype)
     return h
+
+
+def _predefined_datatype(attr):
+    return _BY_NAME[attr]
 
 
 def _predefined_handle(attr):
@@ -157,6 +175,9 @@ def _block_starts(displs, blocklengths, extent):
     first = np.cumsum(lengths) - lengths
     within = np.arange(lengths.sum(), dtype=np.int64) - np.repeat(first, lengths)
     return np.repeat(np.asarray(displs, np.int64), lengths) + within * extent
+
+
+include "_type_recipes.pxi"
 
 
 cdef inline Typemap _handle(Datatype self):
@@ -215,9 +236,9 @@ cdef class Datatype:
         if h is not None and not h.attr:
             return type(self)._wrap, (h,)
         name = "DATATYPE_NULL" if h is None else h.attr
-        if type(self) is Datatype:
-            return name             # unpickles to this module's object
-        return type(self), (_BY_NAME[name],)    # a subclass: Sub(FLOAT)
+        if self is _BY_NAME[name]:
+            return _predefined_datatype, (name,)    # this module's object
+        return type(self), (_BY_NAME[name],)    # a copy or a subclass: Sub(FLOAT)
 
     # -- sizes and bounds ----------------------------------------------------
 
@@ -266,7 +287,82 @@ cdef class Datatype:
 
     @property
     def is_predefined(self):
-        return self._h is None or self._h.attr is not None
+        """Named types, DATATYPE_NULL and Fortran 90 parameterized types."""
+        h = self._h
+        return (h is None or h.attr is not None or h.recipe is not None
+                and h.recipe[0] in (COMBINER_F90_INTEGER, COMBINER_F90_REAL,
+                                    COMBINER_F90_COMPLEX))
+
+    # -- how it was made (_type_recipes.pxi) -------------------------------------
+
+    Get_envelope = _get_envelope
+    Get_contents = _get_contents
+    decode = _decode
+
+    @property
+    def envelope(self):
+        return _get_envelope(self)
+
+    @property
+    def contents(self):
+        return _get_contents(self)
+
+    @property
+    def combiner(self):
+        return _recipe(self)[0]
+
+    @property
+    def is_named(self):
+        return _recipe(self)[0] == COMBINER_NAMED
+
+    @property
+    def typechar(self):
+        """NumPy's character for the type ("V" for derived types)."""
+        return "" if self._h is None else _typechar(self._h)
+
+    @property
+    def typestr(self):
+        """NumPy's type string for the type ("V<extent>" for derived types)."""
+        return "" if self._h is None else _typestr(self._h)
+
+    @classmethod
+    def Create_f90_integer(cls, r):
+        """The integer type of at least r decimal digits."""
+        name = _f90_kind("integer", 0, r, _INTEGER_KINDS)
+        return _f90(COMBINER_F90_INTEGER, [_index(r, "r")], name)
+
+    @classmethod
+    def Create_f90_real(cls, p, r):
+        """The real type of precision p and decimal exponent range r."""
+        name = _f90_kind("real", p, r, _REAL_KINDS)
+        return _f90(COMBINER_F90_REAL, [_index(p, "p"), _index(r, "r")], name)
+
+    @classmethod
+    def Create_f90_complex(cls, p, r):
+        name = _f90_kind("complex", p, r, _COMPLEX_KINDS)
+        return _f90(COMBINER_F90_COMPLEX, [_index(p, "p"), _index(r, "r")],
+                    name)
+
+    @classmethod
+    def Match_size(cls, typeclass, size):
+        """The Fortran type of `typeclass` (TYPECLASS_*) with `size` bytes."""
+        if typeclass not in _MATCH:
+            raise _mpi_error(f"typeclass: {typeclass!r} is not a TYPECLASS_*",
+                             ERR_ARG)
+        what, sizes = _MATCH[typeclass]
+        name = sizes.get(_index(size, "size"))
+        if name is None:
+            raise _mpi_error(f"no {what} type of {size} bytes", ERR_ARG)
+        return _BY_NAME[name]
+
+    @classmethod
+    def Get_value_index(cls, value, index):
+        """The predefined (value, index) pair type of MAXLOC/MINLOC for
+        these two types, or DATATYPE_NULL when there is none."""
+        v, i = _handle(value), _handle(index)
+        if i.name != "MPI_INT" or v.name not in _VALUE_INDEX:
+            return _BY_NAME["DATATYPE_NULL"]
+        return _BY_NAME[_VALUE_INDEX[v.name]]
 
     # -- names -----------------------------------------------------------------
 
@@ -288,8 +384,12 @@ cdef class Datatype:
 
     @staticmethod
     def fromcode(code):
-        """The predefined datatype of a typecode (mpi4py's spelling)."""
-        return from_typecode(code)
+        """The predefined datatype of a typecode (mpi4py's spelling);
+        ValueError when there is none."""
+        try:
+            return from_typecode(code)
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
 
     def tocode(self):
         """The typecode of this datatype; ValueError when it has none."""
@@ -322,6 +422,7 @@ cdef class Datatype:
         dup = Typemap(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
                       code=h.code, align=h.align)
         dup.committed = h.committed
+        dup.recipe = (COMBINER_DUP, [], [], [h])
         if h.attrs is not None:
             dup.attrs = h.attrs.copy(self)      # the keys' copy callbacks
         return self._wrap(dup)
@@ -358,14 +459,17 @@ cdef class Datatype:
         h = _handle(self)
         count = _count(count, "count")
         _check_elements(count * h.n)
-        return _derive(type(self), [(h, np.arange(count, dtype=np.int64)
-                                     * (h.ub - h.lb))])
+        return _made(_derive(type(self), [(h, np.arange(count, dtype=np.int64)
+                                              * (h.ub - h.lb))]),
+                     COMBINER_CONTIGUOUS, [], [count], [h])
 
     def Create_vector(self, count, blocklength, stride):
         """count blocks of blocklength items, block starts `stride` items apart."""
         h = _handle(self)
-        return self.Create_hvector(count, blocklength,
-                                   _index(stride, "stride") * (h.ub - h.lb))
+        stride = _index(stride, "stride")
+        return _made(self.Create_hvector(count, blocklength,
+                                         stride * (h.ub - h.lb)),
+                     COMBINER_VECTOR, [], [count, blocklength, stride], [h])
 
     def Create_hvector(self, count, blocklength, stride):
         """As Create_vector with `stride` in bytes."""
@@ -375,14 +479,19 @@ cdef class Datatype:
         stride = _index(stride, "stride")
         _check_elements(count * blocklength * h.n)
         displs = np.arange(count, dtype=np.int64) * stride
-        return _derive(type(self), [(h, _block_starts(
-            displs, [blocklength] * count, h.ub - h.lb))])
+        return _made(_derive(type(self), [(h, _block_starts(
+            displs, [blocklength] * count, h.ub - h.lb))]),
+            COMBINER_HVECTOR, [], [count, blocklength, stride], [h])
 
     def Create_indexed(self, blocklengths, displacements):
         """Blocks of blocklengths[i] items at displacements[i] items."""
         h = _handle(self)
-        displs = np.asarray(_ints(displacements, "displacements"), np.int64)
-        return self.Create_hindexed(blocklengths, displs * (h.ub - h.lb))
+        displs = _ints(displacements, "displacements")
+        t = self.Create_hindexed(blocklengths,
+                                 np.asarray(displs, np.int64) * (h.ub - h.lb))
+        return _made(t, COMBINER_INDEXED, [],
+                     [len(displs), *t._h.recipe[2][1:1 + len(displs)],
+                      *displs], [h])
 
     def Create_hindexed(self, blocklengths, displacements):
         """As Create_indexed with displacements in bytes."""
@@ -390,16 +499,26 @@ cdef class Datatype:
         _same_length(blocklengths, displacements, "displacements")
         lengths = [_count(b, "blocklengths") for b in blocklengths]
         displs = _ints(displacements, "displacements")
-        return _derive(type(self), [(h, _block_starts(displs, lengths,
-                                                      h.ub - h.lb))])
+        return _made(_derive(type(self), [(h, _block_starts(displs, lengths,
+                                                            h.ub - h.lb))]),
+                     COMBINER_HINDEXED, [], [len(lengths), *lengths, *displs],
+                     [h])
 
     def Create_indexed_block(self, blocklength, displacements):
-        return self.Create_indexed([blocklength] * len(displacements),
-                                   displacements)
+        t = self.Create_indexed([blocklength] * len(displacements),
+                                displacements)
+        c = t._h.recipe[2]
+        return _made(t, COMBINER_INDEXED_BLOCK, [],
+                     [c[0], _count(blocklength, "blocklength"), *c[1 + c[0]:]],
+                     [_handle(self)])
 
     def Create_hindexed_block(self, blocklength, displacements):
-        return self.Create_hindexed([blocklength] * len(displacements),
-                                    displacements)
+        t = self.Create_hindexed([blocklength] * len(displacements),
+                                 displacements)
+        c = t._h.recipe[2]
+        return _made(t, COMBINER_HINDEXED_BLOCK, [],
+                     [c[0], _count(blocklength, "blocklength"), *c[1 + c[0]:]],
+                     [_handle(self)])
 
     @classmethod
     def Create_struct(cls, blocklengths, displacements, datatypes):
@@ -409,20 +528,24 @@ cdef class Datatype:
         struct's (and MPICH's)."""
         _same_length(blocklengths, displacements, "displacements")
         _same_length(blocklengths, datatypes, "datatypes")
-        pieces = []
+        pieces, lengths, displs, handles = [], [], [], []
         for b, d, t in zip(blocklengths, displacements, datatypes):
             h = t._handle()
-            pieces.append((h, _block_starts([_index(d, "displacements")],
-                                            [_count(b, "blocklengths")],
+            lengths.append(_count(b, "blocklengths"))
+            displs.append(_index(d, "displacements"))
+            handles.append(h)
+            pieces.append((h, _block_starts([displs[-1]], [lengths[-1]],
                                             h.ub - h.lb)))
-        return _derive(cls, pieces, True)
+        return _made(_derive(cls, pieces, True), COMBINER_STRUCT, [],
+                     [len(lengths), *lengths, *displs], handles)
 
     def Create_resized(self, lb, extent):
         """The same data with lower bound `lb` and extent `extent` (bytes)."""
         h = _handle(self)
         lb, extent = _index(lb, "lb"), _index(extent, "extent")
-        return self._wrap(Typemap(h.elem, h.offsets, lb, lb + extent,
-                                  h.true_lb, h.true_ub, align=h.align))
+        return _made(self._wrap(Typemap(h.elem, h.offsets, lb, lb + extent,
+                                        h.true_lb, h.true_ub, align=h.align)),
+                     COMBINER_RESIZED, [], [lb, extent], [h])
 
     Resized = Create_resized
 
@@ -448,7 +571,9 @@ cdef class Datatype:
             tuple([slice(s, s + n) for s, n in zip(starts, subsizes)])]
         extent = h.ub - h.lb
         sub = _derive(type(self), [(h, index.ravel(order=npo) * extent)])
-        return sub.Create_resized(0, flat.size * extent)
+        return _made(sub.Create_resized(0, flat.size * extent),
+                     COMBINER_SUBARRAY, [len(sizes), order],
+                     [*sizes, *subsizes, *starts], [h])
 
     # -- what the buffer layer needs ---------------------------------------
 
@@ -651,7 +776,7 @@ _TABLE = [
 _NULL_NAMES = ["DATATYPE_NULL", "LOGICAL1", "LOGICAL2", "LOGICAL4",
                "LOGICAL8", "LOGICAL16", "INTEGER16", "REAL2", "COMPLEX4"]
 
-cdef dict _BY_NAME = {}      # every name above and in _TABLE -> its Datatype
+_BY_NAME = {}                # every name above and in _TABLE -> its Datatype
 
 for _name in _NULL_NAMES:
     _BY_NAME[_name] = Datatype()
