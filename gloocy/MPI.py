@@ -230,11 +230,9 @@ def Free_mem(mem):
     """Nothing to do: the memory goes with its last reference."""
 
 
-def Get_address(location):
-    """The address of a buffer's first byte (displacements from BOTTOM)."""
-    if location is BOTTOM:
-        return 0
-    return int(_bufspec._buffer(location, "location", True)[0].ctypes.data)
+from gloocy.packing import (aint_add as Aint_add,  # noqa: E402,F401
+                            aint_diff as Aint_diff,
+                            get_address as Get_address)
 
 
 def Attach_buffer(buf):

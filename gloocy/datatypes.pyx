@@ -180,6 +180,13 @@ def _block_starts(displs, blocklengths, extent):
 include "_type_recipes.pxi"
 
 
+cdef object _packing():
+    # imported when first used: packing parses buffer specifications with
+    # gloocy.bufspec, which imports this module
+    import gloocy.packing
+    return gloocy.packing
+
+
 cdef inline Typemap _handle(Datatype self):
     if self._h is None:
         raise _mpi_error("invalid datatype: MPI_DATATYPE_NULL", ERR_TYPE)
@@ -574,6 +581,30 @@ cdef class Datatype:
         return _made(sub.Create_resized(0, flat.size * extent),
                      COMBINER_SUBARRAY, [len(sizes), order],
                      [*sizes, *subsizes, *starts], [h])
+
+    # -- packing (gloocy.packing) -------------------------------------------
+
+    def Pack(self, inbuf, outbuf, position, comm):
+        """Pack inbuf into outbuf's bytes from `position`; the position
+        after them."""
+        return _packing().pack(self, inbuf, outbuf, position)
+
+    def Unpack(self, inbuf, position, outbuf, comm):
+        return _packing().unpack(self, inbuf, position, outbuf)
+
+    def Pack_size(self, count, comm):
+        return _packing().pack_size(self, count)
+
+    def Pack_external(self, datarep, inbuf, outbuf, position):
+        return _packing().pack_external(datarep, self, inbuf, outbuf,
+                                        position)
+
+    def Unpack_external(self, datarep, inbuf, position, outbuf):
+        return _packing().unpack_external(datarep, self, inbuf, position,
+                                          outbuf)
+
+    def Pack_external_size(self, datarep, count):
+        return _packing().pack_external_size(datarep, self, count)
 
     # -- what the buffer layer needs ---------------------------------------
 
