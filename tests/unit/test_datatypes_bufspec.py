@@ -921,11 +921,11 @@ def test_mixed_structs_move_but_never_reduce():
     rec = np.dtype([("x", "f8"), ("c", "S1")], align=True)
     src = np.array([(1.5, b"a"), (-2.0, b"z")], rec)
     raw = np.zeros(2 * t.Get_size(), np.uint8)
-    G.COMM_SELF.Sendrecv([src, 2, t], 0, 0, [raw, G.BYTE], 0, 0)
+    G.COMM_SELF.Sendrecv([src, 2, t], 0, 771, [raw, G.BYTE], 0, 771)
     packed = np.dtype([("x", "f8"), ("c", "S1")])       # no padding
     assert raw.tobytes() == src.astype(packed).tobytes()
     back = np.zeros(2, rec)
-    G.COMM_SELF.Sendrecv([raw, G.BYTE], 0, 0, [back, 2, t], 0, 0)
+    G.COMM_SELF.Sendrecv([raw, G.BYTE], 0, 772, [back, 2, t], 0, 772)
     assert back.tolist() == src.tolist()
     for op in (G.SUM, G.MAX, G.MAXLOC):
         with pytest.raises(TypeError):
