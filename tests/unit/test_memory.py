@@ -64,3 +64,14 @@ def test_bad_indices_and_sizes():
         with pytest.raises(TypeError):
             MPI.buffer(bad)
     assert MPI.memory is MPI.buffer
+
+
+def test_sendrecv_with_a_bad_recvbuf_sends_nothing():
+    """The receive buffer is checked before the send starts: the failed
+    call leaves no message behind for the next receive to take."""
+    comm = MPI.COMM_SELF
+    with pytest.raises(TypeError):
+        comm.Sendrecv(np.arange(3.0), 0, 5, object(), 0, 5)
+    got = np.zeros(2, np.int32)
+    comm.Sendrecv(np.array([7, 8], np.int32), 0, 5, got, 0, 5)
+    assert got.tolist() == [7, 8]
