@@ -9,9 +9,12 @@ the memory; the view is empty afterwards.
 """
 
 from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo,
-                             PyBuffer_Release, PyObject_GetBuffer)
+                             PyBuffer_Release, PyObject_CheckBuffer,
+                             PyObject_GetBuffer)
 from libc.stdint cimport uintptr_t
 from libc.string cimport memmove, memset
+
+from gloocy import bufspec
 
 __all__ = ["buffer", "memory"]
 
@@ -36,14 +39,11 @@ cdef class buffer:
         """View obj's buffer (writable: refuse a read-only one; readonly:
         export it read-only even when it is writable)."""
         self.release()
-        try:
-            PyObject_GetBuffer(obj, &self._view,
-                               PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
-        except BufferError:
-            raise
-        except Exception:
-            raise TypeError(f"expected an object with the buffer protocol, "
-                            f"got {type(obj).__name__}") from None
+        cdef object exporter = obj
+        if not PyObject_CheckBuffer(obj):   # DLPack, array interfaces
+            exporter = bufspec._buffer(obj, "buffer", not writable)[0]
+        PyObject_GetBuffer(exporter, &self._view,
+                           PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
         self._held = True
         self._ptr, self._size = <char *>self._view.buf, self._view.len
         self._readonly = self._view.readonly or readonly
