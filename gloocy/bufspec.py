@@ -195,14 +195,12 @@ def _dlpack_capsule(obj, device):
     """obj's capsule, versioned (DLPack 1.0) when the producer has it; a
     CUDA producer is asked not to synchronize any stream."""
     stream = {} if device == 1 else {"stream": -1}
-    try:
-        return obj.__dlpack__(max_version=(1, 0), **stream)
-    except TypeError:
-        pass
-    try:
-        return obj.__dlpack__(**stream)
-    except (TypeError, RuntimeError):
-        return obj.__dlpack__()
+    for kwargs in ({"max_version": (1, 0), **stream}, stream):
+        try:
+            return obj.__dlpack__(**kwargs)
+        except (TypeError, RuntimeError):   # an older or a CPU-only producer
+            pass
+    return obj.__dlpack__()
 
 
 def _consume(capsule, name):
