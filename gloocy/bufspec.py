@@ -480,14 +480,28 @@ def _memory(buf, datatype, name, readonly):
 
 
 def _no_data(buf, counts, name):
-    """None and BOTTOM carry no data (BOTTOM's absolute addresses are not
-    supported)."""
+    """None carries no data; nor does BOTTOM with per-rank counts (its
+    absolute addresses are read by message() and w_blocks())."""
     if any(counts):
         if buf is BOTTOM:
             raise NotImplementedError(
-                f"{name}: BOTTOM (absolute addresses) is not supported")
+                f"{name}: BOTTOM (absolute addresses) with counts and "
+                "displacements per rank: use Alltoallw's byte displacements "
+                "or a struct datatype of absolute addresses")
         raise ValueError(f"{name}: the buffer is None but the count is "
                          f"{sum(counts)}")
+
+
+def at_addresses(first, end, name):
+    """The process's memory from address `first` to `end`, for BOTTOM's
+    absolute addresses (MPI.Get_address): a view the caller answers for,
+    as in MPI."""
+    if first <= 0:
+        raise ValueError(f"{name}: data at address {first} from BOTTOM: "
+                         "displacements from BOTTOM are absolute addresses "
+                         "(MPI.Get_address)")
+    return np.frombuffer((ctypes.c_char * (end - first)).from_address(first),
+                         np.uint8)
 
 
 # -- the specs -------------------------------------------------------------------
@@ -511,6 +525,11 @@ def message(spec, *, name, readonly=False, allow_in_place=False, blocks=1):
                            spec.size, own)
     buf, count, displ, datatype = _split(spec, name, vector=False)
     mem, datatype = _memory(buf, _datatype(datatype, name), name, readonly)
+    if buf is BOTTOM and count:         # items at absolute addresses
+        count = _nonnegative(count, name, "count") * blocks
+        first, end = datatype.span(count)
+        return _items(at_addresses(first, end, name), datatype, count,
+                      -first, readonly)
     if buf is None or buf is BOTTOM:    # no memory: no data
         count = 0 if count is None else _nonnegative(count, name, "count")
         _no_data(buf, [count], name)
@@ -526,6 +545,11 @@ def message(spec, *, name, readonly=False, allow_in_place=False, blocks=1):
         count = _nonnegative(count, name, "count") * blocks
     start = displ * extent
     _check_span(mem, datatype, count, start, name)
+    return _items(mem, datatype, count, start, readonly)
+
+
+def _items(mem, datatype, count, start, readonly):
+    """The Message of `count` items of datatype from byte `start` of mem."""
     if datatype.is_contiguous or readonly:
         return Message(datatype.pack(mem, count, start), count, datatype)
     scratch = np.empty(count * datatype.n_elements, datatype.np_dtype)
@@ -623,6 +647,13 @@ def w_blocks(spec, size, *, name, readonly=False):
         raise ValueError(f"{name}: expected {size} datatypes, one per rank, "
                          f"got {datatypes!r}")
     datatypes = [_datatype(d, name) for d in datatypes]
+    if buf is BOTTOM and any(counts):   # displacements are addresses
+        spans = [(start + d.span(n)[0], start + d.span(n)[1])
+                 for n, start, d in zip(counts, displs, datatypes) if n]
+        first = min([f for f, _ in spans])
+        mem = at_addresses(first, max([e for _, e in spans]), name)
+        displs = [start - first for start in displs]
+        buf = mem
     mem = _memory(buf, datatypes[0], name, readonly)[0]
     if buf is None or buf is BOTTOM:
         _no_data(buf, counts, name)

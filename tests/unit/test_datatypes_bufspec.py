@@ -675,9 +675,23 @@ def test_in_place_none_and_bottom():
         vector_message(IN_PLACE, 2, name="recvbuf")
     assert repr(BOTTOM) == "BOTTOM"
     assert message([BOTTOM, 0, "d"], name="buf").nbytes == 0
-    with pytest.raises(NotImplementedError, match="BOTTOM"):
-        message([BOTTOM, 2, "d"], name="buf")
+    with pytest.raises(ValueError, match="absolute addresses"):
+        message([BOTTOM, 2, "d"], name="buf")      # address 0: nothing there
     assert message([a, 0, "d"], name="buf").nbytes == 0
+    # a struct of absolute addresses reads and writes the arrays there
+    b = np.array([5, 6], np.int32)
+    at = datatypes.Datatype.Create_struct(
+        [3, 2], [a.ctypes.data, b.ctypes.data],
+        [datatypes.DOUBLE, datatypes.INT]).Commit()
+    a[:] = [1.5, 2.5, 3.5]
+    sent = message([BOTTOM, 1, at], name="buf", readonly=True)
+    assert sent.data.tobytes() == a.tobytes() + b.tobytes()
+    into = message([BOTTOM, 1, at], name="buf")
+    into.data[:] = np.frombuffer(np.arange(3.0).tobytes()
+                                 + np.array([8, 9], np.int32).tobytes(),
+                                 np.uint8).view(into.data.dtype)
+    into.unpack()
+    assert a.tolist() == [0.0, 1.0, 2.0] and b.tolist() == [8, 9]
 
 
 def test_stricter_than_mpi4py():

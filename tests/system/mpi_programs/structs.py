@@ -106,3 +106,25 @@ say("Alltoall records", show(out))
 
 for t in (t_rec, t_raw, t_packed, every2):
     t.Free()
+
+# BOTTOM: a struct of absolute addresses (Get_address) of two arrays
+xs = np.arange(3, dtype="f8") + rank if rank == 0 else np.zeros(3)
+ns = np.array([5, 6], "i4") * (rank + 1) if rank == 0 else np.zeros(2, "i4")
+both = MPI.Datatype.Create_struct(
+    [3, 2], [MPI.Get_address(xs), MPI.Get_address(ns)],
+    [MPI.DOUBLE, MPI.INT]).Commit()
+comm.Bcast([MPI.BOTTOM, 1, both], root=0)
+say("Bcast at BOTTOM", xs.tolist(), ns.tolist())
+both.Free()
+# Alltoallw with byte displacements from BOTTOM: absolute addresses
+send = np.arange(size, dtype="i4") + 100 * rank
+recv = np.zeros(size, "i4")
+item = MPI.INT.Get_size()
+comm.Alltoallw(
+    [MPI.BOTTOM, ([1] * size,
+                  [MPI.Get_address(send) + item * i for i in range(size)]),
+     [MPI.INT] * size],
+    [MPI.BOTTOM, ([1] * size,
+                  [MPI.Get_address(recv) + item * i for i in range(size)]),
+     [MPI.INT] * size])
+say("Alltoallw at BOTTOM", recv.tolist())
