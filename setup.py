@@ -21,6 +21,8 @@ extensions = [
               include_dirs=["gloocy"], extra_compile_args=CFLAGS),
     Extension("gloocy.ops", ["gloocy/ops.pyx"], include_dirs=["gloocy"],
               extra_compile_args=CFLAGS),
+    Extension("gloocy.memory", ["gloocy/memory.pyx"],
+              extra_compile_args=CFLAGS),
     Extension("gloocy._msg", ["gloocy/_msg.pyx"], include_dirs=["gloocy"],
               extra_compile_args=CFLAGS),
     Extension("gloocy.status", ["gloocy/status.pyx"],

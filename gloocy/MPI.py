@@ -6,7 +6,6 @@ started by ``gloocy-run -n N`` (or torchrun, srun... see gloocy.init) find
 each other; a plain ``python prog.py`` is a world of one.
 """
 
-import ctypes
 import pickle as _pickle
 import socket
 import threading
@@ -198,28 +197,7 @@ def Pcontrol(level):
     """Profiling control: nothing to do."""
 
 
-class buffer(bytearray):
-    """Memory from Alloc_mem (a reduced mpi4py MPI.buffer): bytes with an
-    address and a size."""
-
-    @classmethod
-    def allocate(cls, nbytes, clear=False):
-        return cls(nbytes)
-
-    @property
-    def nbytes(self):
-        return len(self)
-
-    @property
-    def address(self):
-        return ctypes.addressof(ctypes.c_char.from_buffer(self)) if self else 0
-
-    def cast(self, format, shape=None):
-        view = memoryview(self)
-        return view.cast(format) if shape is None else view.cast(format, shape)
-
-    def tobytes(self, order=None):
-        return bytes(self)
+from gloocy.memory import buffer, memory  # noqa: E402,F401
 
 
 def Alloc_mem(size, info=None):
@@ -227,14 +205,13 @@ def Alloc_mem(size, info=None):
 
 
 def Free_mem(mem):
-    """Nothing to do: the memory goes with its last reference."""
+    """Release memory from Alloc_mem (the view is empty afterwards)."""
+    mem.release()
 
 
-def Get_address(location):
-    """The address of a buffer's first byte (displacements from BOTTOM)."""
-    if location is BOTTOM:
-        return 0
-    return int(_bufspec._buffer(location, "location", True)[0].ctypes.data)
+from gloocy.packing import (aint_add as Aint_add,  # noqa: E402,F401
+                            aint_diff as Aint_diff,
+                            get_address as Get_address)
 
 
 def Attach_buffer(buf):

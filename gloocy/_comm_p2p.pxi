@@ -187,15 +187,18 @@ cdef class _PointToPoint(_CommBase):
         """Send and receive at once: the send is posted first, so rings of
         Sendrecv never wait on each other."""
         cdef Context ctx = self.live()
-        cdef Message r
+        cdef Message r = None
+        # both buffers are parsed before anything moves: a bad recvbuf must
+        # not leave the message sent
+        if source != PROC_NULL:
+            r = message(recvbuf, "recvbuf")
         sent = None
         if dest != PROC_NULL:
             sent = ctx.isend(message(sendbuf, "sendbuf", True).buf, dest,
                              sendtag)
-        if source == PROC_NULL:
+        if r is None:
             _proc_null(status)
         else:
-            r = message(recvbuf, "recvbuf")
             got = ctx.recv(r.buf, _any(source), recvtag, timeout)
             r.unpack(got[2])
             if status is not None:

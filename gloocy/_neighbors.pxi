@@ -14,7 +14,6 @@ from cpython.memoryview cimport PyMemoryView_FromMemory
 
 from gloocy._core cimport Buf
 
-import ctypes
 import time as _time
 
 from gloocy.constants import BOTTOM
@@ -129,13 +128,10 @@ def _w_blocks(spec, int n, str name, bint readonly):
 def _at_address(address, count, datatype, str name):
     """BOTTOM: the memory of `count` items of `datatype` at an absolute
     address (what Get_address gave)."""
-    lb, extent = datatype.Get_extent()
-    true_lb, true_extent = datatype.Get_true_extent()
-    if true_lb < 0:
+    first, end = datatype.span(count)
+    if first < 0:
         raise NotImplementedError(f"{name}: a datatype with a negative lower "
                                   "bound at an absolute address")
-    span = true_lb + (count - 1) * extent + true_extent if count else 0
-    if span == 0:
+    if end == 0:
         return np.zeros(0, np.uint8)
-    return np.frombuffer((ctypes.c_char * span).from_address(address),
-                         np.uint8)
+    return bufspec.at_addresses(address, address + end, name)

@@ -157,27 +157,91 @@ class _DLTensor(ctypes.Structure):
                 ("byte_offset", ctypes.c_uint64)]
 
 
+_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class _DLManaged(ctypes.Structure):             # DLPack < 1.0
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p),
+                ("deleter", _DLDeleter)]
+
+
+class _DLManagedVersioned(ctypes.Structure):    # DLPack >= 1.0
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32),
+                ("manager_ctx", ctypes.c_void_p), ("deleter", _DLDeleter),
+                ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_DL_READ_ONLY = 1 << 0
+# capsule name -> (its struct, the name that marks it consumed); the names
+# are module constants: a capsule keeps a pointer to its name
+_DL_CAPSULES = {b"dltensor_versioned": (_DLManagedVersioned,
+                                        b"used_dltensor_versioned"),
+                b"dltensor": (_DLManaged, b"used_dltensor")}
+
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
 _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_valid.restype = ctypes.c_int
+_capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_rename = ctypes.pythonapi.PyCapsule_SetName
+_capsule_rename.restype = ctypes.c_int
+_capsule_rename.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}   # DLDataTypeCode -> typestr
 _DL_HOST_DEVICES = (1, 2, 3, 13)    # CPU; CUDA, CUDA host, managed: if host memory
 
 
+def _dlpack_capsule(obj, device):
+    """obj's capsule, versioned (DLPack 1.0) when the producer has it; a
+    CUDA producer is asked not to synchronize any stream."""
+    stream = {} if device == 1 else {"stream": -1}
+    for kwargs in ({"max_version": (1, 0), **stream}, stream):
+        try:
+            return obj.__dlpack__(**kwargs)
+        except (TypeError, RuntimeError):   # an older or a CPU-only producer
+            pass
+    return obj.__dlpack__()
+
+
+def _consume(capsule, name):
+    """(managed tensor, read-only) of a fresh capsule, which is marked used:
+    from now on its deleter is ours to call (_release)."""
+    for capsule_name, (struct, used) in _DL_CAPSULES.items():
+        if _capsule_valid(capsule, capsule_name):
+            managed = struct.from_address(_capsule_pointer(capsule,
+                                                           capsule_name))
+            _capsule_rename(capsule, used)
+            flags = getattr(managed, "flags", 0)
+            return managed, bool(flags & _DL_READ_ONLY)
+    raise BufferError(f"{name}: __dlpack__ did not return an unused DLPack "
+                      "capsule")
+
+
+def _release(managed):
+    if managed.deleter:
+        managed.deleter(ctypes.addressof(managed))
+
+
 def _from_dlpack(obj, name):
-    """A writable NumPy array over a DLPack producer's memory, read from its
-    (unversioned) capsule the way DLPack lays it out; the capsule, whose
-    destructor releases the tensor, lives as long as the array."""
+    """A NumPy array over a DLPack producer's memory, read from its capsule
+    the way DLPack lays it out; the producer's deleter runs when the array
+    goes."""
     device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
     if device not in _DL_HOST_DEVICES:
         raise BufferError(f"{name}: {type(obj).__name__} lives on DLPack "
                           f"device type {device}; gloocy moves host memory "
                           "only (copy it to the CPU first)")
-    try:        # a CUDA producer is asked not to synchronize any stream
-        capsule = obj.__dlpack__() if device == 1 else obj.__dlpack__(stream=-1)
-    except (TypeError, RuntimeError):
-        capsule = obj.__dlpack__()
-    t = _DLTensor.from_address(_capsule_pointer(capsule, b"dltensor"))
+    managed, readonly = _consume(_dlpack_capsule(obj, device), name)
+    try:
+        return _dlpack_array(obj, managed.dl_tensor, readonly, device, name,
+                             managed)
+    except BaseException:
+        _release(managed)
+        raise
+
+
+def _dlpack_array(obj, t, readonly, device, name, managed):
+    """The NumPy array of DLTensor t; `managed` is released with it."""
     kind, itemsize = _DL_KINDS.get(t.dtype.code), t.dtype.bits // 8 * t.dtype.lanes
     if t.dtype.lanes == 2 and kind == "f":
         kind = "c"                  # complex as two float lanes
@@ -195,19 +259,18 @@ def _from_dlpack(obj, name):
     strides = (None if not t.strides else
                tuple(t.strides[i] * itemsize for i in range(t.ndim)))
     interface = {"shape": shape, "typestr": f"{_NATIVE}{kind}{itemsize}",
-                 "data": (address, False), "strides": strides, "version": 3}
+                 "data": (address, readonly), "strides": strides,
+                 "version": 3}
     if t.dtype.code == 6:
         interface["typestr"] = "|b1"
     host = _HostArray(interface, obj)
-    # The capsule goes when the array does, from a weakref callback: its
-    # destructor may run Python code, which must not run while an exception
-    # is being raised (CPython saves and restores it around such callbacks).
-    weakref.finalize(host, _keep, capsule)
-    return np.asarray(host)
-
-
-def _keep(capsule):
-    """Held by a finalizer until then; nothing to do."""
+    array = np.asarray(host)
+    # The tensor is released when the array goes, from a weakref callback:
+    # the deleter may run Python code, which must not run while an
+    # exception is being raised (CPython saves and restores it around such
+    # callbacks).
+    weakref.finalize(host, _release, managed)
+    return array
 
 
 def _foreign(obj, name):
@@ -417,14 +480,28 @@ def _memory(buf, datatype, name, readonly):
 
 
 def _no_data(buf, counts, name):
-    """None and BOTTOM carry no data (BOTTOM's absolute addresses are not
-    supported)."""
+    """None carries no data; nor does BOTTOM with per-rank counts (its
+    absolute addresses are read by message() and w_blocks())."""
     if any(counts):
         if buf is BOTTOM:
             raise NotImplementedError(
-                f"{name}: BOTTOM (absolute addresses) is not supported")
+                f"{name}: BOTTOM (absolute addresses) with counts and "
+                "displacements per rank: use Alltoallw's byte displacements "
+                "or a struct datatype of absolute addresses")
         raise ValueError(f"{name}: the buffer is None but the count is "
                          f"{sum(counts)}")
+
+
+def at_addresses(first, end, name):
+    """The process's memory from address `first` to `end`, for BOTTOM's
+    absolute addresses (MPI.Get_address): a view the caller answers for,
+    as in MPI."""
+    if first <= 0:
+        raise ValueError(f"{name}: data at address {first} from BOTTOM: "
+                         "displacements from BOTTOM are absolute addresses "
+                         "(MPI.Get_address)")
+    return np.frombuffer((ctypes.c_char * (end - first)).from_address(first),
+                         np.uint8)
 
 
 # -- the specs -------------------------------------------------------------------
@@ -448,6 +525,11 @@ def message(spec, *, name, readonly=False, allow_in_place=False, blocks=1):
                            spec.size, own)
     buf, count, displ, datatype = _split(spec, name, vector=False)
     mem, datatype = _memory(buf, _datatype(datatype, name), name, readonly)
+    if buf is BOTTOM and count:         # items at absolute addresses
+        count = _nonnegative(count, name, "count") * blocks
+        first, end = datatype.span(count)
+        return _items(at_addresses(first, end, name), datatype, count,
+                      -first, readonly)
     if buf is None or buf is BOTTOM:    # no memory: no data
         count = 0 if count is None else _nonnegative(count, name, "count")
         _no_data(buf, [count], name)
@@ -463,6 +545,11 @@ def message(spec, *, name, readonly=False, allow_in_place=False, blocks=1):
         count = _nonnegative(count, name, "count") * blocks
     start = displ * extent
     _check_span(mem, datatype, count, start, name)
+    return _items(mem, datatype, count, start, readonly)
+
+
+def _items(mem, datatype, count, start, readonly):
+    """The Message of `count` items of datatype from byte `start` of mem."""
     if datatype.is_contiguous or readonly:
         return Message(datatype.pack(mem, count, start), count, datatype)
     scratch = np.empty(count * datatype.n_elements, datatype.np_dtype)
@@ -560,6 +647,13 @@ def w_blocks(spec, size, *, name, readonly=False):
         raise ValueError(f"{name}: expected {size} datatypes, one per rank, "
                          f"got {datatypes!r}")
     datatypes = [_datatype(d, name) for d in datatypes]
+    if buf is BOTTOM and any(counts):   # displacements are addresses
+        spans = [(start + d.span(n)[0], start + d.span(n)[1])
+                 for n, start, d in zip(counts, displs, datatypes) if n]
+        first = min([f for f, _ in spans])
+        mem = at_addresses(first, max([e for _, e in spans]), name)
+        displs = [start - first for start in displs]
+        buf = mem
     mem = _memory(buf, datatypes[0], name, readonly)[0]
     if buf is None or buf is BOTTOM:
         _no_data(buf, counts, name)

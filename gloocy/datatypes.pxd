@@ -16,6 +16,7 @@ cdef class Typemap:
     cdef readonly int64_t n          # elements in one item
     cdef readonly int64_t lb, ub     # MPI's bounds of one item, bytes (extent = ub - lb)
     cdef readonly int64_t true_lb, true_ub  # bytes the data really spans
+    cdef readonly int64_t align      # alignment of the widest element (structs pad to it)
     cdef readonly int64_t data_lb, data_ub  # bytes the elements span as NumPy moves them
     cdef readonly bint contiguous    # any number of items are one dense run of elements
     cdef readonly int core           # the core's dtype code of the element, -1: none
@@ -26,6 +27,7 @@ cdef class Typemap:
     cdef readonly object code        # typecode (predefined types and their Dups), else None
     cdef readonly object attr        # predefined: its name in gloocy.datatypes, else None
     cdef public object attrs         # Attributes (keyvals) set on the type, or None
+    cdef public object recipe        # how it was made (_type_recipes.pxi); None: named
     cdef _layout(self)               # sets data_lb/ub, contiguous, core, dense
 
 

@@ -23,11 +23,16 @@ from gloocy.attributes import Attributes, create_keyval, free_keyval
 from gloocy.errors import ERR_ARG, ERR_COUNT, ERR_TYPE, ArgumentError
 
 __all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
-           "ORDER_FORTRAN"]
+           "ORDER_FORTRAN", "DISTRIBUTE_BLOCK", "DISTRIBUTE_CYCLIC",
+           "DISTRIBUTE_NONE", "DISTRIBUTE_DFLT_DARG"]
 
 # mpi4py's values
 ORDER_C = 56
 ORDER_F = ORDER_FORTRAN = 57
+DISTRIBUTE_BLOCK = 121
+DISTRIBUTE_CYCLIC = 122
+DISTRIBUTE_NONE = 123
+DISTRIBUTE_DFLT_DARG = -49767
 
 
 def _mpi_error(message, error_class):
@@ -47,14 +52,21 @@ cdef int _core_code(object np_dtype):
     return probe.dtype
 
 
+cdef Typemap _MIXED                 # the element of mixed types (below)
+cdef dict _BY_NAME                  # every predefined name -> its Datatype (below)
+cdef object _ONE_BYTE = np.zeros(1, np.int64)
+
+
 cdef class Typemap:
     """What a datatype handle points at (fields: datatypes.pxd). Offsets
     are the byte offsets of the elements (copies of the predefined `elem`)
-    in typemap order."""
+    in typemap order. A type mixing element types (a struct of a double
+    and a char) is kept as the bytes MPI moves: its elem is _MIXED."""
 
     def __init__(self, Typemap elem, offsets, lb, ub, true_lb, true_ub,
-                 name="", code=None):
+                 name="", code=None, align=0):
         self.elem, self.offsets = elem, offsets
+        self.align = align or elem.align
         self.np, self.attr = None, None
         self.itemsize, self.elem_size = elem.itemsize, elem.elem_size
         self.lb, self.ub = lb, ub
@@ -81,8 +93,17 @@ cdef class Typemap:
     def __reduce__(self):
         if self.attr:           # predefined: unpickle to this module's handle
             return _predefined_handle, (self.attr,)
-        return Typemap, (self.elem, self.offsets, self.lb, self.ub,
-                         self.true_lb, self.true_ub, self.name, self.code)
+        return _typemap, (self.elem, self.offsets, self.lb, self.ub,
+                          self.true_lb, self.true_ub, self.name, self.code,
+                          self.align, self.recipe, self.committed)
+
+
+def _typemap(elem, offsets, lb, ub, true_lb, true_ub, name, code, align,
+             recipe, committed):
+    cdef Typemap h = Typemap(elem, offsets, lb, ub, true_lb, true_ub, name,
+                             code, align)
+    h.recipe, h.committed = recipe, committed
+    return h
 
 
 cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
@@ -93,6 +114,7 @@ cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
     h.elem, h.np, h.attr, h.name, h.code = h, np_dtype, attr, mpi_name, code
     h.committed = True
     h.itemsize = np_dtype.itemsize if np_dtype is not None else 2
+    h.align = np_dtype.alignment if np_dtype is not None else 2
     h.offsets = np.zeros(1, np.int64)
     h.n = 1
     h.lb, h.ub, h.true_lb = 0, h.itemsize, 0
@@ -101,6 +123,10 @@ cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
     h._layout()
     h.core = h.dense = core if np_dtype is None else _core_code(np_dtype)
     return h
+
+
+def _predefined_datatype(attr):
+    return _BY_NAME[attr]
 
 
 def _predefined_handle(attr):
@@ -149,6 +175,16 @@ def _block_starts(displs, blocklengths, extent):
     first = np.cumsum(lengths) - lengths
     within = np.arange(lengths.sum(), dtype=np.int64) - np.repeat(first, lengths)
     return np.repeat(np.asarray(displs, np.int64), lengths) + within * extent
+
+
+include "_type_recipes.pxi"
+
+
+cdef object _packing():
+    # imported when first used: packing parses buffer specifications with
+    # gloocy.bufspec, which imports this module
+    import gloocy.packing
+    return gloocy.packing
 
 
 cdef inline Typemap _handle(Datatype self):
@@ -207,9 +243,9 @@ cdef class Datatype:
         if h is not None and not h.attr:
             return type(self)._wrap, (h,)
         name = "DATATYPE_NULL" if h is None else h.attr
-        if type(self) is Datatype:
-            return name             # unpickles to this module's object
-        return type(self), (_BY_NAME[name],)    # a subclass: Sub(FLOAT)
+        if self is _BY_NAME[name]:
+            return _predefined_datatype, (name,)    # this module's object
+        return type(self), (_BY_NAME[name],)    # a copy or a subclass: Sub(FLOAT)
 
     # -- sizes and bounds ----------------------------------------------------
 
@@ -258,7 +294,82 @@ cdef class Datatype:
 
     @property
     def is_predefined(self):
-        return self._h is None or self._h.attr is not None
+        """Named types, DATATYPE_NULL and Fortran 90 parameterized types."""
+        h = self._h
+        return (h is None or h.attr is not None or h.recipe is not None
+                and h.recipe[0] in (COMBINER_F90_INTEGER, COMBINER_F90_REAL,
+                                    COMBINER_F90_COMPLEX))
+
+    # -- how it was made (_type_recipes.pxi) -------------------------------------
+
+    Get_envelope = _get_envelope
+    Get_contents = _get_contents
+    decode = _decode
+
+    @property
+    def envelope(self):
+        return _get_envelope(self)
+
+    @property
+    def contents(self):
+        return _get_contents(self)
+
+    @property
+    def combiner(self):
+        return _recipe(self)[0]
+
+    @property
+    def is_named(self):
+        return _recipe(self)[0] == COMBINER_NAMED
+
+    @property
+    def typechar(self):
+        """NumPy's character for the type ("V" for derived types)."""
+        return "" if self._h is None else _typechar(self._h)
+
+    @property
+    def typestr(self):
+        """NumPy's type string for the type ("V<extent>" for derived types)."""
+        return "" if self._h is None else _typestr(self._h)
+
+    @classmethod
+    def Create_f90_integer(cls, r):
+        """The integer type of at least r decimal digits."""
+        name = _f90_kind("integer", 0, r, _INTEGER_KINDS)
+        return _f90(COMBINER_F90_INTEGER, [_index(r, "r")], name)
+
+    @classmethod
+    def Create_f90_real(cls, p, r):
+        """The real type of precision p and decimal exponent range r."""
+        name = _f90_kind("real", p, r, _REAL_KINDS)
+        return _f90(COMBINER_F90_REAL, [_index(p, "p"), _index(r, "r")], name)
+
+    @classmethod
+    def Create_f90_complex(cls, p, r):
+        name = _f90_kind("complex", p, r, _COMPLEX_KINDS)
+        return _f90(COMBINER_F90_COMPLEX, [_index(p, "p"), _index(r, "r")],
+                    name)
+
+    @classmethod
+    def Match_size(cls, typeclass, size):
+        """The Fortran type of `typeclass` (TYPECLASS_*) with `size` bytes."""
+        if typeclass not in _MATCH:
+            raise _mpi_error(f"typeclass: {typeclass!r} is not a TYPECLASS_*",
+                             ERR_ARG)
+        what, sizes = _MATCH[typeclass]
+        name = sizes.get(_index(size, "size"))
+        if name is None:
+            raise _mpi_error(f"no {what} type of {size} bytes", ERR_ARG)
+        return _BY_NAME[name]
+
+    @classmethod
+    def Get_value_index(cls, value, index):
+        """The predefined (value, index) pair type of MAXLOC/MINLOC for
+        these two types, or DATATYPE_NULL when there is none."""
+        v, i = _handle(value), _handle(index)
+        if i.name != "MPI_INT" or v.name not in _VALUE_INDEX:
+            return _BY_NAME["DATATYPE_NULL"]
+        return _BY_NAME[_VALUE_INDEX[v.name]]
 
     # -- names -----------------------------------------------------------------
 
@@ -280,8 +391,12 @@ cdef class Datatype:
 
     @staticmethod
     def fromcode(code):
-        """The predefined datatype of a typecode (mpi4py's spelling)."""
-        return from_typecode(code)
+        """The predefined datatype of a typecode (mpi4py's spelling);
+        ValueError when there is none."""
+        try:
+            return from_typecode(code)
+        except KeyError as e:
+            raise ValueError(e.args[0]) from None
 
     def tocode(self):
         """The typecode of this datatype; ValueError when it has none."""
@@ -312,8 +427,9 @@ cdef class Datatype:
     def Dup(self):
         h = _handle(self)
         dup = Typemap(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
-                      code=h.code)
+                      code=h.code, align=h.align)
         dup.committed = h.committed
+        dup.recipe = (COMBINER_DUP, [], [], [h])
         if h.attrs is not None:
             dup.attrs = h.attrs.copy(self)      # the keys' copy callbacks
         return self._wrap(dup)
@@ -350,14 +466,17 @@ cdef class Datatype:
         h = _handle(self)
         count = _count(count, "count")
         _check_elements(count * h.n)
-        return _derive(type(self), [(h, np.arange(count, dtype=np.int64)
-                                     * (h.ub - h.lb))])
+        return _made(_derive(type(self), [(h, np.arange(count, dtype=np.int64)
+                                              * (h.ub - h.lb))]),
+                     COMBINER_CONTIGUOUS, [], [count], [h])
 
     def Create_vector(self, count, blocklength, stride):
         """count blocks of blocklength items, block starts `stride` items apart."""
         h = _handle(self)
-        return self.Create_hvector(count, blocklength,
-                                   _index(stride, "stride") * (h.ub - h.lb))
+        stride = _index(stride, "stride")
+        return _made(self.Create_hvector(count, blocklength,
+                                         stride * (h.ub - h.lb)),
+                     COMBINER_VECTOR, [], [count, blocklength, stride], [h])
 
     def Create_hvector(self, count, blocklength, stride):
         """As Create_vector with `stride` in bytes."""
@@ -367,14 +486,19 @@ cdef class Datatype:
         stride = _index(stride, "stride")
         _check_elements(count * blocklength * h.n)
         displs = np.arange(count, dtype=np.int64) * stride
-        return _derive(type(self), [(h, _block_starts(
-            displs, [blocklength] * count, h.ub - h.lb))])
+        return _made(_derive(type(self), [(h, _block_starts(
+            displs, [blocklength] * count, h.ub - h.lb))]),
+            COMBINER_HVECTOR, [], [count, blocklength, stride], [h])
 
     def Create_indexed(self, blocklengths, displacements):
         """Blocks of blocklengths[i] items at displacements[i] items."""
         h = _handle(self)
-        displs = np.asarray(_ints(displacements, "displacements"), np.int64)
-        return self.Create_hindexed(blocklengths, displs * (h.ub - h.lb))
+        displs = _ints(displacements, "displacements")
+        t = self.Create_hindexed(blocklengths,
+                                 np.asarray(displs, np.int64) * (h.ub - h.lb))
+        return _made(t, COMBINER_INDEXED, [],
+                     [len(displs), *t._h.recipe[2][1:1 + len(displs)],
+                      *displs], [h])
 
     def Create_hindexed(self, blocklengths, displacements):
         """As Create_indexed with displacements in bytes."""
@@ -382,37 +506,53 @@ cdef class Datatype:
         _same_length(blocklengths, displacements, "displacements")
         lengths = [_count(b, "blocklengths") for b in blocklengths]
         displs = _ints(displacements, "displacements")
-        return _derive(type(self), [(h, _block_starts(displs, lengths,
-                                                      h.ub - h.lb))])
+        return _made(_derive(type(self), [(h, _block_starts(displs, lengths,
+                                                            h.ub - h.lb))]),
+                     COMBINER_HINDEXED, [], [len(lengths), *lengths, *displs],
+                     [h])
 
     def Create_indexed_block(self, blocklength, displacements):
-        return self.Create_indexed([blocklength] * len(displacements),
-                                   displacements)
+        t = self.Create_indexed([blocklength] * len(displacements),
+                                displacements)
+        c = t._h.recipe[2]
+        return _made(t, COMBINER_INDEXED_BLOCK, [],
+                     [c[0], _count(blocklength, "blocklength"), *c[1 + c[0]:]],
+                     [_handle(self)])
 
     def Create_hindexed_block(self, blocklength, displacements):
-        return self.Create_hindexed([blocklength] * len(displacements),
-                                    displacements)
+        t = self.Create_hindexed([blocklength] * len(displacements),
+                                 displacements)
+        c = t._h.recipe[2]
+        return _made(t, COMBINER_HINDEXED_BLOCK, [],
+                     [c[0], _count(blocklength, "blocklength"), *c[1 + c[0]:]],
+                     [_handle(self)])
 
     @classmethod
     def Create_struct(cls, blocklengths, displacements, datatypes):
         """Blocks of blocklengths[i] items of datatypes[i] at byte
-        displacements[i]; every datatype must be made of one element type."""
+        displacements[i]. When the element types differ, the extent is
+        padded to a multiple of the widest element's alignment, as a C
+        struct's (and MPICH's)."""
         _same_length(blocklengths, displacements, "displacements")
         _same_length(blocklengths, datatypes, "datatypes")
-        pieces = []
+        pieces, lengths, displs, handles = [], [], [], []
         for b, d, t in zip(blocklengths, displacements, datatypes):
             h = t._handle()
-            pieces.append((h, _block_starts([_index(d, "displacements")],
-                                            [_count(b, "blocklengths")],
+            lengths.append(_count(b, "blocklengths"))
+            displs.append(_index(d, "displacements"))
+            handles.append(h)
+            pieces.append((h, _block_starts([displs[-1]], [lengths[-1]],
                                             h.ub - h.lb)))
-        return _derive(cls, pieces)
+        return _made(_derive(cls, pieces, True), COMBINER_STRUCT, [],
+                     [len(lengths), *lengths, *displs], handles)
 
     def Create_resized(self, lb, extent):
         """The same data with lower bound `lb` and extent `extent` (bytes)."""
         h = _handle(self)
         lb, extent = _index(lb, "lb"), _index(extent, "extent")
-        return self._wrap(Typemap(h.elem, h.offsets, lb, lb + extent,
-                                  h.true_lb, h.true_ub))
+        return _made(self._wrap(Typemap(h.elem, h.offsets, lb, lb + extent,
+                                        h.true_lb, h.true_ub, align=h.align)),
+                     COMBINER_RESIZED, [], [lb, extent], [h])
 
     Resized = Create_resized
 
@@ -438,7 +578,33 @@ cdef class Datatype:
             tuple([slice(s, s + n) for s, n in zip(starts, subsizes)])]
         extent = h.ub - h.lb
         sub = _derive(type(self), [(h, index.ravel(order=npo) * extent)])
-        return sub.Create_resized(0, flat.size * extent)
+        return _made(sub.Create_resized(0, flat.size * extent),
+                     COMBINER_SUBARRAY, [len(sizes), order],
+                     [*sizes, *subsizes, *starts], [h])
+
+    # -- packing (gloocy.packing) -------------------------------------------
+
+    def Pack(self, inbuf, outbuf, position, comm):
+        """Pack inbuf into outbuf's bytes from `position`; the position
+        after them."""
+        return _packing().pack(self, inbuf, outbuf, position)
+
+    def Unpack(self, inbuf, position, outbuf, comm):
+        return _packing().unpack(self, inbuf, position, outbuf)
+
+    def Pack_size(self, count, comm):
+        return _packing().pack_size(self, count)
+
+    def Pack_external(self, datarep, inbuf, outbuf, position):
+        return _packing().pack_external(datarep, self, inbuf, outbuf,
+                                        position)
+
+    def Unpack_external(self, datarep, inbuf, position, outbuf):
+        return _packing().unpack_external(datarep, self, inbuf, position,
+                                          outbuf)
+
+    def Pack_external_size(self, datarep, count):
+        return _packing().pack_external_size(datarep, self, count)
 
     # -- what the buffer layer needs ---------------------------------------
 
@@ -521,26 +687,46 @@ cdef class Datatype:
         target[index] = packed.view(target.dtype)
 
 
-def _derive(cls, pieces):
+def _derive(cls, pieces, bint struct=False):
+    """The type made of `pieces`: (Typemap, byte starts of its copies)."""
     used = [(h, starts) for h, starts in pieces if starts.size]
     full = [(h, starts) for h, starts in used if h.n]
     elems = {id(h.elem): h.elem for h, _ in full}
-    if len(elems) > 1:
-        names = ", ".join(sorted([e.name for e in elems.values()]))
-        raise NotImplementedError(
-            f"gloocy datatypes are made of one element type; this one mixes "
-            f"{names}")
     elem = next(iter(elems.values()), pieces[0][0].elem if pieces
                 else (<Datatype>_BY_NAME["BYTE"])._h)
     if not used:
         return cls._wrap(Typemap(elem, np.zeros(0, np.int64), 0, 0, 0, 0))
-    offsets = np.concatenate([(s[:, None] + h.offsets).ravel()
-                              for h, s in full] or [np.zeros(0, np.int64)])
+    mixed = len(elems) > 1
+    if mixed:           # the bytes MPI moves, element by element
+        offsets = np.concatenate([
+            ((s[:, None] + h.offsets).reshape(-1, 1)
+             + _data_bytes(h.elem)).ravel() for h, s in full])
+        _check_elements(offsets.size)
+        elem = _MIXED
+    else:
+        offsets = np.concatenate([(s[:, None] + h.offsets).ravel()
+                                  for h, s in full] or [np.zeros(0, np.int64)])
     lb = min([int(s.min()) + h.lb for h, s in used])
     ub = max([int(s.max()) + h.ub for h, s in used])
     true_lb = min([int(s.min()) + h.true_lb for h, s in full], default=0)
     true_ub = max([int(s.max()) + h.true_ub for h, s in full], default=0)
-    return cls._wrap(Typemap(elem, offsets, lb, ub, true_lb, true_ub))
+    align = max([h.align for h, _ in full], default=1)
+    if struct and mixed and (ub - lb) % align:
+        ub += align - (ub - lb) % align
+    return cls._wrap(Typemap(elem, offsets, lb, ub, true_lb, true_ub,
+                             align=align))
+
+
+cdef object _data_bytes(Typemap elem):
+    """Byte offsets, within one element, of the bytes MPI moves: all of
+    them but a (value, index) pair's padding."""
+    if elem is _MIXED:
+        return _ONE_BYTE
+    fields = elem.np.fields if elem.np is not None else None
+    if not fields:
+        return np.arange(elem.elem_size, dtype=np.int64)
+    return np.concatenate([np.arange(at, at + f.itemsize, dtype=np.int64)
+                           for f, at in fields.values()])
 
 
 # -- the predefined types ----------------------------------------------------
@@ -621,7 +807,7 @@ _TABLE = [
 _NULL_NAMES = ["DATATYPE_NULL", "LOGICAL1", "LOGICAL2", "LOGICAL4",
                "LOGICAL8", "LOGICAL16", "INTEGER16", "REAL2", "COMPLEX4"]
 
-cdef dict _BY_NAME = {}      # every name above and in _TABLE -> its Datatype
+_BY_NAME = {}                # every name above and in _TABLE -> its Datatype
 
 for _name in _NULL_NAMES:
     _BY_NAME[_name] = Datatype()
@@ -641,6 +827,12 @@ for _attrs, _mpi_name, _np, _code in _TABLE:
         _BY_NAME[_name] = _dt
 
 globals().update(_BY_NAME)
+
+# The element of types that mix element types: one byte, as MPI_CHAR (the
+# core moves it and refuses to reduce it), but a handle of its own.
+_MIXED = _predefined("_MIXED", "MPI_CHAR", np.dtype("S1"), None)
+_BY_NAME["_MIXED"] = Datatype._wrap(_MIXED)
+
 __all__ += _NULL_NAMES + [a for row in _TABLE for a in row[0].split()]
 del _attrs, _mpi_name, _np, _code, _h, _dt, _name
 

@@ -214,6 +214,13 @@ class BufferAutomaticType(int):
 BUFFER_AUTOMATIC = BufferAutomaticType()
 
 
+def _readonly(buf):
+    try:
+        return memoryview(buf).readonly
+    except TypeError:           # a buffer spec gloocy reads otherwise
+        return False
+
+
 def _nbytes(buf):
     """The size of an attached buffer (any buffer spec gloocy can send)."""
     from gloocy.communicator import _spec_nbytes
@@ -249,6 +256,9 @@ class SendBuffer:
                 size = None
             else:
                 size = _nbytes(buf)
+                if _readonly(buf):
+                    raise BufferError("Attach_buffer: buf is read-only; "
+                                      "buffered sends write into it")
             self._buf, self._size = buf, size
 
     def flush(self):

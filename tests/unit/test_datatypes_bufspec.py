@@ -173,6 +173,20 @@ DERIVED = {
     "struct negative": lambda M: M.Datatype.Create_struct([1], [-3], [M.INT]),
     "struct empty": lambda M: M.Datatype.Create_struct([], [], []),
     "dup of vector": lambda M: M.INT.Create_vector(2, 1, 2).Dup(),
+    "mixed struct": lambda M: M.Datatype.Create_struct(
+        [1, 1], [0, 8], [M.DOUBLE, M.CHAR]),
+    "mixed struct padded": lambda M: M.Datatype.Create_struct(
+        [1, 1, 2], [4, 12, 14], [M.INT, M.CHAR, M.SHORT]),
+    "mixed struct of pair": lambda M: M.Datatype.Create_struct(
+        [1, 3], [0, 16], [M.DOUBLE_INT, M.CHAR]),
+    "mixed vector": lambda M: M.Datatype.Create_struct(
+        [2, 1], [0, 8], [M.FLOAT, M.SHORT]).Create_vector(3, 1, -2),
+    "mixed of mixed": lambda M: M.Datatype.Create_struct(
+        [2, 1], [0, 40], [M.Datatype.Create_struct(
+            [1, 1], [0, 8], [M.DOUBLE, M.CHAR]), M.INT]),
+    "mixed resized": lambda M: M.Datatype.Create_struct(
+        [1, 1], [0, 2], [M.SHORT, M.UNSIGNED_CHAR]).Create_resized(-2, 8)
+    .Create_contiguous(2),
     "pair contiguous": lambda M: M.DOUBLE_INT.Create_contiguous(2),
     "short_int contiguous": lambda M: M.SHORT_INT.Create_contiguous(2),
     "pair vector": lambda M: M.FLOAT_INT.Create_vector(2, 1, 3),
@@ -294,8 +308,6 @@ def test_constructor_errors():
         D.INT.Create_subarray([4], [2], [0], order=5)
     with pytest.raises(ValueError):
         D.DATATYPE_NULL.Create_contiguous(2)
-    with pytest.raises(NotImplementedError, match="MPI_DOUBLE, MPI_INT"):
-        D.Datatype.Create_struct([1, 1], [0, 8], [D.DOUBLE, D.INT])
 
 
 # -- buffer specs against mpi4py -------------------------------------------------
@@ -663,9 +675,23 @@ def test_in_place_none_and_bottom():
         vector_message(IN_PLACE, 2, name="recvbuf")
     assert repr(BOTTOM) == "BOTTOM"
     assert message([BOTTOM, 0, "d"], name="buf").nbytes == 0
-    with pytest.raises(NotImplementedError, match="BOTTOM"):
-        message([BOTTOM, 2, "d"], name="buf")
+    with pytest.raises(ValueError, match="absolute addresses"):
+        message([BOTTOM, 2, "d"], name="buf")      # address 0: nothing there
     assert message([a, 0, "d"], name="buf").nbytes == 0
+    # a struct of absolute addresses reads and writes the arrays there
+    b = np.array([5, 6], np.int32)
+    at = datatypes.Datatype.Create_struct(
+        [3, 2], [a.ctypes.data, b.ctypes.data],
+        [datatypes.DOUBLE, datatypes.INT]).Commit()
+    a[:] = [1.5, 2.5, 3.5]
+    sent = message([BOTTOM, 1, at], name="buf", readonly=True)
+    assert sent.data.tobytes() == a.tobytes() + b.tobytes()
+    into = message([BOTTOM, 1, at], name="buf")
+    into.data[:] = np.frombuffer(np.arange(3.0).tobytes()
+                                 + np.array([8, 9], np.int32).tobytes(),
+                                 np.uint8).view(into.data.dtype)
+    into.unpack()
+    assert a.tolist() == [0.0, 1.0, 2.0] and b.tolist() == [8, 9]
 
 
 def test_stricter_than_mpi4py():
@@ -857,33 +883,32 @@ def test_communicator_reads_vector_specs_like_mpi4py(case, role):
     assert ours == theirs
 
 
-_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 _released = []
 
 
-@_CAPSULE_DESTRUCTOR
-def _python_destructor(pointer):
-    # Python code in a capsule destructor, as ctypes-made DLPack producers
+@bufspec._DLDeleter
+def _python_deleter(pointer):
+    # Python code in a tensor's deleter, as ctypes-made DLPack producers
     # (mpi4py's test arrays) have: it must not run while an error is raised.
-    _released.append(ctypes.cast(pointer, ctypes.c_void_p).value)
+    _released.append(pointer)
 
 
 class _CtypesDLPack:
-    """A DLPack producer whose capsule's destructor is Python code."""
+    """A DLPack producer whose tensor's deleter is Python code."""
 
     def __init__(self, array):
         self.array = array
         self.shape = (ctypes.c_int64 * 1)(array.size)
-        self.tensor = bufspec._DLTensor(array.ctypes.data, bufspec._DLDevice(1, 0), 1,
-                                        bufspec._DLDataType(2, 64, 1), self.shape,
-                                        None, 0)
+        tensor = bufspec._DLTensor(array.ctypes.data, bufspec._DLDevice(1, 0),
+                                   1, bufspec._DLDataType(2, 64, 1),
+                                   self.shape, None, 0)
+        self.managed = bufspec._DLManaged(tensor, None, _python_deleter)
 
     def __dlpack__(self, **kwargs):
-        return _capsule_new(ctypes.addressof(self.tensor), b"dltensor",
-                            _python_destructor)
+        return _capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
 
     def __dlpack_device__(self):
         return (1, 0)
@@ -899,3 +924,23 @@ def test_an_error_with_a_dlpack_buffer_is_that_error():
                              [np.zeros(3), 3, datatypes.DOUBLE])
     gc.collect()
     assert len(_released) == before + 1
+
+
+def test_mixed_structs_move_but_never_reduce():
+    """A struct of a double and a char is sent as MPI packs it (its 9 bytes
+    per item, padding skipped), and no predefined op reduces it."""
+    from gloocy import MPI as G
+    t = G.Datatype.Create_struct([1, 1], [0, 8], [G.DOUBLE, G.CHAR]).Commit()
+    rec = np.dtype([("x", "f8"), ("c", "S1")], align=True)
+    src = np.array([(1.5, b"a"), (-2.0, b"z")], rec)
+    raw = np.zeros(2 * t.Get_size(), np.uint8)
+    G.COMM_SELF.Sendrecv([src, 2, t], 0, 771, [raw, G.BYTE], 0, 771)
+    packed = np.dtype([("x", "f8"), ("c", "S1")])       # no padding
+    assert raw.tobytes() == src.astype(packed).tobytes()
+    back = np.zeros(2, rec)
+    G.COMM_SELF.Sendrecv([raw, G.BYTE], 0, 772, [back, 2, t], 0, 772)
+    assert back.tolist() == src.tolist()
+    for op in (G.SUM, G.MAX, G.MAXLOC):
+        with pytest.raises(TypeError):
+            G.COMM_SELF.Allreduce([src, 2, t], [back, 2, t], op)
+    t.Free()

@@ -1,0 +1,200 @@
+# cython: language_level=3
+"""mpi4py's ``MPI.buffer`` (alias ``MPI.memory``): a 1-D view of bytes of
+memory, with its address, that the buffer protocol exports.
+
+It views another object's buffer (``buffer(obj)``, ``frombuffer``), fresh
+memory (``allocate``, what ``Alloc_mem`` returns) or raw memory at an
+address (``fromaddress``, the caller answers for it). ``release()`` forgets
+the memory; the view is empty afterwards.
+"""
+
+from cpython.buffer cimport (PyBUF_SIMPLE, PyBUF_WRITABLE, PyBuffer_FillInfo,
+                             PyBuffer_Release, PyObject_CheckBuffer,
+                             PyObject_GetBuffer)
+from libc.stdint cimport uintptr_t
+from libc.string cimport memmove, memset
+
+from gloocy import bufspec
+
+__all__ = ["buffer", "memory"]
+
+cdef object _NOTHING = object()
+
+
+cdef class buffer:
+    """A 1-D view of bytes (format "B") of memory."""
+
+    cdef Py_buffer _view            # held when _held
+    cdef bint _held
+    cdef char *_ptr
+    cdef Py_ssize_t _size
+    cdef bint _readonly
+    cdef object _obj                # what the memory belongs to, or None
+
+    def __init__(self, obj=_NOTHING):
+        if obj is not _NOTHING:
+            self._hold(obj, False, False)
+
+    cdef _hold(self, obj, bint writable, bint readonly):
+        """View obj's buffer (writable: refuse a read-only one; readonly:
+        export it read-only even when it is writable)."""
+        self.release()
+        cdef object exporter = obj
+        if not PyObject_CheckBuffer(obj):   # DLPack, array interfaces
+            exporter = bufspec._buffer(obj, "buffer", not writable)[0]
+        PyObject_GetBuffer(exporter, &self._view,
+                           PyBUF_WRITABLE if writable else PyBUF_SIMPLE)
+        self._held = True
+        self._ptr, self._size = <char *>self._view.buf, self._view.len
+        self._readonly = self._view.readonly or readonly
+        self._obj = obj
+
+    def __dealloc__(self):
+        if self._held:
+            PyBuffer_Release(&self._view)
+
+    # -- constructors --------------------------------------------------------
+
+    @classmethod
+    def allocate(cls, nbytes, bint clear=False):
+        """Fresh memory of nbytes (zeroed: Python's bytearray always is)."""
+        if not isinstance(nbytes, int):
+            raise TypeError(f"nbytes: expected an int, got {nbytes!r}")
+        if nbytes < 0:
+            raise ValueError(f"nbytes: negative size {nbytes}")
+        cdef buffer self = cls.__new__(cls)
+        self._hold(bytearray(nbytes), False, False)
+        return self
+
+    @classmethod
+    def frombuffer(cls, obj, bint readonly=False):
+        """A view of obj's buffer (writable unless `readonly`)."""
+        cdef buffer self = cls.__new__(cls)
+        self._hold(obj, not readonly, readonly)
+        return self
+
+    @classmethod
+    def fromaddress(cls, address, Py_ssize_t nbytes, bint readonly=False):
+        """A view of nbytes at a raw address (nothing keeps them alive)."""
+        if nbytes < 0:
+            raise ValueError(f"nbytes: negative size {nbytes}")
+        if address == 0 and nbytes > 0:
+            raise ValueError("address: NULL with a nonzero size")
+        cdef buffer self = cls.__new__(cls)
+        self._ptr = <char *><uintptr_t>address
+        self._size, self._readonly = nbytes, readonly
+        return self
+
+    def toreadonly(self):
+        """A read-only view of the same memory."""
+        cdef buffer other = type(self).__new__(type(self))
+        if self._held:
+            other._hold(self._obj, False, True)
+        else:
+            other._ptr, other._size = self._ptr, self._size
+        other._readonly = True
+        return other
+
+    def release(self):
+        """Forget the memory (and release the viewed object's buffer)."""
+        if self._held:
+            self._held = False
+            PyBuffer_Release(&self._view)
+        self._ptr, self._size, self._readonly, self._obj = NULL, 0, False, None
+
+    # -- what it is --------------------------------------------------------------
+
+    @property
+    def address(self):
+        return <uintptr_t>self._ptr
+
+    @property
+    def obj(self):
+        return self._obj
+
+    @property
+    def nbytes(self):
+        return self._size
+
+    @property
+    def readonly(self):
+        return self._readonly
+
+    @property
+    def format(self):
+        return "B"
+
+    @property
+    def itemsize(self):
+        return 1
+
+    def __len__(self):
+        return self._size
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        PyBuffer_FillInfo(view, self, self._ptr, self._size, self._readonly,
+                          flags)
+
+    def tobytes(self, order=None):
+        return self._ptr[:self._size]
+
+    def cast(self, format, shape=None):
+        view = memoryview(self)
+        return view.cast(format) if shape is None else view.cast(format, shape)
+
+    # -- items and slices ----------------------------------------------------------
+
+    cdef Py_ssize_t _index(self, i) except -1:
+        cdef Py_ssize_t k = i
+        if k < 0:
+            k += self._size
+        if not 0 <= k < self._size:
+            raise IndexError(f"index {i} out of range (size {self._size})")
+        return k
+
+    cdef tuple _span(self, slice s):
+        start, stop, step = s.indices(self._size)
+        if step != 1:
+            raise IndexError("slices of a buffer must have step 1")
+        return start, max(start, stop)
+
+    def __getitem__(self, item):
+        cdef buffer part
+        if isinstance(item, slice):
+            start, stop = self._span(item)
+            part = type(self).__new__(type(self))
+            if self._held:
+                part._hold(self._obj, False, self._readonly)
+            part._ptr, part._size = self._ptr + <Py_ssize_t>start, stop - start
+            part._readonly = self._readonly
+            return part
+        if not hasattr(item, "__index__"):
+            raise TypeError(f"buffer indices must be integers or slices, not "
+                            f"{type(item).__name__}")
+        return <unsigned char>self._ptr[self._index(item)]
+
+    def __setitem__(self, item, value):
+        if self._readonly:
+            raise TypeError("buffer is read-only")
+        cdef Py_ssize_t start, stop
+        if isinstance(item, slice):
+            start, stop = self._span(item)
+            if isinstance(value, int):
+                memset(self._ptr + start, <unsigned char>value, stop - start)
+                return
+            source = memoryview(value).cast("B")
+            if source.nbytes != stop - start:
+                raise ValueError(f"cannot assign {source.nbytes} bytes to a "
+                                 f"slice of {stop - start}")
+            memoryview(self)[start:stop] = source
+            return
+        if not hasattr(item, "__index__"):
+            raise TypeError(f"buffer indices must be integers or slices, not "
+                            f"{type(item).__name__}")
+        self._ptr[self._index(item)] = <char><unsigned char>value
+
+    def __delitem__(self, item):
+        raise NotImplementedError("a buffer's size is fixed")
+
+
+memory = buffer
