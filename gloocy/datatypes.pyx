@@ -180,6 +180,32 @@ def _block_starts(displs, blocklengths, extent):
 include "_type_recipes.pxi"
 
 
+def _distributed(int64_t g, int d, int64_t a, int64_t p, int64_t c):
+    """The indices along one dimension of g that process coordinate c of p
+    holds: DISTRIBUTE_NONE (all), BLOCK (one block of `a`, ceil(g / p) by
+    default) or CYCLIC (blocks of `a`, 1 by default, dealt round-robin)."""
+    if d == DISTRIBUTE_NONE:
+        if p != 1:
+            raise _mpi_error(f"DISTRIBUTE_NONE over {p} processes", ERR_ARG)
+        return np.arange(g, dtype=np.int64)
+    if d == DISTRIBUTE_BLOCK:
+        if a == DISTRIBUTE_DFLT_DARG:
+            a = -(-g // p)
+        if a <= 0 or a * p < g:
+            raise _mpi_error(f"DISTRIBUTE_BLOCK: blocks of {a} over {p} "
+                             f"processes do not cover {g}", ERR_ARG)
+        return np.arange(min(g, c * a), min(g, (c + 1) * a), dtype=np.int64)
+    if d == DISTRIBUTE_CYCLIC:
+        if a == DISTRIBUTE_DFLT_DARG:
+            a = 1
+        if a <= 0:
+            raise _mpi_error(f"DISTRIBUTE_CYCLIC: block size {a}", ERR_ARG)
+        starts = np.arange(c * a, g, p * a, dtype=np.int64)
+        index = (starts[:, None] + np.arange(a)).ravel()
+        return index[index < g]
+    raise _mpi_error(f"distribs: {d} is not a DISTRIBUTE_* constant", ERR_ARG)
+
+
 cdef object _packing():
     # imported when first used: packing parses buffer specifications with
     # gloocy.bufspec, which imports this module
@@ -581,6 +607,40 @@ cdef class Datatype:
         return _made(sub.Create_resized(0, flat.size * extent),
                      COMBINER_SUBARRAY, [len(sizes), order],
                      [*sizes, *subsizes, *starts], [h])
+
+    def Create_darray(self, size, rank, gsizes, distribs, dargs, psizes,
+                      order=ORDER_C):
+        """Process `rank`'s part of a global array of shape gsizes
+        distributed over a grid of psizes processes (rank's coordinates in
+        it in row-major order), BLOCK, CYCLIC or NONE per dimension; its
+        extent is the whole array's."""
+        h = _handle(self)
+        size, rank = _index(size, "size"), _index(rank, "rank")
+        n = len(gsizes)
+        for values, what in ((distribs, "distribs"), (dargs, "dargs"),
+                             (psizes, "psizes")):
+            _same_length(gsizes, values, what)
+        gsizes = [_count(g, "gsizes") for g in gsizes]
+        distribs, dargs = _ints(distribs, "distribs"), _ints(dargs, "dargs")
+        psizes = [_count(p, "psizes") for p in psizes]
+        if int(np.prod(psizes)) != size or not 0 <= rank < size:
+            raise _mpi_error(f"psizes {psizes} must multiply to size {size} "
+                             f"and rank {rank} be one of them", ERR_ARG)
+        if order not in (ORDER_C, ORDER_F):
+            raise _mpi_error(f"order: expected ORDER_C or ORDER_F, got "
+                             f"{order!r}", ERR_ARG)
+        coords = np.unravel_index(rank, psizes) if n else ()
+        picked = [_distributed(g, d, a, p, int(c)) for g, d, a, p, c in
+                  zip(gsizes, distribs, dargs, psizes, coords)]
+        npo = "C" if order == ORDER_C else "F"
+        index = np.arange(int(np.prod(gsizes)), dtype=np.int64).reshape(
+            gsizes, order=npo)[np.ix_(*picked)] if n else np.zeros(1, np.int64)
+        extent = h.ub - h.lb
+        t = _derive(type(self), [(h, index.ravel(order=npo) * extent)])
+        return _made(t.Create_resized(0, int(np.prod(gsizes)) * extent),
+                     COMBINER_DARRAY,
+                     [size, rank, n, *distribs, *dargs, *psizes, order],
+                     gsizes, [h])
 
     # -- packing (gloocy.packing) -------------------------------------------
 

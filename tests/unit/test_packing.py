@@ -32,6 +32,13 @@ DERIVED = {
     "struct of vector": lambda X: X.Datatype.Create_struct(
         [1, 1], [0, 48], [X.INT.Create_vector(2, 1, 3), X.DOUBLE]),
     "dup": lambda X: X.LONG.Dup(),
+    "darray block cyclic": lambda X: X.DOUBLE.Create_darray(
+        4, 3, [8, 6], [X.DISTRIBUTE_BLOCK, X.DISTRIBUTE_CYCLIC],
+        [X.DISTRIBUTE_DFLT_DARG] * 2, [2, 2]),
+    "darray fortran": lambda X: X.INT.Create_darray(
+        6, 4, [5, 7, 3], [X.DISTRIBUTE_BLOCK, X.DISTRIBUTE_CYCLIC,
+                          X.DISTRIBUTE_NONE],
+        [3, 2, X.DISTRIBUTE_DFLT_DARG], [2, 3, 1], X.ORDER_F),
 }
 
 
