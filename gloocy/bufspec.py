@@ -25,6 +25,7 @@ import ctypes
 import functools
 import operator
 import sys
+import warnings
 import weakref
 
 import numpy as np
@@ -277,18 +278,64 @@ def _foreign(obj, name):
     """A NumPy array over a DLPack producer or an array interface."""
     if hasattr(obj, "__dlpack__"):
         return _from_dlpack(obj, name)
-    interface = getattr(obj, "__cuda_array_interface__", None)
-    if interface is not None:
-        if _is_device_pointer(interface["data"][0]):
-            raise BufferError(f"{name}: {type(obj).__name__} is in CUDA "
-                              "device memory; gloocy moves host memory only "
-                              "(copy it to the host first)")
-        return np.asarray(_HostArray(interface, obj))
+    if hasattr(obj, "__cuda_array_interface__"):
+        return _cuda_interface_array(obj, name)
     if hasattr(obj, "__array_interface__"):
         return np.asarray(obj)
     raise TypeError(f"{name}: expected a buffer (an object with the buffer "
                     "protocol, DLPack or an array interface) or "
                     f"[buffer, ...], got {type(obj).__name__}")
+
+
+def _cuda_interface_array(obj, name):
+    """A NumPy array over a __cuda_array_interface__ in host memory (CUDA
+    host or managed memory), its fields checked as mpi4py checks them."""
+    interface = obj.__cuda_array_interface__
+    what = f"{name}: {type(obj).__name__}.__cuda_array_interface__"
+    if not isinstance(interface, dict):
+        raise TypeError(f"{what} is not a dict")
+    data, typestr, shape = (interface["data"], interface["typestr"],
+                            interface["shape"])          # KeyError: missing
+    strides = interface.get("strides")
+    descr = interface.get("descr")
+    if not isinstance(data, tuple):
+        raise TypeError(f"{what}: data must be (pointer, read-only)")
+    if len(data) != 2:
+        raise ValueError(f"{what}: data must be (pointer, read-only)")
+    if interface.get("mask") is not None:
+        raise BufferError(f"{what}: masked arrays are not supported")
+    if not isinstance(typestr, str):
+        raise TypeError(f"{what}: typestr must be a str")
+    if typestr[:1] not in ("<", ">", "|", "=") or typestr[:1] == (
+            ">" if _NATIVE == "<" else "<"):
+        raise BufferError(f"{what}: typestr {typestr!r} is not in this "
+                          "machine's byte order")
+    dtype = np.dtype(typestr[1:2] + str(int(typestr[2:])))  # ValueError: bad size
+    if descr is not None and not isinstance(descr, list):
+        raise TypeError(f"{what}: descr must be a list")
+    if dtype.kind == "V" and descr and len(descr) > 1:
+        warnings.warn(f"{what}: descr {descr!r} ignored; the typestr "
+                      f"{typestr!r} is taken as bytes", RuntimeWarning,
+                      stacklevel=4)
+    if not isinstance(shape, tuple) or not (strides is None
+                                            or isinstance(strides, tuple)):
+        raise TypeError(f"{what}: shape and strides must be tuples")
+    if any(n < 0 for n in shape):
+        raise BufferError(f"{what}: negative extent in shape {shape}")
+    step = dtype.itemsize
+    for n, stride in reversed(list(zip(shape, strides or shape))):
+        if strides is not None and n > 1 and stride != step:
+            raise BufferError(f"{what}: strides {strides} are not C-contiguous")
+        step *= n
+    address, readonly = data
+    if address and _is_device_pointer(address):
+        raise BufferError(f"{name}: {type(obj).__name__} is in CUDA device "
+                          "memory; gloocy moves host memory only (copy it to "
+                          "the host first)")
+    host = {"shape": (int(np.prod(shape)),), "typestr": _NATIVE + typestr[1:]
+            if dtype.itemsize > 1 else "|" + typestr[1:],
+            "data": (address, bool(readonly)), "version": 3}
+    return np.asarray(_HostArray(host, obj))
 
 
 @functools.lru_cache(maxsize=None)
