@@ -331,8 +331,15 @@ cdef class _PointToPoint(_CommBase):
                   source=ANY_SOURCE, recvtag=ANY_TAG):
         """Start a send and a receive; one request for both (its status is
         the receive's)."""
-        send = self.Isend(sendbuf, dest, sendtag)
+        # the receive is posted first: a bad recvbuf must not leave the
+        # message sent, and a bad sendbuf takes the receive back
         recv = self.Irecv(recvbuf, source, recvtag)
+        try:
+            send = self.Isend(sendbuf, dest, sendtag)
+        except BaseException:
+            recv.Cancel()
+            recv.Wait()
+            raise
         return _requests.pair_request(send, recv, None)
 
     def Isendrecv_replace(self, buf, dest, sendtag=0, source=ANY_SOURCE,

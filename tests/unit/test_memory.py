@@ -75,3 +75,15 @@ def test_sendrecv_with_a_bad_recvbuf_sends_nothing():
     got = np.zeros(2, np.int32)
     comm.Sendrecv(np.array([7, 8], np.int32), 0, 5, got, 0, 5)
     assert got.tolist() == [7, 8]
+
+
+def test_isendrecv_with_a_bad_buffer_leaves_nothing_behind():
+    comm = MPI.COMM_SELF
+    with pytest.raises(TypeError):
+        comm.Isendrecv(np.arange(3.0), 0, 6, object(), 0, 6)
+    with pytest.raises(TypeError):
+        comm.Isendrecv(object(), 0, 6, np.zeros(3), 0, 6)
+    got = np.zeros(2, np.int32)
+    comm.Isendrecv(np.array([3, 4], np.int32), 0, 6, got, 0, 6).Wait()
+    assert got.tolist() == [3, 4]
+    assert not comm.Iprobe(0, 6)
