@@ -208,9 +208,13 @@ def _consume(capsule, name):
     """(managed tensor, read-only) of a fresh capsule, which is marked used:
     from now on its deleter is ours to call (_release)."""
     for capsule_name, (struct, used) in _DL_CAPSULES.items():
-        if _capsule_valid(capsule, capsule_name):
+        if capsule is not None and _capsule_valid(capsule, capsule_name):
             managed = struct.from_address(_capsule_pointer(capsule,
                                                            capsule_name))
+            if struct is _DLManagedVersioned and managed.major != 1:
+                raise BufferError(f"{name}: DLPack version "
+                                  f"{managed.major}.{managed.minor} (1.x "
+                                  "is understood)")
             _capsule_rename(capsule, used)
             flags = getattr(managed, "flags", 0)
             return managed, bool(flags & _DL_READ_ONLY)
@@ -223,11 +227,28 @@ def _release(managed):
         managed.deleter(ctypes.addressof(managed))
 
 
+def _dlpack_device(obj, name):
+    """The DLPack device type of obj (CPU when it does not say)."""
+    if not hasattr(obj, "__dlpack_device__"):
+        return 1
+    device = obj.__dlpack_device__()
+    if not isinstance(device, tuple):
+        raise TypeError(f"{name}: __dlpack_device__() must return a tuple "
+                        f"(device type, device id), got {device!r}")
+    if len(device) != 2:
+        raise ValueError(f"{name}: __dlpack_device__() must return "
+                         f"(device type, device id), got {device!r}")
+    if not all(isinstance(v, int) for v in device):
+        raise TypeError(f"{name}: __dlpack_device__() gave {device!r}, not "
+                        "two ints")
+    return device[0]
+
+
 def _from_dlpack(obj, name):
     """A NumPy array over a DLPack producer's memory, read from its capsule
     the way DLPack lays it out; the producer's deleter runs when the array
     goes."""
-    device = obj.__dlpack_device__()[0] if hasattr(obj, "__dlpack_device__") else 1
+    device = _dlpack_device(obj, name)
     if device not in _DL_HOST_DEVICES:
         raise BufferError(f"{name}: {type(obj).__name__} lives on DLPack "
                           f"device type {device}; gloocy moves host memory "
@@ -241,30 +262,52 @@ def _from_dlpack(obj, name):
         raise
 
 
+def _dlpack_layout(t, itemsize, name):
+    """The element count of DLTensor t, whose elements must be one dense
+    run (C or Fortran order; dimensions of one may have any stride)."""
+    if t.ndim < 0 or t.ndim and not t.shape:
+        raise BufferError(f"{name}: DLPack tensor of {t.ndim} dimensions "
+                          "without a shape")
+    shape = [t.shape[i] for i in range(t.ndim)]
+    if any(n < 0 for n in shape):
+        raise BufferError(f"{name}: DLPack shape {shape} is negative")
+    count = int(np.prod(shape)) if shape else 1
+    if t.strides and count > 1:
+        strides = [t.strides[i] for i in range(t.ndim)]
+        dims = [(n, st) for n, st in zip(shape, strides) if n > 1]
+        for order in (dims[::-1], dims):            # C, then Fortran
+            step = 1
+            for n, st in order:
+                if st != step:
+                    break
+                step *= n
+            else:
+                return count
+        raise BufferError(f"{name}: DLPack strides {strides} of shape "
+                          f"{shape} are not contiguous")
+    return count
+
+
 def _dlpack_array(obj, t, readonly, device, name, managed):
-    """The NumPy array of DLTensor t; `managed` is released with it."""
-    kind, itemsize = _DL_KINDS.get(t.dtype.code), t.dtype.bits // 8 * t.dtype.lanes
-    if t.dtype.lanes == 2 and kind == "f":
-        kind = "c"                  # complex as two float lanes
-    elif t.dtype.lanes != 1:
-        kind = None
-    if kind is None:
-        raise BufferError(f"{name}: DLPack data type (code {t.dtype.code}, "
-                          f"{t.dtype.bits} bits, {t.dtype.lanes} lanes) is not "
-                          "supported")
+    """The NumPy array of DLTensor t (its elements in memory order; a data
+    type NumPy has no name for is its bytes); `managed` is released with
+    it."""
+    itemsize = t.dtype.bits // 8 * t.dtype.lanes
+    kind = _DL_KINDS.get(t.dtype.code) if t.dtype.lanes == 1 else (
+        "c" if t.dtype.lanes == 2 and t.dtype.code == 2 else None)
+    count = _dlpack_layout(t, itemsize, name)
+    if kind is None or t.dtype.code == 6 and itemsize != 1:
+        typestr, count = "|u1", count * itemsize       # opaque: its bytes
+    elif t.dtype.code == 6:
+        typestr = "|b1"
+    else:
+        typestr = f"{_NATIVE}{kind}{itemsize}"
     address = (t.data or 0) + t.byte_offset
     if device != 1 and address and _is_device_pointer(address):
         raise BufferError(f"{name}: {type(obj).__name__} is in CUDA device "
                           "memory; gloocy moves host memory only")
-    shape = tuple(t.shape[i] for i in range(t.ndim))
-    strides = (None if not t.strides else
-               tuple(t.strides[i] * itemsize for i in range(t.ndim)))
-    interface = {"shape": shape, "typestr": f"{_NATIVE}{kind}{itemsize}",
-                 "data": (address, readonly), "strides": strides,
-                 "version": 3}
-    if t.dtype.code == 6:
-        interface["typestr"] = "|b1"
-    host = _HostArray(interface, obj)
+    host = _HostArray({"shape": (count,), "typestr": typestr,
+                       "data": (address, readonly), "version": 3}, obj)
     array = np.asarray(host)
     # The tensor is released when the array goes, from a weakref callback:
     # the deleter may run Python code, which must not run while an
