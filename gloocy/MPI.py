@@ -34,8 +34,9 @@ from gloocy.groups import (CONGRUENT, GROUP_EMPTY, GROUP_NULL, IDENT,  # noqa: F
                            SIMILAR, UNDEFINED, UNEQUAL, Group)
 from gloocy.ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,  # noqa: F401
                         MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op)
-from gloocy.requests import (REQUEST_NULL, Prequest, Request, Testall,  # noqa: F401
-                             Testany, Testsome, Waitall, Waitany, Waitsome)
+from gloocy.requests import (REQUEST_NULL, Grequest, Prequest, Request,  # noqa: F401
+                             Testall, Testany, Testsome, Waitall, Waitany,
+                             Waitsome)
 
 # SUCCESS and the error classes, ERR_*
 globals().update({k: v for k, v in vars(_errors).items()

@@ -21,7 +21,7 @@ def Testall(requests, statuses=None):
     # Ask every one (each makes progress) before finishing any.
     cdef Request r
     for r in requests:
-        if r is not None and r._active and not r._test(None):
+        if r is not None and r._target()._active and not r._test(None):
             return False
     for i, r in enumerate(requests):
         if r is not None:
@@ -30,7 +30,7 @@ def Testall(requests, statuses=None):
 
 
 cdef inline bint _active(r):
-    return r is not None and (<Request?>r)._active
+    return r is not None and (<Request?>r)._target()._active
 
 
 cdef bint _any_active(requests) except -1:
@@ -111,7 +111,7 @@ def Get_status_all(requests, statuses=None):
     statuses are filled when they are.)"""
     cdef Request r
     for r in requests:
-        if r is not None and r._active and not r._test(None):
+        if r is not None and r._target()._active and not r._test(None):
             return False
     for i, r in enumerate(requests):
         if r is not None:

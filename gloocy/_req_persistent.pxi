@@ -6,21 +6,27 @@ cdef class Prequest(Request):
     operation again; done, it is inactive but not REQUEST_NULL until Free."""
 
     def __init__(self, start=None):
-        """start: () -> the Request of one run; or a Prequest to copy
-        (None or REQUEST_NULL: a null one)."""
-        cdef Prequest other
-        if isinstance(start, Prequest):
-            other = <Prequest>start
-            self._start, self._req = other._start, other._req
-            self._active, self._freed = other._active, other._freed
-        elif start is None or isinstance(start, Request):
-            if start is not None and not (<Request>start)._is_null():
-                raise TypeError("request: a Prequest copies only a Prequest")
+        """start: () -> the Request of one run (how the communicator makes
+        one); or, as in mpi4py, a Prequest to be a new handle on (None or
+        a null request: a null one)."""
+        cdef Request other
+        if isinstance(start, Request):
+            other = (<Request>start)._target()
+            if other._is_null():
+                self._freed = True
+            elif not isinstance(other, Prequest):
+                raise TypeError("request: a Prequest is a handle on a Prequest "
+                                f"only, not on a {type(other).__name__}")
+            else:
+                self._of = other
+        elif start is None:
             self._freed = True
         else:
             self._start = start
 
     def Start(self):
+        if self._of is not None:
+            return self._of.Start()
         if self._freed:
             raise GloocyError("request: freed persistent request", ERR_REQUEST)
         self._req = self._start()
@@ -32,23 +38,35 @@ cdef class Prequest(Request):
             r.Start()
 
     cdef int _wait(self, status, object timeout) except -1:
+        if self._of is not None:
+            return self._of._wait(status, timeout)
         return self._req._wait(status, timeout)
 
     cdef int _test(self, status) except -1:
+        if self._of is not None:
+            return self._of._test(status)
         return self._req._test(status)
 
     cdef object _value(self):
+        if self._of is not None:
+            return self._of._value()
         return None if self._req is None else self._req._value()
 
     def Cancel(self):
+        if self._of is not None:
+            return self._of.Cancel()
         if self._req is not None and self._active:
             self._req.Cancel()
 
     def Free(self):
+        if self._of is not None:
+            return self._of.Free()
         self._freed = True
         self._active = False
 
     cdef bint _is_null(self):
+        if self._of is not None:
+            return self._of._is_null()
         return self._freed
 
 

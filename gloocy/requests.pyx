@@ -8,7 +8,8 @@ thread of the communicator over a duplicate of it (its own connections), so
 they progress while the caller computes; the idle worker sleeps on a queue.
 
 This file holds the base class and the point-to-point kinds; by role:
-_req_persistent.pxi (Prequest, partitioned requests), _req_collective.pxi
+_req_persistent.pxi (Prequest, partitioned requests), _req_generalized.pxi
+(Grequest), _req_collective.pxi
 (nonblocking collectives and their worker), _req_multi.pxi (Waitall...).
 """
 
@@ -21,18 +22,23 @@ import pickle
 import queue
 import threading
 import time
+import traceback
 import weakref
 
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
-from gloocy.errors import (ERR_ARG, ERR_REQUEST, ArgumentError, ContextPoisoned,
-                           GloocyError)
+from gloocy.errors import (ERR_ARG, ERR_OTHER, ERR_REQUEST, ArgumentError,
+                           ContextPoisoned, GloocyError)
 
-__all__ = ["Request", "Prequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
+__all__ = ["Request", "Prequest", "Grequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
            "Testsome", "REQUEST_NULL", "UNDEFINED"]
 
 cdef int _ANY_SOURCE = ANY_SOURCE
 cdef int _ANY_TAG = ANY_TAG
 cdef object _loads = pickle.loads
+
+# Request.handle: number -> the operation (forgotten when it is).
+cdef object _by_handle = weakref.WeakValueDictionary()
+cdef int64_t _last_handle = 0
 
 
 cdef inline int _fill(status, int source, int tag, int64_t count) except -1:
@@ -80,18 +86,22 @@ cdef class Request:
     """A nonblocking operation in flight. Once Wait or Test has seen it
     finish, it is inactive (== REQUEST_NULL), as in MPI: the multi-request
     functions skip it and waiting on it returns at once. ``Request()`` is a
-    null one; ``Request(other)`` (or a Python subclass's) is a new handle on
-    other's operation, as in mpi4py."""
+    null one; ``Request(other)`` (or a Python subclass's, or
+    ``Request.fromhandle(other.handle)``) is a new handle on other's
+    operation, as in mpi4py: it compares equal to other, and whatever is
+    done through either handle is done to the one operation."""
 
     def __init__(self, request=None):
         if request is None:
             return
         if not isinstance(request, Request):
             raise TypeError(f"request: expected a Request, got {request!r}")
-        cdef Request other = <Request>request
-        self._active = other._active
-        if other._active:
-            self._of = other if other._of is None else other._of
+        cdef Request other = (<Request>request)._target()
+        if not other._is_null():
+            self._of = other
+
+    cdef Request _target(self):
+        return self if self._of is None else self._of
 
     # -- the primitives (the base class: null, or a copy of another) ---------
 
@@ -111,14 +121,21 @@ cdef class Request:
         return None
 
     cdef bint _is_null(self):
+        if self._of is not None:
+            return self._of._is_null()
         return not self._active
 
+    cdef int _release(self) except -1:
+        return 0
+
     cdef int _complete(self, status) except -1:
-        if not self._active:
+        cdef Request t = self if self._of is None else self._of
+        if not t._active:
             _empty(status)
             return 1
-        self._wait(status, None)
-        self._active = False
+        t._wait(status, None)
+        t._active = False
+        t._release()
         return 1
 
     # -- mpi4py's methods ------------------------------------------------------
@@ -130,25 +147,29 @@ cdef class Request:
 
     def Test(self, status=None):
         """True when done (then `status` is filled)."""
-        if not self._active:
+        cdef Request t = self._target()
+        if not t._active:
             _empty(status)
             return True
-        if not self._test(status):
+        if not t._test(status):
             return False
-        self._active = False
+        t._active = False
+        t._release()
         return True
 
     def Get_status(self, status=None):
         """Like Test, but the request stays as it is."""
-        if not self._active:
+        cdef Request t = self._target()
+        if not t._active:
             _empty(status)
             return True
-        return self._test(status) == 1
+        return t._test(status) == 1
 
     def __eq__(self, other):
         if not isinstance(other, Request):
             return NotImplemented
-        return self is other or (self._is_null() and (<Request>other)._is_null())
+        cdef Request a = self._target(), b = (<Request>other)._target()
+        return a is b or (a._is_null() and b._is_null())
 
     def __ne__(self, other):
         eq = self.__eq__(other)
@@ -167,15 +188,57 @@ cdef class Request:
             return _request_null, ()
         raise ValueError(f"cannot pickle an active {type(self).__name__}")
 
+    # -- handles (mpi4py's handle, fromhandle, toint/fromint, py2f/f2py) ------
+
+    @property
+    def handle(self):
+        """An integer naming the operation in this process (0: a null
+        request); fromhandle turns it back into a Request while the
+        operation is alive."""
+        global _last_handle
+        cdef Request t = self._target()
+        if t._is_null():
+            return 0
+        if t._handle == 0:
+            _last_handle += 1
+            t._handle = _last_handle
+            _by_handle[_last_handle] = t
+        return t._handle
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        """A new handle of class `cls` on the operation `handle` names."""
+        if handle == 0:
+            return cls()
+        target = _by_handle.get(handle)
+        if target is None:
+            raise ArgumentError(f"handle: {handle!r} names no live request here",
+                                ERR_REQUEST)
+        return cls(target)
+
+    fromint = f2py = fromhandle
+
+    def free(self):
+        """Free if not null (mpi4py's safe free)."""
+        if not self._is_null():
+            self.Free()
+
     def Cancel(self):
         """Withdraw the operation if it can still be (a receive nothing
         has arrived for); otherwise no effect."""
-        self._check_active()
         if self._of is not None:
-            self._of.Cancel()
+            return self._of.Cancel()
+        self._check_active()
 
     def Free(self):
         """Forget the request (the operation itself completes anyway)."""
+        if self._of is not None:
+            return self._of.Free()
         self._check_active()
         self._active = False
 
@@ -206,14 +269,19 @@ cdef class Request:
     get_status_some = Get_status_some
 
     def wait(self, status=None):
-        """Wait; for an object receive (irecv), the object."""
-        self._complete(status)
-        return self._value()
+        """Wait; for an object receive (irecv), the object (once: a request
+        already seen done gives None, as in mpi4py)."""
+        cdef Request t = self._target()
+        cdef bint was_active = t._active
+        t._complete(status)
+        return t._value() if was_active else None
 
     def test(self, status=None):
         """(done, object or None)."""
-        done = self.Test(status)
-        return done, (self._value() if done else None)
+        cdef Request t = self._target()
+        cdef bint was_active = t._active
+        done = t.Test(status)
+        return done, (t._value() if done and was_active else None)
 
     # mpi4py spells the multi-request functions as Request class methods too.
     @staticmethod
@@ -455,5 +523,6 @@ REQUEST_NULL = Request()
 
 
 include "_req_persistent.pxi"
+include "_req_generalized.pxi"
 include "_req_collective.pxi"
 include "_req_multi.pxi"
