@@ -54,11 +54,10 @@ from gloocy.message import (BSEND_OVERHEAD, BUFFER_AUTOMATIC,  # noqa: E402,F401
                             MESSAGE_NO_PROC, MESSAGE_NULL, BufferAutomaticType,
                             Message)
 from gloocy.requests import CollectiveRequest as _CollectiveRequest  # noqa: E402
-BUFFER_AUTOMATIC = None
 MAX_PROCESSOR_NAME = 128
 MAX_ERROR_STRING = 512
 THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
-VERSION, SUBVERSION = 3, 1
+VERSION, SUBVERSION = 4, 1
 
 
 class Session:
