@@ -33,8 +33,9 @@ from gloocy.groups import (CONGRUENT, GROUP_EMPTY, GROUP_NULL, IDENT,  # noqa: F
                            SIMILAR, UNDEFINED, UNEQUAL, Group)
 from gloocy.ops import (BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,  # noqa: F401
                         MIN, MINLOC, NO_OP, OP_NULL, PROD, REPLACE, SUM, Op)
-from gloocy.requests import (REQUEST_NULL, Prequest, Request, Testall,  # noqa: F401
-                             Testany, Testsome, Waitall, Waitany, Waitsome)
+from gloocy.requests import (REQUEST_NULL, Grequest, Prequest, Request,  # noqa: F401
+                             Testall, Testany, Testsome, Waitall, Waitany,
+                             Waitsome)
 
 # SUCCESS and the error classes, ERR_*
 globals().update({k: v for k, v in vars(_errors).items()
@@ -52,11 +53,10 @@ from gloocy.message import (BSEND_OVERHEAD, BUFFER_AUTOMATIC,  # noqa: E402,F401
                             MESSAGE_NO_PROC, MESSAGE_NULL, BufferAutomaticType,
                             Message)
 from gloocy.requests import CollectiveRequest as _CollectiveRequest  # noqa: E402
-BUFFER_AUTOMATIC = None
 MAX_PROCESSOR_NAME = 128
 MAX_ERROR_STRING = 512
 THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
-VERSION, SUBVERSION = 3, 1
+VERSION, SUBVERSION = 4, 1
 
 
 class Session:

@@ -394,14 +394,16 @@ cdef class Intercomm(Comm):
         return self._between(lmembers, rmembers, uid)
 
     def Split_type(self, split_type, key=0, info=None, *, timeout=None):
-        """COMM_TYPE_SHARED: Split by host."""
-        if split_type not in (UNDEFINED, COMM_TYPE_SHARED):
-            raise ArgumentError(f"split_type: {split_type} is not supported "
-                                "(only COMM_TYPE_SHARED)", ERR_ARG)
+        """Every split type of Intracomm.Split_type, with the hosts of both
+        groups: the parts of one host (COMM_TYPE_SHARED, or a guided type
+        naming mpi_shared_memory) in both groups form a new
+        intercommunicator; COMM_TYPE_HW_UNGUIDED gives COMM_NULL when both
+        groups are on one host. Collective."""
+        _check_split_type(split_type)
         hosts = allgather_objects(self._union(), host_identity(), timeout,
                                   OBJ_ALLGATHER)
-        color = (UNDEFINED if split_type == UNDEFINED
-                 else hosts.index(hosts[self._loff() + self.rank]))
+        color = _split_type_color(split_type, hosts, self._loff() + self.rank,
+                                  info)
         return self.Split(color, key, timeout=timeout)
 
     def Create(self, group, *, timeout=None):

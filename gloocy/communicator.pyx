@@ -67,6 +67,30 @@ SPLIT_TYPES = (UNDEFINED, COMM_TYPE_SHARED, COMM_TYPE_HW_GUIDED,
 HW_RESOURCE, SHARED_MEMORY = "mpi_hw_resource_type", "mpi_shared_memory"
 
 
+cdef int _check_split_type(split_type) except -1:
+    if split_type not in SPLIT_TYPES:
+        raise ArgumentError(f"split_type: {split_type} is not a split type",
+                            ERR_ARG)
+    return 0
+
+
+cdef object _split_type_color(split_type, list hosts, Py_ssize_t me, info):
+    """Split_type's color for the rank at `me` in `hosts` (every rank's
+    host): its host's first index, or UNDEFINED (see Intracomm.Split_type)."""
+    color = hosts.index(hosts[me])
+    if split_type == COMM_TYPE_HW_UNGUIDED:
+        if len(set(hosts)) == 1:                # no smaller level known
+            return UNDEFINED
+        if info:
+            info.Set(HW_RESOURCE, SHARED_MEMORY)
+    elif split_type in (COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
+        if not info or info.Get(HW_RESOURCE) != SHARED_MEMORY:
+            return UNDEFINED
+    elif split_type == UNDEFINED:
+        return UNDEFINED
+    return color
+
+
 cdef list _ends(list sizes):
     """Offsets of blocks of these sizes laid end to end."""
     cdef list out = []
@@ -148,22 +172,10 @@ cdef class Comm(_Collectives):
         COMM_TYPE_HW_UNGUIDED splits by host when the ranks span several
         (naming the level in `info`), else gives COMM_NULL; so does
         UNDEFINED. Collective."""
-        if split_type not in SPLIT_TYPES:
-            raise ArgumentError(f"split_type: {split_type} is not a split type",
-                                ERR_ARG)
+        _check_split_type(split_type)
         hosts = self.allgather(host_identity(), timeout=timeout)
-        color = hosts.index(hosts[self.rank])
-        if split_type == COMM_TYPE_HW_UNGUIDED:
-            if len(set(hosts)) == 1:                # no smaller level known
-                color = UNDEFINED
-            elif info:
-                info.Set(HW_RESOURCE, SHARED_MEMORY)
-        elif split_type in (COMM_TYPE_HW_GUIDED, COMM_TYPE_RESOURCE_GUIDED):
-            if not info or info.Get(HW_RESOURCE) != SHARED_MEMORY:
-                color = UNDEFINED
-        elif split_type == UNDEFINED:
-            color = UNDEFINED
-        return self.Split(color, key, timeout=timeout)
+        return self.Split(_split_type_color(split_type, hosts, self.rank, info),
+                          key, timeout=timeout)
 
     def Create(self, group, *, timeout=None):
         """A communicator of the processes of `group` (which this one holds),

@@ -9,6 +9,9 @@ from gloocy._core cimport Context, P2PHandle
 cdef class Request:
     cdef bint _active               # in flight: not REQUEST_NULL, not seen done
     cdef Request _of                # Request(other): other, which this one drives
+    cdef int64_t _handle            # Request.handle once asked for (0: not yet)
+    cdef object __weakref__         # the handle table holds requests weakly
+    cdef Request _target(self)      # the operation's own object: _of, or self
     # The primitives each kind provides (the base: a null request):
     # block until done -> 1; fill `status` (None or a Status) then.
     cdef int _wait(self, status, object timeout) except -1
@@ -17,6 +20,9 @@ cdef class Request:
     cdef object _value(self)        # wait()'s object (irecv), else None
     cdef bint _is_null(self)        # == REQUEST_NULL
     cdef int _complete(self, status) except -1   # Wait's body
+    # Seen done by Wait/Test (now inactive): the base does nothing; a
+    # Grequest runs its free_fn.
+    cdef int _release(self) except -1
 
 
 cdef class P2PRequest(Request):
@@ -58,6 +64,21 @@ cdef class DoneRequest(Request):
 cdef class PairRequest(Request):
     cdef Request _send, _recv       # Isendrecv: both halves
     cdef object _after              # called once both are done (unpack), or None
+
+
+cdef class Grequest(Request):
+    cdef object _query_fn           # the user's callbacks, or None
+    cdef object _free_fn
+    cdef object _cancel_fn
+    cdef tuple _args                # passed to each callback
+    cdef dict _kwargs
+    cdef object _done               # threading.Event, set by Complete
+    cdef object _obj                # complete(obj)'s object: wait()'s value
+    cdef bint _free_at_complete     # Free came before Complete
+    cdef bint _released             # free_fn has run
+    cdef Grequest _own(self, str what)          # the operation's object (not null)
+    cdef int _query(self, status) except -1     # query_fn -> status
+    cdef int _run_free(self) except -1          # free_fn, once
 
 
 cdef class PartitionedRequest(Prequest):

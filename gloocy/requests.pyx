@@ -6,6 +6,11 @@ communicator's own connections; any wait on the communicator moves them.
 Nonblocking collectives run, in the order they were started, on a worker
 thread of the communicator over a duplicate of it (its own connections), so
 they progress while the caller computes; the idle worker sleeps on a queue.
+
+This file holds the base class and the point-to-point kinds; by role:
+_req_persistent.pxi (Prequest, partitioned requests), _req_generalized.pxi
+(Grequest), _req_collective.pxi
+(nonblocking collectives and their worker), _req_multi.pxi (Waitall...).
 """
 
 from libc.stdint cimport int64_t
@@ -17,18 +22,23 @@ import pickle
 import queue
 import threading
 import time
+import traceback
 import weakref
 
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
-from gloocy.errors import (ERR_ARG, ERR_REQUEST, ArgumentError, ContextPoisoned,
-                           GloocyError)
+from gloocy.errors import (ERR_ARG, ERR_OTHER, ERR_REQUEST, ArgumentError,
+                           ContextPoisoned, GloocyError)
 
-__all__ = ["Request", "Prequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
+__all__ = ["Request", "Prequest", "Grequest", "Waitall", "Testall", "Waitany", "Testany", "Waitsome",
            "Testsome", "REQUEST_NULL", "UNDEFINED"]
 
 cdef int _ANY_SOURCE = ANY_SOURCE
 cdef int _ANY_TAG = ANY_TAG
 cdef object _loads = pickle.loads
+
+# Request.handle: number -> the operation (forgotten when it is).
+cdef object _by_handle = weakref.WeakValueDictionary()
+cdef int64_t _last_handle = 0
 
 
 cdef inline int _fill(status, int source, int tag, int64_t count) except -1:
@@ -76,18 +86,22 @@ cdef class Request:
     """A nonblocking operation in flight. Once Wait or Test has seen it
     finish, it is inactive (== REQUEST_NULL), as in MPI: the multi-request
     functions skip it and waiting on it returns at once. ``Request()`` is a
-    null one; ``Request(other)`` (or a Python subclass's) is a new handle on
-    other's operation, as in mpi4py."""
+    null one; ``Request(other)`` (or a Python subclass's, or
+    ``Request.fromhandle(other.handle)``) is a new handle on other's
+    operation, as in mpi4py: it compares equal to other, and whatever is
+    done through either handle is done to the one operation."""
 
     def __init__(self, request=None):
         if request is None:
             return
         if not isinstance(request, Request):
             raise TypeError(f"request: expected a Request, got {request!r}")
-        cdef Request other = <Request>request
-        self._active = other._active
-        if other._active:
-            self._of = other if other._of is None else other._of
+        cdef Request other = (<Request>request)._target()
+        if not other._is_null():
+            self._of = other
+
+    cdef Request _target(self):
+        return self if self._of is None else self._of
 
     # -- the primitives (the base class: null, or a copy of another) ---------
 
@@ -107,14 +121,21 @@ cdef class Request:
         return None
 
     cdef bint _is_null(self):
+        if self._of is not None:
+            return self._of._is_null()
         return not self._active
 
+    cdef int _release(self) except -1:
+        return 0
+
     cdef int _complete(self, status) except -1:
-        if not self._active:
+        cdef Request t = self if self._of is None else self._of
+        if not t._active:
             _empty(status)
             return 1
-        self._wait(status, None)
-        self._active = False
+        t._wait(status, None)
+        t._active = False
+        t._release()
         return 1
 
     # -- mpi4py's methods ------------------------------------------------------
@@ -126,25 +147,29 @@ cdef class Request:
 
     def Test(self, status=None):
         """True when done (then `status` is filled)."""
-        if not self._active:
+        cdef Request t = self._target()
+        if not t._active:
             _empty(status)
             return True
-        if not self._test(status):
+        if not t._test(status):
             return False
-        self._active = False
+        t._active = False
+        t._release()
         return True
 
     def Get_status(self, status=None):
         """Like Test, but the request stays as it is."""
-        if not self._active:
+        cdef Request t = self._target()
+        if not t._active:
             _empty(status)
             return True
-        return self._test(status) == 1
+        return t._test(status) == 1
 
     def __eq__(self, other):
         if not isinstance(other, Request):
             return NotImplemented
-        return self is other or (self._is_null() and (<Request>other)._is_null())
+        cdef Request a = self._target(), b = (<Request>other)._target()
+        return a is b or (a._is_null() and b._is_null())
 
     def __ne__(self, other):
         eq = self.__eq__(other)
@@ -163,15 +188,57 @@ cdef class Request:
             return _request_null, ()
         raise ValueError(f"cannot pickle an active {type(self).__name__}")
 
+    # -- handles (mpi4py's handle, fromhandle, toint/fromint, py2f/f2py) ------
+
+    @property
+    def handle(self):
+        """An integer naming the operation in this process (0: a null
+        request); fromhandle turns it back into a Request while the
+        operation is alive."""
+        global _last_handle
+        cdef Request t = self._target()
+        if t._is_null():
+            return 0
+        if t._handle == 0:
+            _last_handle += 1
+            t._handle = _last_handle
+            _by_handle[_last_handle] = t
+        return t._handle
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        """A new handle of class `cls` on the operation `handle` names."""
+        if handle == 0:
+            return cls()
+        target = _by_handle.get(handle)
+        if target is None:
+            raise ArgumentError(f"handle: {handle!r} names no live request here",
+                                ERR_REQUEST)
+        return cls(target)
+
+    fromint = f2py = fromhandle
+
+    def free(self):
+        """Free if not null (mpi4py's safe free)."""
+        if not self._is_null():
+            self.Free()
+
     def Cancel(self):
         """Withdraw the operation if it can still be (a receive nothing
         has arrived for); otherwise no effect."""
-        self._check_active()
         if self._of is not None:
-            self._of.Cancel()
+            return self._of.Cancel()
+        self._check_active()
 
     def Free(self):
         """Forget the request (the operation itself completes anyway)."""
+        if self._of is not None:
+            return self._of.Free()
         self._check_active()
         self._active = False
 
@@ -202,14 +269,19 @@ cdef class Request:
     get_status_some = Get_status_some
 
     def wait(self, status=None):
-        """Wait; for an object receive (irecv), the object."""
-        self._complete(status)
-        return self._value()
+        """Wait; for an object receive (irecv), the object (once: a request
+        already seen done gives None, as in mpi4py)."""
+        cdef Request t = self._target()
+        cdef bint was_active = t._active
+        t._complete(status)
+        return t._value() if was_active else None
 
     def test(self, status=None):
         """(done, object or None)."""
-        done = self.Test(status)
-        return done, (self._value() if done else None)
+        cdef Request t = self._target()
+        cdef bint was_active = t._active
+        done = t.Test(status)
+        return done, (t._value() if done and was_active else None)
 
     # mpi4py spells the multi-request functions as Request class methods too.
     @staticmethod
@@ -391,57 +463,6 @@ cdef class ObjectRecvRequest(Request):
         return self._obj
 
 
-cdef class Prequest(Request):
-    """A persistent request (Send_init, Recv_init): Start() runs the
-    operation again; done, it is inactive but not REQUEST_NULL until Free."""
-
-    def __init__(self, start=None):
-        """start: () -> the Request of one run; or a Prequest to copy
-        (None or REQUEST_NULL: a null one)."""
-        cdef Prequest other
-        if isinstance(start, Prequest):
-            other = <Prequest>start
-            self._start, self._req = other._start, other._req
-            self._active, self._freed = other._active, other._freed
-        elif start is None or isinstance(start, Request):
-            if start is not None and not (<Request>start)._is_null():
-                raise TypeError("request: a Prequest copies only a Prequest")
-            self._freed = True
-        else:
-            self._start = start
-
-    def Start(self):
-        if self._freed:
-            raise GloocyError("request: freed persistent request", ERR_REQUEST)
-        self._req = self._start()
-        self._active = True
-
-    @staticmethod
-    def Startall(requests):
-        for r in requests:
-            r.Start()
-
-    cdef int _wait(self, status, object timeout) except -1:
-        return self._req._wait(status, timeout)
-
-    cdef int _test(self, status) except -1:
-        return self._req._test(status)
-
-    cdef object _value(self):
-        return None if self._req is None else self._req._value()
-
-    def Cancel(self):
-        if self._req is not None and self._active:
-            self._req.Cancel()
-
-    def Free(self):
-        self._freed = True
-        self._active = False
-
-    cdef bint _is_null(self):
-        return self._freed
-
-
 cdef class DoneRequest(Request):
     """An operation already complete (a matched message received at once):
     its Status and, for irecv, its object."""
@@ -498,330 +519,10 @@ def done_request(int source, int tag, int64_t count, obj):
     return r
 
 
-cdef class PartitionedRequest(Prequest):
-    """Psend_init / Precv_init (MPI-4): the buffer is `partitions` equal
-    parts. A send goes out, whole, once every part of it has been readied
-    (Pready*) in this run; a receive is one receive of the whole buffer, so
-    Parrived(i) says whether all of it has arrived (MPI allows that)."""
-
-    def __init__(self, post, int partitions, bint is_send):
-        Prequest.__init__(self, post)
-        self._post, self._parts, self._is_send = post, partitions, is_send
-        self._start = self._begin
-
-    def _begin(self):
-        self._ready = bytearray(self._parts)
-        self._nready = 0
-        return None if self._is_send else self._post()
-
-    cdef int _check_run(self, str what) except -1:
-        if self._freed:
-            raise GloocyError(f"{what}: freed partitioned request", ERR_REQUEST)
-        if not self._active:
-            raise GloocyError(f"{what}: the partitioned request is not started "
-                              "(Start it first)", ERR_REQUEST)
-        return 0
-
-    cdef int _check_part(self, str what, str name, p) except -1:
-        if not isinstance(p, int) or not 0 <= p < self._parts:
-            raise ArgumentError(f"{what}: {name}: {p!r} is not a partition "
-                                f"(0..{self._parts - 1})", ERR_ARG)
-        return 0
-
-    def Pready(self, partition):
-        """Partition `partition` of the send buffer is ready to go."""
-        self.Pready_list([partition])
-
-    def Pready_range(self, partition_low, partition_high):
-        """Partitions partition_low..partition_high (inclusive) are ready."""
-        self._check_part("Pready_range", "partition_low", partition_low)
-        self._check_part("Pready_range", "partition_high", partition_high)
-        if partition_high < partition_low:
-            raise ArgumentError(f"Pready_range: partition_high {partition_high} "
-                                f"< partition_low {partition_low}", ERR_ARG)
-        self.Pready_list(range(partition_low, partition_high + 1))
-
-    def Pready_list(self, partitions):
-        """The partitions listed are ready."""
-        cdef str what = "Pready"
-        self._check_run(what)
-        if not self._is_send:
-            raise GloocyError("Pready: a receive's partitions are not readied "
-                              "(Pready is for Psend_init requests)", ERR_REQUEST)
-        parts = list(partitions)
-        for p in parts:
-            self._check_part(what, "partition", p)
-        for p in parts:
-            if self._ready[p]:
-                raise GloocyError(f"Pready: partition {p} is ready already in "
-                                  "this run", ERR_ARG)
-            self._ready[p] = 1
-            self._nready += 1
-        if self._nready == self._parts and self._req is None:
-            self._req = self._post()
-
-    def Parrived(self, partition):
-        """Has partition `partition` of the receive buffer arrived?"""
-        self._check_run("Parrived")
-        if self._is_send:
-            raise GloocyError("Parrived: is for Precv_init requests", ERR_REQUEST)
-        self._check_part("Parrived", "partition", partition)
-        return self._req._test(None) == 1
-
-    cdef int _pending_parts(self) except -1:
-        if self._req is None:
-            missing = [i for i in range(self._parts) if not self._ready[i]]
-            raise GloocyError(
-                f"partitioned send: partitions {missing} were never readied "
-                "(Pready) in this run: waiting would never end", ERR_REQUEST)
-        return 0
-
-    cdef int _wait(self, status, object timeout) except -1:
-        self._pending_parts()
-        return self._req._wait(status, timeout)
-
-    cdef int _test(self, status) except -1:
-        if self._req is None:
-            return 0
-        return self._req._test(status)
-
-
-cdef class CollectiveRequest(Request):
-    """A collective running on the communicator's worker thread."""
-
-    def __init__(self, value=None):
-        self._event = threading.Event()
-        self._result = value
-        self._active = True
-
-    @classmethod
-    def _finished(cls):
-        """A request that is already complete (e.g. to PROC_NULL)."""
-        cdef CollectiveRequest request = cls()
-        request._event.set()
-        return request
-
-    def _run(self, call):
-        try:
-            out = call()
-            if out is not None:
-                self._result = out
-        except BaseException as e:      # re-raised in the waiting thread
-            self._error = e
-        finally:
-            self._event.set()
-
-    cdef int _wait(self, status, object timeout) except -1:
-        self._event.wait()
-        if self._error is not None:
-            raise self._error
-        return 1
-
-    cdef int _test(self, status) except -1:
-        if not self._event.is_set():
-            return 0
-        if self._error is not None:
-            raise self._error
-        return 1
-
-    cdef object _value(self):
-        return self._result
-
-
-class Worker:
-    """One thread running a communicator's nonblocking collectives in order."""
-
-    def __init__(self, name):
-        self._jobs = queue.SimpleQueue()
-        self._stopped = False
-        self._thread = threading.Thread(target=self._loop, name=name,
-                                        daemon=True)
-        # It runs collectives only: no receive waits for it (see _p2p.pxi).
-        self._thread._gloocy_worker = True
-        self._thread.start()
-        _live_workers.add(self)
-
-    def submit(self, call, request):
-        if self._stopped:
-            raise ContextPoisoned("communicator is closed: this process left "
-                                  "the job (Finalize or exit)")
-        self._jobs.put((call, request))
-        return request
-
-    def _loop(self):
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            call, request = job
-            request._run(call)
-
-    def stop(self):
-        """Run what was started, then end the thread."""
-        if not self._stopped:
-            self._stopped = True
-            self._jobs.put(None)
-        self._thread.join()
-        _live_workers.discard(self)
-
-
-_live_workers = weakref.WeakSet()
-
-
-def stop_workers():
-    """Let every communicator's started nonblocking collectives finish and
-    end their threads (a process that leaves completes what it started)."""
-    for worker in list(_live_workers):
-        worker.stop()
-
-
-def Waitall(requests, statuses=None):
-    cdef Py_ssize_t i
-    cdef list rs
-    if statuses is None and type(requests) is list:
-        rs = <list>requests
-        for i in range(len(rs)):
-            r = rs[i]
-            if r is not None:
-                (<Request?>r)._complete(None)
-        return True
-    for i, r in enumerate(requests):
-        if r is not None:
-            (<Request?>r)._complete(_status_at(statuses, i))
-    return True
-
-
-def Testall(requests, statuses=None):
-    # Ask every one (each makes progress) before finishing any.
-    cdef Request r
-    for r in requests:
-        if r is not None and r._active and not r._test(None):
-            return False
-    for i, r in enumerate(requests):
-        if r is not None:
-            r.Test(_status_at(statuses, i))
-    return True
-
-
-cdef inline bint _active(r):
-    return r is not None and (<Request?>r)._active
-
-
-cdef bint _any_active(requests) except -1:
-    for r in requests:
-        if _active(r):
-            return True
-    return False
-
-
-cdef object _first_done(requests, status):
-    for i, r in enumerate(requests):
-        if _active(r) and r.Test(status):
-            return i
-    return None
-
-
-def Waitany(requests, status=None):
-    """Index of a finished request (UNDEFINED if none is active)."""
-    if not _any_active(requests):
-        _empty(status)
-        return UNDEFINED
-    delay = 0.0
-    while True:
-        i = _first_done(requests, status)
-        if i is not None:
-            return i
-        time.sleep(delay)           # each Test made progress; back off a bit
-        delay = min(0.001, delay + 0.00005)
-
-
-def Testany(requests, status=None):
-    """(index, done): index UNDEFINED when none has finished (done is True
-    when none is active)."""
-    if not _any_active(requests):
-        _empty(status)
-        return UNDEFINED, True
-    i = _first_done(requests, status)
-    return (UNDEFINED, False) if i is None else (i, True)
-
-
-def Waitsome(requests, statuses=None):
-    """Indices of the requests that have finished (at least one; None when
-    none is active)."""
-    if not _any_active(requests):
-        return None
-    delay = 0.0
-    while True:
-        out = Testsome(requests, statuses)
-        if out:
-            return out
-        time.sleep(delay)
-        delay = min(0.001, delay + 0.00005)
-
-
-def Testsome(requests, statuses=None):
-    """Indices of the requests that have finished now (None when none is
-    active)."""
-    if not _any_active(requests):
-        return None
-    out = []
-    for i, r in enumerate(requests):
-        if not (_active(r) and r.Get_status()):
-            continue
-        status = None
-        if statuses is not None:
-            if isinstance(statuses, list) and len(statuses) <= len(out):
-                statuses.append(Status())     # as mpi4py: the list grows
-            if len(out) < len(statuses):
-                status = statuses[len(out)]
-        r.Test(status)
-        out.append(i)
-    return out
-
-
 REQUEST_NULL = Request()
 
 
-def Get_status_all(requests, statuses=None):
-    """Are all the requests done? (None of them becomes inactive; the
-    statuses are filled when they are.)"""
-    cdef Request r
-    for r in requests:
-        if r is not None and r._active and not r._test(None):
-            return False
-    for i, r in enumerate(requests):
-        if r is not None:
-            r.Get_status(_status_at(statuses, i))
-    return True
-
-
-def Get_status_any(requests, status=None):
-    """(index, done) of a request that is done, which stays as it is;
-    (UNDEFINED, True) when none is active."""
-    if not _any_active(requests):
-        _empty(status)
-        return UNDEFINED, True
-    for i, r in enumerate(requests):
-        if _active(r) and (<Request>r)._test(status):
-            return i, True
-    return UNDEFINED, False
-
-
-def Get_status_some(requests, statuses=None):
-    """Indices of the requests done now, which stay as they are (None when
-    none is active)."""
-    if not _any_active(requests):
-        return None
-    out = []
-    for i, r in enumerate(requests):
-        if not (_active(r) and (<Request>r)._test(None)):
-            continue
-        status = None
-        if statuses is not None:
-            if isinstance(statuses, list) and len(statuses) <= len(out):
-                statuses.append(Status())
-            if len(out) < len(statuses):
-                status = statuses[len(out)]
-        (<Request>r)._test(status)
-        out.append(i)
-    return out
+include "_req_persistent.pxi"
+include "_req_generalized.pxi"
+include "_req_collective.pxi"
+include "_req_multi.pxi"

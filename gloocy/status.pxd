@@ -5,6 +5,7 @@ from libc.stdint cimport int64_t
 
 
 cdef class Status:
+    # The fields lie in a row, in this order: Status.tomemory views them.
     cdef public int source          # rank the message came from
     cdef public int tag             # its tag
     cdef public int64_t count       # its size in bytes

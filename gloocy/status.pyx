@@ -94,6 +94,44 @@ cdef class Status:
     def __repr__(self):
         return f"<Status source={self.source} tag={self.tag} count={self.count}>"
 
+    def tomemory(self):
+        """A writable memoryview of ints over this Status's own fields
+        (source, tag, count as two ints, error, cancelled), as mpi4py's
+        view of the C status: writing to it changes the Status."""
+        return memoryview(_StatusMemory(self))
+
+
+cdef class _StatusMemory:
+    """The buffer Status.tomemory views: the Status's C fields, which are
+    declared one after another (status.pxd) and so lie in a row."""
+    cdef Status _status
+    cdef Py_ssize_t _shape[1]
+    cdef Py_ssize_t _strides[1]
+
+    def __cinit__(self, Status status):
+        self._status = status
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        cdef char *first = <char *>&self._status.source
+        cdef Py_ssize_t nbytes = (<char *>&self._status.cancelled - first
+                                  + sizeof(self._status.cancelled))
+        self._shape[0] = nbytes // sizeof(int)
+        self._strides[0] = sizeof(int)
+        view.buf = first
+        view.obj = self
+        view.len = nbytes
+        view.readonly = 0
+        view.itemsize = sizeof(int)
+        view.format = "i"
+        view.ndim = 1
+        view.shape = self._shape
+        view.strides = self._strides
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
 
 def _rebuild(cls, source, tag, count, error, cancelled, state=None):
     cdef Status s = cls.__new__(cls)

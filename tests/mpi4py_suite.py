@@ -33,6 +33,8 @@ from pathlib import Path
 VERSION = "4.1.2"
 RESULT = re.compile(r"^(?:\[(\d+)\]\s*)?(\S+) \(([\w.]+)\).*\.\.\. "
                     r"(ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
+SEVERITY = ["ok", "expected failure", "skipped", "missing", "unexpected success",
+            "FAIL", "ERROR"]
 SHIM = '''"""mpi4py's name over gloocy.MPI, to run mpi4py's own tests against it."""
 import importlib
 import sys
@@ -115,7 +117,11 @@ def run(impl: str, name: str, n: int, root: Path, shim_dir: Path,
              for t, ranks in seen.items()}
     skipped = sorted(t for t, ranks in seen.items()
                      if any(s == "skipped" for s in ranks.values()))
-    return {"tests": tests, "skipped": skipped, "crashed": crashed,
+    # the worst a rank reported ("missing": some rank reported nothing)
+    worst = {t: max(list(ranks.values()) + (["missing"] if len(ranks) < n else []),
+                    key=SEVERITY.index)
+             for t, ranks in seen.items()}
+    return {"tests": tests, "skipped": skipped, "worst": worst, "crashed": crashed,
             "tail": out.splitlines()[-15:] if not tests or crashed else []}
 
 
@@ -131,6 +137,8 @@ def main(argv=None):
                         default=Path.home() / ".cache" / "gloocy-mpi4py-suite")
     parser.add_argument("--out", type=Path, default=Path("mpi4py-suite"))
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--markdown", type=Path,
+                        help="also write the per-file table (markdown) there")
     parser.add_argument("--fresh", action="store_true",
                         help="run MPICH again instead of reusing its results")
     args = parser.parse_args(argv)
@@ -163,6 +171,42 @@ def main(argv=None):
     share = 100.0 * total_both / total_ref if total_ref else 0.0
     print(f"gloocy passes {total_both} of the {total_ref} test runs MPICH passes "
           f"({share:.1f}%)")
+    if args.markdown:
+        args.markdown.write_text(table(files, args.n, reference, results))
+
+
+def table(files, ns, reference, results):
+    """A markdown table per file, summed over the world sizes: runs gloocy
+    and MPICH pass, MPICH-passed runs gloocy fails / errors / skips."""
+    head = ("| file | gloocy passed | MPICH passed | both | failed | errors | "
+            "skipped (MPICH ran) | other | notes |\n|---|---|---|---|---|---|---|---|---|\n")
+    rows, totals = [], [0] * 7
+    for name in files:
+        cells, notes = [0] * 7, []
+        for n in ns:
+            key = f"{name}@{n}"
+            ref, ours = reference[key], results[key]
+            ref_pass = {t for t, ok in ref["tests"].items() if ok}
+            our_pass = {t for t, ok in ours["tests"].items() if ok}
+            worst = ours.get("worst", {})
+            missed = ref_pass - our_pass
+            kinds = [worst.get(t, "missing") for t in missed]
+            counts = [len(our_pass), len(ref_pass), len(ref_pass & our_pass),
+                      kinds.count("FAIL"), kinds.count("ERROR"),
+                      kinds.count("skipped")]
+            counts.append(len(missed) - sum(counts[3:6]))
+            cells = [a + b for a, b in zip(cells, counts)]
+            if ours["crashed"]:
+                notes.append(f"N={n}: {ours['crashed']}")
+            if not ours["tests"]:
+                notes.append(f"N={n}: no test ran")
+        totals = [a + b for a, b in zip(totals, cells)]
+        rows.append(f"| {name} | " + " | ".join(map(str, cells))
+                    + f" | {'; '.join(notes)} |")
+    share = 100.0 * totals[2] / totals[1] if totals[1] else 0.0
+    rows.append("| **total** | " + " | ".join(f"**{c}**" for c in totals)
+                + f" | **{share:.1f}%** of MPICH's passes |")
+    return head + "\n".join(rows) + "\n"
 
 
 if __name__ == "__main__":
