@@ -27,7 +27,7 @@ cdef int _algorithm_env_set() except -1:
     cdef const char *prefix = _algorithm_env_prefix
     cdef size_t n = len(_algorithm_env_prefix)
     while entry is not NULL and entry[0] is not NULL:
-        if strncmp(entry[0], prefix, n) == 0:
+        if entry[0][0] == prefix[0] and strncmp(entry[0], prefix, n) == 0:
             return True
         entry += 1
     return False
@@ -36,7 +36,7 @@ cdef int _algorithm_env_set() except -1:
 cdef class Context:
     """This rank's view of a group: its pairs, counters and deadlines."""
 
-    def __cinit__(self, *args, **kwargs):
+    def __cinit__(self):             # (takes whatever __init__ is given)
         self._efd = -1
 
     def __init__(self, int rank, int size, list pairs=None, *,
@@ -75,6 +75,8 @@ cdef class Context:
                     int64_t spin_ns, int64_t small_allreduce) except -1:
         """The body of __init__, once the arguments are known to be good
         (derive() calls it directly: no arguments to parse)."""
+        cdef Py_ssize_t i
+        cdef int w
         if self.links is not None:
             raise TypeError("a Context is initialised once")
         self.env_algorithms = env_algorithms() if _algorithm_env_set() else None

@@ -10,7 +10,7 @@
 
 from cpython.bytearray cimport (PyByteArray_AS_STRING,
                                 PyByteArray_FromStringAndSize)
-from cpython.bytes cimport PyBytes_FromStringAndSize
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
 from libc.string cimport memset
 
 # Object collectives: their byte collectives carry the call's name (an index
@@ -42,9 +42,10 @@ cdef inline void _leave_object_call(Context ctx, bint marked):
         ctx.obj_call = 0
 
 
-cdef int64_t SLOT = 256
-cdef int64_t HEAD = 16                  # a slot's length and buffer count
-cdef int64_t INT64 = 8
+cdef enum:
+    SLOT = 256          # bytes of a rank's slot
+    HEAD = 16           # a bcast slot's length and buffer count
+    INT64 = 8
 
 
 cdef inline bytearray _new_bytes(int64_t n):
@@ -52,15 +53,43 @@ cdef inline bytearray _new_bytes(int64_t n):
     return PyByteArray_FromStringAndSize(NULL, n)
 
 
-cdef bytearray _slot(bytes data, int64_t head):
-    """A slot of SLOT bytes: `head` bytes for the caller, then as much of
-    data as fits (zeros after it: nothing else of our memory travels)."""
+cdef int _fill_slot(char *slot, bytes data, int64_t head) except -1:
+    """The SLOT bytes at `slot`: `head` bytes left for the caller, then as
+    much of data as fits (zeros after it: nothing else of our memory
+    travels)."""
     cdef int64_t first = min(len(data), SLOT - head)
-    cdef bytearray slot = _new_bytes(SLOT)
-    cdef char *p = slot
-    memcpy(p + head, <char *>data, first)
-    memset(p + head + first, 0, SLOT - head - first)
-    return slot
+    memcpy(slot + head, <char *>data, first)
+    memset(slot + head + first, 0, SLOT - head - first)
+    return 0
+
+
+# block bytes -> (sizes, offsets) of the last number of blocks asked for
+cdef dict _UNIFORM = {}
+
+
+cdef tuple _uniform(int size, int64_t nbytes):
+    """(sizes, offsets) of `size` blocks of nbytes laid end to end, kept
+    for the next call (the core only reads a layout)."""
+    cdef tuple known = _UNIFORM.get(nbytes)
+    cdef I64 sizes, offsets
+    cdef int i
+    if known is not None and (<I64>known[0]).n == size:
+        return known
+    sizes, offsets = I64.filled(size, nbytes), I64.zeros(size)
+    for i in range(size):
+        offsets.v[i] = i * nbytes
+    known = _UNIFORM[nbytes] = (sizes, offsets)
+    return known
+
+
+cdef Buf _own(object data, str name):
+    """A bytes or bytearray this layer made (nothing else holds it while
+    the call runs) as a Buf: no buffer to acquire and release."""
+    if type(data) is bytes:
+        return memory_buf(PyBytes_AS_STRING(data), len(data), DT_BYTES, 1,
+                          name)
+    return memory_buf(PyByteArray_AS_STRING(data), len(data), DT_BYTES, 1,
+                      name)
 
 
 cdef object _loads_at(bytearray data, int64_t at, int64_t n):
@@ -121,8 +150,8 @@ cdef object bcast_object(Context ctx, obj, int root, timeout):
 
 cdef object _bcast_object(Context ctx, obj, int root, timeout):
     """root's `obj` on every rank (a copy at root too, as mpi4py)."""
-    cdef bytearray slot
-    cdef char *p
+    cdef char slot[SLOT]
+    cdef char *p = slot
     cdef int64_t n, nbufs, first, i
     cdef bytes payload = None
     cdef list raws = None, buffers
@@ -136,14 +165,10 @@ cdef object _bcast_object(Context ctx, obj, int root, timeout):
                 [(<object>len(r)).to_bytes(8, "little") for r in raws] + [data])
         else:
             raws, payload = [], data
-        slot = _slot(payload, HEAD)
-        p = slot
+        _fill_slot(p, payload, HEAD)
         _write64(p, 0, len(payload))
         _write64(p, 1, len(raws))
-    else:
-        slot = _new_bytes(SLOT)
-        p = slot
-    ctx.bcast(slot, root, timeout, None)
+    ctx.bcast(memory_buf(p, SLOT, DT_BYTES, 1, "buf"), root, timeout, None)
     n, nbufs = _read64(p, 0), _read64(p, 1)
     first = min(n, SLOT - HEAD)
     if n == first and nbufs == 0:       # the whole object was in the slot
@@ -157,10 +182,10 @@ cdef object _bcast_object(Context ctx, obj, int root, timeout):
             ctx.bcast(r, root, timeout, None)
         buffers = [bytearray(r) for r in raws]      # the root's copy
     else:
-        whole = memoryview(slot)[HEAD:HEAD + first]
+        whole = PyBytes_FromStringAndSize(p + HEAD, first)
         if n > first:
             whole = bytearray(n)
-            whole[:first] = memoryview(slot)[HEAD:HEAD + first]
+            memcpy(PyByteArray_AS_STRING(whole), p + HEAD, first)
             ctx.bcast(memoryview(whole)[first:], root, timeout, None)
         buffers = []
         for i in range(nbufs):
@@ -183,9 +208,13 @@ cdef list _allgather_objects(Context ctx, obj, timeout):
     cdef int size = ctx.size, i
     cdef bytes data = _dumps(obj)
     cdef int64_t n = len(data), first = min(n, SLOT - INT64), more = 0, k
-    cdef bytearray slot = _slot(data, INT64), slots = _new_bytes(SLOT * size)
+    cdef char slot[SLOT]
+    cdef bytearray slots = _new_bytes(<int64_t>SLOT * size)
     _write64(slot, 0, n)
-    ctx.allgatherv(slot, slots, I64.filled(size, SLOT), None, timeout, None)
+    _fill_slot(slot, data, INT64)
+    sizes, offsets = _uniform(size, SLOT)
+    ctx.allgatherv(memory_buf(slot, SLOT, DT_BYTES, 1, "sendbuf"),
+                   _own(slots, "recvbuf"), sizes, offsets, timeout, None)
     cdef char *p = slots
     for i in range(size):
         more += max(0, _read64(p + i * SLOT, 0) - (SLOT - INT64))
@@ -224,14 +253,17 @@ cdef object _gather_objects(Context ctx, obj, int root, timeout):
     if ctx.rank != root:
         ctx.gatherv(memory_buf(&n, INT64, DT_BYTES, 1, "sendbuf"), None, None,
                     None, root, timeout, None)
-        ctx.gatherv(data, None, None, None, root, timeout, None)
+        ctx.gatherv(_own(data, "sendbuf"), None, None, None, root, timeout,
+                    None)
         return None
     cdef I64 counts = I64.zeros(size)
+    sizes, offsets = _uniform(size, INT64)
     ctx.gatherv(memory_buf(&n, INT64, DT_BYTES, 1, "sendbuf"),
                 memory_buf(counts.v, INT64 * size, DT_BYTES, 1, "recvbuf"),
-                I64.filled(size, INT64), None, root, timeout, None)
+                sizes, offsets, root, timeout, None)
     cdef bytearray out = _new_bytes(counts.total())
-    ctx.gatherv(data, out, counts, None, root, timeout, None)
+    ctx.gatherv(_own(data, "sendbuf"), _own(out, "recvbuf"), counts, None,
+                root, timeout, None)
     return _loads_all(out, counts)
 
 

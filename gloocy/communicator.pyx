@@ -10,7 +10,7 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport (Context, I64, Links, _counts, call_recv_new,
+from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
                            DT_BYTES, DT_INT64)
 from gloocy.requests cimport p2p_request
 from gloocy._msg cimport Message, memory_buf, message, vector_message
