@@ -35,6 +35,8 @@ cdef class Context:
     cdef char *_space[2]              # temporary space kept between calls:
     cdef int64_t _space_size[2]       # [0] scratch(), [1] work()
 
+    # derive() of a list of ints (our ranks of the new context's members).
+    cdef Context derive_ranks(self, list members, uint32_t comm_id)
     # The body of __init__ (derive() calls it without parsing arguments).
     cdef int _setup(self, int rank, int size, Links links, object world,
                     uint32_t comm_id, double timeout, int64_t segment,

@@ -130,10 +130,13 @@ cdef class Context:
         """A context of our ranks `members` (in that order; ours among them)
         over the same connections, tagged `comm_id`: an id every member
         agreed on and none of them has used (>= their next_comm_id)."""
+        return self.derive_ranks([int(m) for m in members], comm_id)
+
+    cdef Context derive_ranks(self, list members, uint32_t comm_id):
+        """derive() for a list of ints (the API calls it in C)."""
         if self.closed:
             raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
-        members = [int(m) for m in members]
-        world = [self._world[m] for m in members]
+        world = [self._world[<int>m] for m in members]
         if self.links.next_id <= comm_id < 0x40000000:  # above: shadows, transients
             self.links.next_id = comm_id + 1
         cdef Context made = (Context.__new__(Context) if type(self) is Context

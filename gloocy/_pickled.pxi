@@ -95,7 +95,7 @@ cdef Buf _own(object data, str name):
 cdef object _loads_at(bytearray data, int64_t at, int64_t n):
     """The object pickled in data[at:at + n]: a small one from a copy
     (cheaper than a view), a large one in place."""
-    if n <= SLOT:
+    if 0 <= n <= SLOT:
         return _pickle_loads(PyBytes_FromStringAndSize(
             PyByteArray_AS_STRING(data) + at, n))
     return _pickle_loads(memoryview(data)[at:at + n])

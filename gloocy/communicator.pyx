@@ -185,9 +185,9 @@ cdef class Comm(_Collectives):
         return self._derived(members, _group_id(ctx, members, tag, timeout))
 
     def _derived(self, members, comm_id):
-        members = list(members)
-        return _new_comm(type(self), self.live().derive(members, comm_id),
-                         tuple([self._procs[m] for m in members]))
+        cdef list ranks = [int(m) for m in members]
+        return _new_comm(type(self), self.live().derive_ranks(ranks, comm_id),
+                         tuple([self._procs[m] for m in ranks]))
 
 
 cdef class Intracomm(Comm):
