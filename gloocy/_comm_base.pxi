@@ -28,6 +28,7 @@ cdef class _CommBase:
     cdef public object _shadow    # Dup running the nonblocking collectives
     cdef public object _worker
     cdef public object _attrs     # Attributes (keyvals), made when first needed
+    cdef dict _lock_table         # __dict__["_locks"] once made (_comm_lock)
     cdef dict __dict__            # users may hang attributes on a communicator
 
     def __init__(self, context=None, *, procs=None, name=""):
@@ -279,7 +280,8 @@ cdef class _CommBase:
         if self._shadow is not None:
             self._shadow.Free()
             self._shadow = None
-        _HANDLES.pop(_HANDLE_OF.pop(id(self._ctx), None), None)
+        if _HANDLE_OF:
+            _HANDLES.pop(_HANDLE_OF.pop(id(self._ctx), None), None)
         self._ctx.close()
         self._bind(_NULL_CONTEXT)
 

@@ -75,8 +75,8 @@ cdef class _Collectives(_PointToPoint):
         cdef Context ctx = self.live()
         cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
-        ctx.allgatherv(None if s is None else s.buf, r.buf, r.sizes,
-                       r.offsets, timeout, algorithm)
+        ctx.allgatherv(None if s is None else s.buf, r.buf, r.block_sizes,
+                       r.block_offsets, timeout, algorithm)
         r.unpack()
 
     def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None,
@@ -103,8 +103,8 @@ cdef class _Collectives(_PointToPoint):
         cdef Message s = message(sendbuf, "sendbuf", True, True)
         ctx.gatherv(None if s is None else s.buf,
                     None if r is None else r.buf,
-                    None if r is None else r.sizes,
-                    None if r is None else r.offsets, root, timeout,
+                    None if r is None else r.block_sizes,
+                    None if r is None else r.block_offsets, root, timeout,
                     algorithm)
         if r is not None:
             r.unpack()
@@ -134,8 +134,8 @@ cdef class _Collectives(_PointToPoint):
         cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
         ctx.scatterv(None if s is None else s.buf,
                      None if r is None else r.buf,
-                     None if s is None else s.sizes,
-                     None if s is None else s.offsets, root, timeout,
+                     None if s is None else s.block_sizes,
+                     None if s is None else s.block_offsets, root, timeout,
                      algorithm)
         if r is not None:
             r.unpack()
@@ -160,9 +160,10 @@ cdef class _Collectives(_PointToPoint):
         if sendbuf is not IN_PLACE and sendbuf is not None:
             s = vector_message(sendbuf, ctx.size, "sendbuf", True)
         ctx.alltoallv(None if s is None else s.buf,
-                      None if s is None else s.sizes,
-                      None if s is None else s.offsets, r.buf, r.sizes,
-                      r.offsets, timeout, algorithm)
+                      None if s is None else s.block_sizes,
+                      None if s is None else s.block_offsets,
+                      r.buf, r.block_sizes, r.block_offsets, timeout,
+                      algorithm)
         r.unpack()
 
     def Alltoallw(self, sendbuf, recvbuf, *, timeout=None):
@@ -239,13 +240,21 @@ cdef class _Collectives(_PointToPoint):
 
     def bcast(self, obj=None, root=0, *, timeout=None):
         """Return root's `obj` on every rank."""
-        with _comm_lock(self, "bcast"):
+        lock = _comm_lock(self, "bcast")
+        lock.acquire()
+        try:
             return bcast_object(self.live(), obj, root, timeout)
+        finally:
+            lock.release()
 
     def allgather(self, obj, *, timeout=None):
         """List of every rank's `obj`, in rank order."""
-        with _comm_lock(self, "allgather"):
+        lock = _comm_lock(self, "allgather")
+        lock.acquire()
+        try:
             return allgather_objects(self.live(), obj, timeout, OBJ_ALLGATHER)
+        finally:
+            lock.release()
 
     def allreduce(self, obj, op=_ops.SUM, *, timeout=None):
         """op applied to every rank's `obj` in rank order (AVG: the sum
@@ -257,18 +266,30 @@ cdef class _Collectives(_PointToPoint):
 
     def gather(self, obj, root=0, *, timeout=None):
         """List of every rank's `obj` at root, None elsewhere."""
-        with _comm_lock(self, "gather"):
+        lock = _comm_lock(self, "gather")
+        lock.acquire()
+        try:
             return gather_objects(self.live(), obj, root, timeout, OBJ_GATHER)
+        finally:
+            lock.release()
 
     def scatter(self, objs, root=0, *, timeout=None):
         """objs[i] of root's list (len == size) to rank i."""
-        with _comm_lock(self, "scatter"):
+        lock = _comm_lock(self, "scatter")
+        lock.acquire()
+        try:
             return scatter_objects(self.live(), objs, root, timeout)
+        finally:
+            lock.release()
 
     def alltoall(self, objs, *, timeout=None):
         """objs[i] to rank i; returns the list of what each rank sent us."""
-        with _comm_lock(self, "alltoall"):
+        lock = _comm_lock(self, "alltoall")
+        lock.acquire()
+        try:
             return alltoall_objects(self.live(), objs, timeout)
+        finally:
+            lock.release()
 
     def reduce(self, obj, op=_ops.SUM, root=0, *, timeout=None):
         """op applied to every rank's `obj` in rank order, at root (None

@@ -32,18 +32,21 @@ def _spec_nbytes(buf):
 _comm_locks_lock = _threading.Lock()
 
 
-cdef object _comm_lock(comm, str key):
+cdef object _comm_lock(_CommBase comm, str key):
     """The lock (one per communicator and key: "recv", "bcast", ...) that
     serializes the object calls of threads sharing a communicator, in the
-    table MPI._comm_lock_table shows. Found without the global lock once
-    made (every call takes it)."""
-    table = comm.__dict__.get("_locks")
+    table MPI._comm_lock_table shows (comm's "_locks" attribute; kept in a
+    field once made, so that every call finds it without the global
+    lock). The object collectives call acquire() and release(): cheaper
+    than a with statement."""
+    cdef dict table = comm._lock_table
     if table is not None:
-        lock = (<dict>table).get(key)
+        lock = table.get(key)
         if lock is not None:
             return lock
     with _comm_locks_lock:
-        table = comm.__dict__.setdefault("_locks", {})
+        table = (<object>comm).__dict__.setdefault("_locks", {})
+        comm._lock_table = table
         lock = table.get(key)
         if lock is None:
             lock = table[key] = _threading.Lock()

@@ -35,6 +35,12 @@ cdef class Context:
     cdef char *_space[2]              # temporary space kept between calls:
     cdef int64_t _space_size[2]       # [0] scratch(), [1] work()
 
+    # derive() of a list of ints (our ranks of the new context's members).
+    cdef Context derive_ranks(self, list members, uint32_t comm_id)
+    # The body of __init__ (derive() calls it without parsing arguments).
+    cdef int _setup(self, int rank, int size, Links links, object world,
+                    uint32_t comm_id, double timeout, int64_t segment,
+                    int64_t spin_ns, int64_t small_allreduce) except -1
     cdef char *space(self, int slot, int64_t nbytes) except NULL nogil
     # For an algorithm's own temporaries.
     cdef char *scratch(self, int64_t nbytes) except NULL nogil

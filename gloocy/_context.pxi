@@ -5,20 +5,49 @@
 # collective family (one file each) are module functions on a Context.
 
 
+from libc.string cimport strncmp
+
+cdef extern from "<unistd.h>":
+    char **environ
+
+# What every ALGORITHM_ENV name starts with (found on first use).
+cdef bytes _algorithm_env_prefix = None
+
+
+cdef int _algorithm_env_set() except -1:
+    """Whether any variable of the environment may be one of
+    ALGORITHM_ENV's (else env_algorithms() would find none): one pass over
+    the environment, cheaper than a getenv per name."""
+    global _algorithm_env_prefix
+    cdef char **entry = environ
+    if _algorithm_env_prefix is None:
+        from os.path import commonprefix
+        _algorithm_env_prefix = commonprefix(
+            list(ALGORITHM_ENV.values())).encode()
+    cdef const char *prefix = _algorithm_env_prefix
+    cdef size_t n = len(_algorithm_env_prefix)
+    while entry is not NULL and entry[0] is not NULL:
+        if entry[0][0] == prefix[0] and strncmp(entry[0], prefix, n) == 0:
+            return True
+        entry += 1
+    return False
+
+
 cdef class Context:
     """This rank's view of a group: its pairs, counters and deadlines."""
 
-    def __cinit__(self, int rank, int size, list pairs=None, *,
-                  Links links=None, world=None, uint32_t comm_id=0,
-                  double timeout=300.0, int64_t segment=1 << 20,
-                  int64_t spin_us=50, int64_t small_allreduce=1 << 16,
-                  int node_fd=-1):
+    def __cinit__(self):             # (takes whatever __init__ is given)
+        self._efd = -1
+
+    def __init__(self, int rank, int size, list pairs=None, *,
+                 Links links=None, world=None, uint32_t comm_id=0,
+                 double timeout=300.0, int64_t segment=1 << 20,
+                 int64_t spin_us=50, int64_t small_allreduce=1 << 16,
+                 int node_fd=-1):
         """A context over `pairs` (one per rank, None at `rank`), or over
         some of the `links` of another context: our rank i is their rank
         world[i] (see derive()). `node_fd`: the node segment every rank
         maps when all are on one host (see _node.pxi)."""
-        self._efd = -1
-        self.env_algorithms = env_algorithms()
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not in a world of size {size}")
         if segment < 1:
@@ -36,13 +65,28 @@ cdef class Context:
                     raise ValueError(f"pairs[{i}] is not a Pair to rank {i}")
             links = Links(rank, size, list(pairs))
             world = range(size)
+        self._setup(rank, size, links, world, comm_id, timeout, segment,
+                    spin_us * 1000, small_allreduce)
+        if node_fd >= 0:
+            self.node = Node(node_fd, rank, size)
+
+    cdef int _setup(self, int rank, int size, Links links, object world,
+                    uint32_t comm_id, double timeout, int64_t segment,
+                    int64_t spin_ns, int64_t small_allreduce) except -1:
+        """The body of __init__, once the arguments are known to be good
+        (derive() calls it directly: no arguments to parse)."""
+        cdef Py_ssize_t i
+        cdef int w
+        if self.links is not None:
+            raise TypeError("a Context is initialised once")
+        self.env_algorithms = env_algorithms() if _algorithm_env_set() else None
         self.links = links
         self.rank = rank
         self.size = size
         self.comm_id = comm_id
         self.timeout = timeout
         self.segment = segment
-        self.spin_ns = spin_us * 1000
+        self.spin_ns = spin_ns
         self.small_allreduce = small_allreduce
         self._pairs = [links.pairs[w] for w in world]
         self._to_self = []
@@ -58,9 +102,8 @@ cdef class Context:
             self._pair_ptrs[i] = <void *>self._pairs[i]
             self._world[i] = w
             self._local[w] = i
-        if node_fd >= 0:
-            self.node = Node(node_fd, rank, size)
         links.users += 1
+        return 0
 
     def __dealloc__(self):
         free(self._pair_ptrs)
@@ -87,16 +130,21 @@ cdef class Context:
         """A context of our ranks `members` (in that order; ours among them)
         over the same connections, tagged `comm_id`: an id every member
         agreed on and none of them has used (>= their next_comm_id)."""
+        return self.derive_ranks([int(m) for m in members], comm_id)
+
+    cdef Context derive_ranks(self, list members, uint32_t comm_id):
+        """derive() for a list of ints (the API calls it in C)."""
         if self.closed:
             raise ContextPoisoned(f"rank {self.rank}: communicator is closed")
-        members = [int(m) for m in members]
-        world = [self._world[m] for m in members]
+        world = [self._world[<int>m] for m in members]
         if self.links.next_id <= comm_id < 0x40000000:  # above: shadows, transients
             self.links.next_id = comm_id + 1
-        return type(self)(members.index(self.rank), len(members), links=self.links,
-                          world=world, comm_id=comm_id, timeout=self.timeout,
-                          segment=self.segment, spin_us=self.spin_ns // 1000,
-                          small_allreduce=self.small_allreduce)
+        cdef Context made = (Context.__new__(Context) if type(self) is Context
+                             else type(self).__new__(type(self)))
+        made._setup(members.index(self.rank), len(members), self.links, world,
+                    comm_id, self.timeout, self.segment, self.spin_ns,
+                    self.small_allreduce)
+        return made
 
     @property
     def object_call(self):

@@ -10,9 +10,10 @@ cdef uint32_t TRANSIENT = 0x80000000
 
 cdef uint32_t _new_id(Context ctx, timeout) except? 0:
     """An id for a new communicator that no rank of ctx has used."""
-    mine = array("q", (ctx.next_comm_id,))     # cheaper to make than NumPy's
-    ctx.allreduce(None, mine, MAX_CODE, timeout, None)
-    return mine[0]
+    cdef int64_t mine = ctx.links.next_id
+    ctx.allreduce(None, memory_buf(&mine, 8, DT_INT64, 8, "comm id"),
+                  MAX_CODE, timeout, None)
+    return mine
 
 
 cdef tuple _split(Context ctx, color, key, timeout):

@@ -3,7 +3,7 @@
 
 from libc.stdint cimport int64_t
 
-from gloocy._core cimport Buf
+from gloocy._core cimport Buf, I64
 
 
 cdef class Message:
@@ -13,8 +13,10 @@ cdef class Message:
     cdef int64_t blocks          # what the spec's count is multiplied by
     cdef object _datatype        # the Datatype, or None until asked for
     cdef object slow             # bufspec's (Vector)Message, when parsed in Python
-    cdef readonly list sizes     # vector messages: each rank's block, in bytes
-    cdef readonly list offsets   # ... and where it starts in buf
+    cdef I64 block_sizes         # vector messages: each rank's block, in bytes
+    cdef I64 block_offsets       # ... and where it starts in buf (the core
+                                 # takes both as they are; Python sees
+                                 # them as lists: .sizes, .offsets)
     # Scatter received bytes into the user's memory (non-contiguous
     # datatypes only); nbytes < 0: all of them.
     cdef int unpack(self, int64_t nbytes=*) except -1
@@ -30,5 +32,11 @@ cdef Message message(object spec, str name, bint readonly=*,
 
 # A vector spec (one block per rank: buf, [buf, counts], [buf, (counts,
 # displs)], [buf, counts, displs, datatype]...) for `size` ranks -> Message
-# with sizes and offsets in bytes.
+# with block_sizes and block_offsets in bytes.
 cdef Message vector_message(object spec, int size, str name, bint readonly=*)
+
+
+# The n bytes at p (memory of the caller's, valid while the call that is
+# given the Buf runs) as a Buf of `dtype` elements of `itemsize` bytes.
+cdef Buf memory_buf(void *p, int64_t nbytes, int dtype, int64_t itemsize,
+                    str name)

@@ -11,7 +11,7 @@ parsed by `gloocy.bufspec` and only then acquired.
 
 cimport cython
 
-from gloocy._core cimport Buf, get_buffer
+from gloocy._core cimport Buf, I64, get_buffer
 from gloocy.datatypes cimport Datatype, Typemap
 
 import operator
@@ -32,7 +32,7 @@ cdef class Message:
 
     cdef int unpack(self, int64_t nbytes=-1) except -1:
         if self.slow is not None:
-            if self.sizes is not None:
+            if self.block_sizes is not None:
                 self.slow.unpack()              # a VectorMessage: all of it
             else:
                 self.slow.unpack(None if nbytes < 0 else nbytes)
@@ -41,9 +41,9 @@ cdef class Message:
     cdef object parsed(self):
         """The spec as bufspec parses it (for what is rarely needed)."""
         if self.slow is None:
-            if self.sizes is not None:
+            if self.block_sizes is not None:
                 self.slow = bufspec.vector_message(
-                    self.spec, len(self.sizes), name=self.buf.name,
+                    self.spec, self.block_sizes.n, name=self.buf.name,
                     readonly=True)
             else:
                 self.slow = bufspec.message(self.spec, name=self.buf.name,
@@ -65,6 +65,22 @@ cdef class Message:
     @property
     def nbytes(self):
         return self.buf.nbytes
+
+    @property
+    def sizes(self):
+        """A vector message's blocks, in bytes (a list; None otherwise)."""
+        return _as_list(self.block_sizes)
+
+    @property
+    def offsets(self):
+        """Where each block of a vector message starts in buf, in bytes."""
+        return _as_list(self.block_offsets)
+
+
+cdef list _as_list(I64 values):
+    if values is None:
+        return None
+    return [values.v[i] for i in range(values.n)]
 
 
 cdef inline object _datatype_of(object slot):
@@ -191,8 +207,9 @@ cdef Message vector_message(object spec, int size, str name,
     cdef Buf b
     cdef Typemap dense = None
     cdef Py_ssize_t n = 2
-    cdef int64_t extent, items, total = 0, i, c, d
-    cdef list counts, displs = None, sizes, offsets
+    cdef int64_t extent, items, limit, total = 0, i, c, d
+    cdef bint end_to_end = False
+    cdef I64 sizes, offsets
     if spec is None or spec is IN_PLACE or not _is_spec_list(spec):
         return _slow_vector(spec, size, name, readonly)
     n = len(spec)
@@ -212,15 +229,18 @@ cdef Message vector_message(object spec, int size, str name,
         counts_spec, displs_spec = counts_spec
     else:
         displs_spec = None
-    counts = _ints(counts_spec, size)
-    if counts is None:
+    # items for now; bytes once the buffer's extent is known
+    sizes = I64.zeros(size)
+    offsets = I64.zeros(size)
+    if not _ints(sizes, counts_spec):
         return _slow_vector(spec, size, name, readonly)
-    if type(displs_spec) is int:         # d: rank i's block at d * i
-        displs = [displs_spec * i for i in range(size)]
-    elif displs_spec is not None:
-        displs = _ints(displs_spec, size)
-        if displs is None:
-            return _slow_vector(spec, size, name, readonly)
+    if displs_spec is None:
+        end_to_end = True
+    elif type(displs_spec) is int:       # d: rank i's block at d * i
+        for i in range(size):
+            offsets.v[i] = <int64_t>displs_spec * i
+    elif not _ints(offsets, displs_spec):
+        return _slow_vector(spec, size, name, readonly)
     try:
         b = get_buffer(spec[0], name, not readonly, dense is not None)
     except Exception:
@@ -228,44 +248,55 @@ cdef Message vector_message(object spec, int size, str name,
     if dense is None:
         if b.dtype < 0:
             return _slow_vector(spec, size, name, readonly)
-        extent, items = b.itemsize, 1
+        extent = b.itemsize
     else:
-        extent, items = dense.ub, dense.n
+        extent = dense.ub
         b.dtype, b.itemsize = dense.dense, dense.itemsize
-    sizes = [None] * size
-    offsets = [None] * size
+    if extent <= 0:
+        return _slow_vector(spec, size, name, readonly)
+    limit = b.nbytes // extent           # whole items in the buffer
+    cdef int64_t count = 0
     for i in range(size):
-        c = counts[i]
-        d = total if displs is None else displs[i]
+        c = sizes.v[i]
+        d = total if end_to_end else offsets.v[i]
         # each block inside the buffer (else bufspec says so, as mpi4py)
-        if c < 0 or d < 0 or extent <= 0 or d > b.nbytes // extent \
-                or c > b.nbytes // extent - d:
+        if c < 0 or d < 0 or d > limit or c > limit - d:
             return _slow_vector(spec, size, name, readonly)
-        sizes[i] = c * extent
-        offsets[i] = d * extent
-        total = d + c if displs is None else total
+        sizes.v[i] = c * extent
+        offsets.v[i] = d * extent
+        total = d + c
+        count += c
     b.count = b.nbytes // b.itemsize
     cdef Message m = Message.__new__(Message)
-    m.buf, m.count, m.spec, m.blocks = b, sum(counts), spec, 1
-    m.sizes, m.offsets = sizes, offsets
+    m.buf, m.count, m.spec, m.blocks = b, count, spec, 1
+    m.block_sizes, m.block_offsets = sizes, offsets
     if dense is not None:
         m._datatype = datatype
     return m
 
 
-cdef list _ints(object values, int size):
-    """`size` ints from an int (the same for every rank) or a sequence of
-    them; None for what bufspec must judge."""
+cdef bint _ints(I64 out, object values) except -1:
+    """Fill `out` from an int (the same for every rank) or a sequence of
+    out.n ints; False for what bufspec must judge (NumPy arrays too:
+    bufspec reads them)."""
+    cdef Py_ssize_t i
     if type(values) is int:
-        return [values] * size
+        for i in range(out.n):
+            out.v[i] = values
+        return True
     if type(values) is not list and type(values) is not tuple:
-        return None                     # (NumPy arrays too: bufspec reads them)
-    if len(values) != size:
-        return None
-    try:
-        return [v if type(v) is int else operator.index(v) for v in values]
-    except TypeError:
-        return None
+        return False
+    if len(values) != out.n:
+        return False
+    for i in range(out.n):
+        v = values[i]
+        if type(v) is not int:
+            try:
+                v = operator.index(v)
+            except TypeError:
+                return False
+        out.v[i] = v
+    return True
 
 
 cdef Message _slow_vector(object spec, int size, str name, bint readonly):
@@ -274,5 +305,17 @@ cdef Message _slow_vector(object spec, int size, str name, bint readonly):
     m.buf = get_buffer(slow.data, name, not readonly)
     m.count, m.slow, m._datatype = sum(slow.counts), slow, slow.datatype
     m.spec, m.blocks = spec, 1
-    m.sizes, m.offsets = slow.sizes, slow.offsets
+    m.block_sizes, m.block_offsets = I64(slow.sizes), I64(slow.offsets)
     return m
+
+
+cdef Buf memory_buf(void *p, int64_t nbytes, int dtype, int64_t itemsize,
+                    str name):
+    cdef Buf b = Buf.__new__(Buf)
+    b.ptr = <char *>p
+    b.nbytes = nbytes
+    b.itemsize = itemsize
+    b.count = nbytes // itemsize
+    b.dtype = dtype
+    b.name = name
+    return b

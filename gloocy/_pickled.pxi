@@ -2,9 +2,16 @@
 # pickles (protocol 5); a bcast moves the large buffers inside an object
 # (NumPy arrays) out of band, straight from and into their own memory.
 #
-# A small object costs one collective: every rank's contribution starts with
-# a slot of SLOT bytes holding the pickle's length and, when it fits, the
-# whole pickle; only a larger one needs a second collective for the rest.
+# A small object costs one bcast or allgather: every rank's contribution
+# starts with a slot of SLOT bytes holding the pickle's length and, when it
+# fits, the whole pickle; only a larger one needs a second collective for
+# the rest, which every rank can tell. gather, scatter and alltoall exchange
+# the lengths first (a rank cannot tell whether the others' objects fit).
+
+from cpython.bytearray cimport (PyByteArray_AS_STRING,
+                                PyByteArray_FromStringAndSize)
+from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize
+from libc.string cimport memset
 
 # Object collectives: their byte collectives carry the call's name (an index
 # of the core's OBJECT_CALLS) in their fingerprints, so that a mismatch names
@@ -35,9 +42,63 @@ cdef inline void _leave_object_call(Context ctx, bint marked):
         ctx.obj_call = 0
 
 
-cdef int64_t SLOT = 256
-cdef int64_t HEAD = 16                  # a slot's length and buffer count
-cdef int64_t INT64 = 8
+cdef enum:
+    SLOT = 256          # bytes of a rank's slot
+    HEAD = 16           # a bcast slot's length and buffer count
+    INT64 = 8
+
+
+cdef inline bytearray _new_bytes(int64_t n):
+    """n bytes to receive into (what they hold is overwritten)."""
+    return PyByteArray_FromStringAndSize(NULL, n)
+
+
+cdef int _fill_slot(char *slot, bytes data, int64_t head) except -1:
+    """The SLOT bytes at `slot`: `head` bytes left for the caller, then as
+    much of data as fits (zeros after it: nothing else of our memory
+    travels)."""
+    cdef int64_t first = min(len(data), SLOT - head)
+    memcpy(slot + head, <char *>data, first)
+    memset(slot + head + first, 0, SLOT - head - first)
+    return 0
+
+
+# block bytes -> (sizes, offsets) of the last number of blocks asked for
+cdef dict _UNIFORM = {}
+
+
+cdef tuple _uniform(int size, int64_t nbytes):
+    """(sizes, offsets) of `size` blocks of nbytes laid end to end, kept
+    for the next call (the core only reads a layout)."""
+    cdef tuple known = _UNIFORM.get(nbytes)
+    cdef I64 sizes, offsets
+    cdef int i
+    if known is not None and (<I64>known[0]).n == size:
+        return known
+    sizes, offsets = I64.filled(size, nbytes), I64.zeros(size)
+    for i in range(size):
+        offsets.v[i] = i * nbytes
+    known = _UNIFORM[nbytes] = (sizes, offsets)
+    return known
+
+
+cdef Buf _own(object data, str name):
+    """A bytes or bytearray this layer made (nothing else holds it while
+    the call runs) as a Buf: no buffer to acquire and release."""
+    if type(data) is bytes:
+        return memory_buf(PyBytes_AS_STRING(data), len(data), DT_BYTES, 1,
+                          name)
+    return memory_buf(PyByteArray_AS_STRING(data), len(data), DT_BYTES, 1,
+                      name)
+
+
+cdef object _loads_at(bytearray data, int64_t at, int64_t n):
+    """The object pickled in data[at:at + n]: a small one from a copy
+    (cheaper than a view), a large one in place."""
+    if 0 <= n <= SLOT:
+        return _pickle_loads(PyBytes_FromStringAndSize(
+            PyByteArray_AS_STRING(data) + at, n))
+    return _pickle_loads(memoryview(data)[at:at + n])
 
 
 cdef object _pickle_dumps = pickle.dumps
@@ -48,7 +109,7 @@ cdef int PROTOCOL = pickle.HIGHEST_PROTOCOL
 cdef bytes _dumps(obj, list buffers=None):
     if buffers is None:
         return _pickle_dumps(obj, PROTOCOL)
-    return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
+    return _pickle_dumps(obj, 5, buffer_callback=buffers.append)
 
 
 # Point-to-point objects (send, recv, sendrecv): one pickle per message;
@@ -89,28 +150,30 @@ cdef object bcast_object(Context ctx, obj, int root, timeout):
 
 cdef object _bcast_object(Context ctx, obj, int root, timeout):
     """root's `obj` on every rank (a copy at root too, as mpi4py)."""
-    cdef bytearray slot = bytearray(SLOT)
+    cdef char slot[SLOT]
     cdef char *p = slot
     cdef int64_t n, nbufs, first, i
     cdef bytes payload = None
-    cdef list raws = None
+    cdef list raws = None, buffers
     if ctx.rank == root:
         buffers = []
         data = _dumps(obj, buffers)
-        raws = [b.raw() for b in buffers]
-        # payload: the out-of-band buffers' sizes, then the pickle
-        payload = data if not raws else b"".join(
-            [(<object>len(r)).to_bytes(8, "little") for r in raws] + [data])
-        n = len(payload)
-        _write64(p, 0, n)
+        if buffers:
+            raws = [b.raw() for b in buffers]
+            # payload: the out-of-band buffers' sizes, then the pickle
+            payload = b"".join(
+                [(<object>len(r)).to_bytes(8, "little") for r in raws] + [data])
+        else:
+            raws, payload = [], data
+        _fill_slot(p, payload, HEAD)
+        _write64(p, 0, len(payload))
         _write64(p, 1, len(raws))
-        memcpy(p + HEAD, <char *>payload, min(n, SLOT - HEAD))
-    ctx.bcast(slot, root, timeout, None)
+    ctx.bcast(memory_buf(p, SLOT, DT_BYTES, 1, "buf"), root, timeout, None)
     n, nbufs = _read64(p, 0), _read64(p, 1)
     first = min(n, SLOT - HEAD)
     if n == first and nbufs == 0:       # the whole object was in the slot
-        # (a bytearray slice: copying a few bytes costs less than a view)
-        return pickle.loads(payload if ctx.rank == root else slot[HEAD:HEAD + n])
+        return _pickle_loads(payload if ctx.rank == root
+                             else PyBytes_FromStringAndSize(p + HEAD, n))
     if ctx.rank == root:
         whole = payload
         if n > first:
@@ -119,17 +182,17 @@ cdef object _bcast_object(Context ctx, obj, int root, timeout):
             ctx.bcast(r, root, timeout, None)
         buffers = [bytearray(r) for r in raws]      # the root's copy
     else:
-        whole = memoryview(slot)[HEAD:HEAD + first]
+        whole = PyBytes_FromStringAndSize(p + HEAD, first)
         if n > first:
             whole = bytearray(n)
-            whole[:first] = memoryview(slot)[HEAD:HEAD + first]
+            memcpy(PyByteArray_AS_STRING(whole), p + HEAD, first)
             ctx.bcast(memoryview(whole)[first:], root, timeout, None)
         buffers = []
         for i in range(nbufs):
             buffers.append(bytearray(int.from_bytes(
                 whole[i * INT64:(i + 1) * INT64], "little")))
             ctx.bcast(buffers[i], root, timeout, None)
-    return pickle.loads(memoryview(whole)[nbufs * INT64:], buffers=buffers)
+    return _pickle_loads(memoryview(whole)[nbufs * INT64:], buffers=buffers)
 
 
 cdef list allgather_objects(Context ctx, obj, timeout, int which):
@@ -144,19 +207,21 @@ cdef list _allgather_objects(Context ctx, obj, timeout):
     """Every rank's `obj`, in rank order."""
     cdef int size = ctx.size, i
     cdef bytes data = _dumps(obj)
-    cdef int64_t n = len(data), first = min(n, SLOT - INT64), more = 0
-    cdef bytearray slot = bytearray(SLOT), slots = bytearray(SLOT * size)
-    cdef char *p = slot
-    _write64(p, 0, n)
-    memcpy(p + INT64, <char *>data, first)
-    ctx.allgatherv(slot, slots, [SLOT] * size, None, timeout, None)
-    p = slots
-    cdef list lengths = [_read64(p + i * SLOT, 0) for i in range(size)]
+    cdef int64_t n = len(data), first = min(n, SLOT - INT64), more = 0, k
+    cdef char slot[SLOT]
+    cdef bytearray slots = _new_bytes(<int64_t>SLOT * size)
+    _write64(slot, 0, n)
+    _fill_slot(slot, data, INT64)
+    sizes, offsets = _uniform(size, SLOT)
+    ctx.allgatherv(memory_buf(slot, SLOT, DT_BYTES, 1, "sendbuf"),
+                   _own(slots, "recvbuf"), sizes, offsets, timeout, None)
+    cdef char *p = slots
     for i in range(size):
-        more += max(0, <int64_t>lengths[i] - (SLOT - INT64))
+        more += max(0, _read64(p + i * SLOT, 0) - (SLOT - INT64))
     if more == 0:                       # every object was in its slot
-        return [pickle.loads(slots[i * SLOT + INT64:i * SLOT + INT64 + lengths[i]])
+        return [_loads_at(slots, i * SLOT + INT64, _read64(p + i * SLOT, 0))
                 for i in range(size)]
+    cdef list lengths = [_read64(p + i * SLOT, 0) for i in range(size)]
     view = memoryview(slots)
     rests = [max(0, k - (SLOT - INT64)) for k in lengths]
     tails = bytearray(more)
@@ -165,10 +230,10 @@ cdef list _allgather_objects(Context ctx, obj, timeout):
     for i in range(size):
         head = view[i * SLOT + INT64:i * SLOT + INT64 + min(lengths[i], SLOT - INT64)]
         if rests[i]:
-            out.append(pickle.loads(bytes(head) + tails[at:at + rests[i]]))
+            out.append(_pickle_loads(bytes(head) + tails[at:at + rests[i]]))
             at += rests[i]
         else:
-            out.append(pickle.loads(head))
+            out.append(_pickle_loads(head))
     return out
 
 
@@ -184,15 +249,21 @@ cdef object _gather_objects(Context ctx, obj, int root, timeout):
     """Every rank's `obj` in rank order at root; None elsewhere."""
     cdef int size = ctx.size
     cdef bytes data = _dumps(obj)
-    cdef bytearray lengths = bytearray(INT64 * size) if ctx.rank == root else None
-    ctx.gatherv(_length(data), lengths, I64.filled(size, INT64), None, root,
-                timeout, None)
-    if lengths is None:
-        ctx.gatherv(data, None, None, None, root, timeout, None)
+    cdef int64_t n = len(data)
+    if ctx.rank != root:
+        ctx.gatherv(memory_buf(&n, INT64, DT_BYTES, 1, "sendbuf"), None, None,
+                    None, root, timeout, None)
+        ctx.gatherv(_own(data, "sendbuf"), None, None, None, root, timeout,
+                    None)
         return None
-    cdef I64 counts = _lengths(lengths, size)
-    cdef bytearray out = bytearray(counts.total())
-    ctx.gatherv(data, out, counts, None, root, timeout, None)
+    cdef I64 counts = I64.zeros(size)
+    sizes, offsets = _uniform(size, INT64)
+    ctx.gatherv(memory_buf(&n, INT64, DT_BYTES, 1, "sendbuf"),
+                memory_buf(counts.v, INT64 * size, DT_BYTES, 1, "recvbuf"),
+                sizes, offsets, root, timeout, None)
+    cdef bytearray out = _new_bytes(counts.total())
+    ctx.gatherv(_own(data, "sendbuf"), _own(out, "recvbuf"), counts, None,
+                root, timeout, None)
     return _loads_all(out, counts)
 
 
@@ -226,7 +297,7 @@ cdef object _scatter_objects(Context ctx, objs, int root, timeout):
                  None)
     out = bytearray(_read64(mine, 0))
     ctx.scatterv(data, out, counts, None, root, timeout, None)
-    return pickle.loads(out)
+    return _pickle_loads(out)
 
 
 cdef list alltoall_objects(Context ctx, objs, timeout):
@@ -255,13 +326,6 @@ cdef list _alltoall_objects(Context ctx, objs, timeout):
     return _loads_all(out, counts)
 
 
-cdef bytearray _length(bytes data):
-    """len(data) as the 8 bytes an exchange of lengths carries."""
-    cdef bytearray out = bytearray(INT64)
-    _write64(out, 0, len(data))
-    return out
-
-
 cdef bytearray _raw(I64 values):
     """The bytes of `values` (to send them)."""
     cdef bytearray out = bytearray(values.n * INT64)
@@ -279,9 +343,8 @@ cdef I64 _lengths(bytearray data, int size):
 cdef list _loads_all(bytearray data, I64 counts):
     cdef list objs = []
     cdef int64_t at = 0, i
-    view = memoryview(data)
     for i in range(counts.n):
-        objs.append(pickle.loads(view[at:at + counts.v[i]]))
+        objs.append(_loads_at(data, at, counts.v[i]))
         at += counts.v[i]
     return objs
 

@@ -10,9 +10,10 @@ core moves; the Context's entry points are called in C.
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
 
-from gloocy._core cimport Context, I64, Links, _counts, call_recv_new
+from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
+                           DT_BYTES, DT_INT64)
 from gloocy.requests cimport p2p_request
-from gloocy._msg cimport Message, message, vector_message
+from gloocy._msg cimport Message, memory_buf, message, vector_message
 
 import os
 import pickle
@@ -196,9 +197,9 @@ cdef class Comm(_Collectives):
         return self._derived(members, _group_id(ctx, members, tag, timeout))
 
     def _derived(self, members, comm_id):
-        members = list(members)
-        return type(self)(self.live().derive(members, comm_id),
-                          procs=[self._procs[m] for m in members])
+        cdef list ranks = [int(m) for m in members]
+        return _new_comm(type(self), self.live().derive_ranks(ranks, comm_id),
+                         tuple([self._procs[m] for m in ranks]))
 
 
 cdef class Intracomm(Comm):
@@ -337,6 +338,24 @@ cdef class Intracomm(Comm):
 
 # gloocy's own name for it: a communicator of one group of ranks.
 Communicator = Intracomm
+
+
+cdef object _new_comm(type cls, Context ctx, tuple procs):
+    """A new communicator of class `cls` over ctx, of these processes.
+    Comm's and Intracomm's are made in C (what their constructors check
+    holds here; mpi4py's new communicators skip __init__ too); a subclass
+    is made by its constructor."""
+    cdef _CommBase comm
+    if cls is Intracomm:
+        comm = Intracomm.__new__(Intracomm)
+    elif cls is Comm:
+        comm = Comm.__new__(Comm)
+    else:
+        return cls(ctx, procs=procs)
+    comm._bind(ctx)
+    comm._procs = procs
+    comm._name = ""
+    return comm
 
 include "_comm_inter.pxi"
 include "_comm_topology.pxi"
