@@ -7,7 +7,6 @@ each other; a plain ``python prog.py`` is a world of one.
 """
 
 import ctypes
-import pickle as _pickle
 import socket
 import threading
 import time
@@ -108,23 +107,15 @@ MODE_NOPRECEDE, MODE_NOSUCCEED = 8192, 16384
 SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
 
 
-class _Pickle:
-    """How the lower-case methods serialize (mpi4py's MPI.pickle)."""
-
-    def __init__(self, dumps=None, loads=None, protocol=None):
-        self.PROTOCOL = _pickle.HIGHEST_PROTOCOL if protocol is None else protocol
-        self._dumps, self._loads = dumps, loads
-
-    def dumps(self, obj):
-        if self._dumps is None:
-            return _pickle.dumps(obj, self.PROTOCOL)
-        return self._dumps(obj)
-
-    def loads(self, data):
-        return (_pickle.loads if self._loads is None else self._loads)(data)
-
-
-pickle = _Pickle()
+# -- pickling: MPI.Pickle, MPI.pickle (gloocy.pickling) ----------------------
+# The communicators' object calls and irecv read the settings of MPI.pickle
+# through these hooks, called again whenever it changes.
+from gloocy import communicator as _communicator  # noqa: E402
+from gloocy import pickling as _pickling  # noqa: E402
+from gloocy import requests as _requests  # noqa: E402
+from gloocy.pickling import Pickle, pickle  # noqa: E402,F401
+_pickling.on_change(_communicator._set_pickle)
+_pickling.on_change(_requests._set_pickle)
 
 
 # -- the world ---------------------------------------------------------------

@@ -102,7 +102,7 @@ def _create_intercomm(Intracomm comm, local_leader, peer_comm, remote_leader,
     found = None
     if leader and error is None:
         try:
-            sent = peer.isend(_dumps((mine, [t[1] for t in table],
+            sent = peer.isend(pickle.dumps((mine, [t[1] for t in table],
                                       max(t[2] for t in table))),
                               remote_leader, tag)
             n = peer.probe(remote_leader, tag, True, timeout)[2]
@@ -478,7 +478,7 @@ cdef class Intercomm(Comm):
                    _starts(sizes), out, rsizes, _starts(rsizes), timeout)
         view, objs, start = memoryview(out), [], 0
         for i in range(rs):
-            objs.append(pickle.loads(view[start:start + rsizes[i]])
+            objs.append(_pickle_loads(view[start:start + rsizes[i]])
                         if rsizes[i] else None)
             start += rsizes[i]
         return objs

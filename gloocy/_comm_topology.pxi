@@ -217,7 +217,7 @@ cdef class Topocomm(Intracomm):
         bufs = [bytearray(g[0]) if g[0] >= 0 else None for g in got]
         _exchange(nctx, datas, [b if b is not None else bytearray()
                                 for b in bufs], plan, timeout)
-        return [None if b is None else pickle.loads(b) for b in bufs]
+        return [None if b is None else _pickle_loads(b) for b in bufs]
 
     # -- nonblocking and persistent ------------------------------------------
 

@@ -43,10 +43,20 @@ cdef int64_t INT64 = 8
 cdef object _pickle_dumps = pickle.dumps
 cdef object _pickle_loads = pickle.loads
 cdef int PROTOCOL = pickle.HIGHEST_PROTOCOL
+cdef bint _OOB = True             # bcast may move large buffers out of band
+
+
+def _set_pickle(dumps, loads, int protocol, bint oob):
+    """gloocy.MPI.pickle's hook (gloocy.pickling.on_change): the lower-case
+    methods make pickles with dumps(obj, protocol) and read them with
+    loads(data); oob: the standard pickle (protocol 5), which may keep an
+    object's large buffers out of band."""
+    global _pickle_dumps, _pickle_loads, PROTOCOL, _OOB
+    _pickle_dumps, _pickle_loads, PROTOCOL, _OOB = dumps, loads, protocol, oob
 
 
 cdef bytes _dumps(obj, list buffers=None):
-    if buffers is None:
+    if buffers is None or not _OOB:
         return _pickle_dumps(obj, PROTOCOL)
     return pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
 
@@ -110,7 +120,7 @@ cdef object _bcast_object(Context ctx, obj, int root, timeout):
     first = min(n, SLOT - HEAD)
     if n == first and nbufs == 0:       # the whole object was in the slot
         # (a bytearray slice: copying a few bytes costs less than a view)
-        return pickle.loads(payload if ctx.rank == root else slot[HEAD:HEAD + n])
+        return _pickle_loads(payload if ctx.rank == root else slot[HEAD:HEAD + n])
     if ctx.rank == root:
         whole = payload
         if n > first:
@@ -129,6 +139,8 @@ cdef object _bcast_object(Context ctx, obj, int root, timeout):
             buffers.append(bytearray(int.from_bytes(
                 whole[i * INT64:(i + 1) * INT64], "little")))
             ctx.bcast(buffers[i], root, timeout, None)
+    if nbufs == 0:
+        return _pickle_loads(whole)
     return pickle.loads(memoryview(whole)[nbufs * INT64:], buffers=buffers)
 
 
@@ -155,7 +167,7 @@ cdef list _allgather_objects(Context ctx, obj, timeout):
     for i in range(size):
         more += max(0, <int64_t>lengths[i] - (SLOT - INT64))
     if more == 0:                       # every object was in its slot
-        return [pickle.loads(slots[i * SLOT + INT64:i * SLOT + INT64 + lengths[i]])
+        return [_pickle_loads(slots[i * SLOT + INT64:i * SLOT + INT64 + lengths[i]])
                 for i in range(size)]
     view = memoryview(slots)
     rests = [max(0, k - (SLOT - INT64)) for k in lengths]
@@ -165,10 +177,10 @@ cdef list _allgather_objects(Context ctx, obj, timeout):
     for i in range(size):
         head = view[i * SLOT + INT64:i * SLOT + INT64 + min(lengths[i], SLOT - INT64)]
         if rests[i]:
-            out.append(pickle.loads(bytes(head) + tails[at:at + rests[i]]))
+            out.append(_pickle_loads(bytes(head) + tails[at:at + rests[i]]))
             at += rests[i]
         else:
-            out.append(pickle.loads(head))
+            out.append(_pickle_loads(head))
     return out
 
 
@@ -226,7 +238,7 @@ cdef object _scatter_objects(Context ctx, objs, int root, timeout):
                  None)
     out = bytearray(_read64(mine, 0))
     ctx.scatterv(data, out, counts, None, root, timeout, None)
-    return pickle.loads(out)
+    return _pickle_loads(out)
 
 
 cdef list alltoall_objects(Context ctx, objs, timeout):
@@ -281,7 +293,7 @@ cdef list _loads_all(bytearray data, I64 counts):
     cdef int64_t at = 0, i
     view = memoryview(data)
     for i in range(counts.n):
-        objs.append(pickle.loads(view[at:at + counts.v[i]]))
+        objs.append(_pickle_loads(view[at:at + counts.v[i]]))
         at += counts.v[i]
     return objs
 

@@ -41,6 +41,7 @@ cdef class Op:
         self._combine, self._fold = other._combine, other._fold
         self.c_function, self.c_context = other.c_function, other.c_context
         self.predefined = other.predefined   # as mpi4py: Op(SUM) too
+        self._created = other._created
 
     def __init__(self, name=None, combine=None, *, code=None, commute=True,
                  fold=None, c_function=0, c_context=0, predefined=False):
@@ -68,9 +69,11 @@ cdef class Op:
         def fold(invec, inoutvec, datatype):
             function(memoryview(invec).cast("B"),
                      memoryview(inoutvec).cast("B"), datatype)
-        return cls(getattr(function, "__name__", "user"),
-                   lambda x, y: function(x, y, None), code=_USER,
-                   commute=bool(commute), fold=fold)
+        op = cls(getattr(function, "__name__", "user"),
+                 lambda x, y: function(x, y, None), code=_USER,
+                 commute=bool(commute), fold=fold)
+        (<Op>op)._created = (function, bool(commute))
+        return op
 
     @classmethod
     def create(cls, function, *, commute=True):
@@ -117,6 +120,7 @@ cdef class Op:
             raise ArgumentError(f"op: cannot free predefined {self.name}", ERR_OP)
         self.code, self._combine, self._fold = _NONE, None, None
         self.c_function = 0
+        self._created = None
 
     def check_buffers(self):
         """OpError unless this op can reduce buffers."""
@@ -178,7 +182,12 @@ cdef class Op:
 
     def __reduce__(self):
         if not self.predefined:
-            raise TypeError("user-defined ops cannot be pickled")
+            # as mpi4py: an Op.Create'd op pickles as its function (which
+            # must pickle), others (create, from_c) cannot travel
+            if self._created is None or not self:
+                raise ValueError("cannot pickle user-defined reduction "
+                                 f"operation {self.name}")
+            return type(self).Create, self._created
         if type(self) is Op:
             return self.name      # pickles as the module-level singleton
         return type(self), (_PREDEFINED[self.name],)  # a subclass: Sub(SUM)

@@ -31,6 +31,12 @@ cdef int _ANY_TAG = ANY_TAG
 cdef object _loads = pickle.loads
 
 
+def _set_pickle(dumps, loads, protocol, oob):
+    """gloocy.MPI.pickle's hook: irecv's objects are read with loads."""
+    global _loads
+    _loads = loads
+
+
 cdef inline int _fill(status, int source, int tag, int64_t count) except -1:
     """Fill `status` (None, a Status, or anything with mpi4py's _set)."""
     if status is None:
