@@ -173,6 +173,8 @@ cdef class Intercomm(Comm):
         """A null intercommunicator, or a second handle on `comm` (an
         Intercomm; an intracommunicator is a TypeError)."""
         cdef Intercomm other
+        if self._made_in_new():
+            return
         if _parts is not None:
             p2p, local, union, procs, rprocs, first = _parts
             Comm.__init__(self, p2p, procs=procs)

@@ -30,6 +30,8 @@ from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
 from gloocy.constants import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
                               COMM_TYPE_RESOURCE_GUIDED, ROOT, UNDEFINED)
 from gloocy.datatypes import BYTE
+from gloocy.constants import LASTUSEDCODE
+from gloocy.errors import last_used_code
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
@@ -185,8 +187,8 @@ cdef class Comm(_Collectives):
 
     def _derived(self, members, comm_id):
         members = list(members)
-        return type(self)(self.live().derive(members, comm_id),
-                          procs=[self._procs[m] for m in members])
+        return self._new_like((self.live().derive(members, comm_id),),
+                              {"procs": [self._procs[m] for m in members]})
 
 
 cdef class Intracomm(Comm):
@@ -200,6 +202,8 @@ cdef class Intracomm(Comm):
     """
 
     def __init__(self, context=None, **kwargs):
+        if self._made_in_new():
+            return
         if isinstance(context, Intercomm) and context:
             raise TypeError(f"expected an intracommunicator, got {context!r}")
         Comm.__init__(self, context, **kwargs)

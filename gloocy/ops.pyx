@@ -13,6 +13,7 @@ import operator
 import numpy as np
 
 from gloocy import _core, bufspec
+from gloocy import handles as _handles
 from gloocy._core import OP_CODES
 from gloocy.errors import ArgumentError, OpError, ERR_OP
 
@@ -49,6 +50,9 @@ cdef class Op:
         if name is None or isinstance(name, Op):
             self._copy(OP_NULL if name is None else name)
             return
+        if not isinstance(name, str) or (combine is None and code is None
+                                         and fold is None and not c_function):
+            raise TypeError(f"expected an Op, got {name!r}")
         self.name = name
         self.code = OP_CODES[name] if code is None else code
         self._combine = combine       # (x, y) -> x <op> y, on objects
@@ -121,6 +125,43 @@ cdef class Op:
         self.code, self._combine, self._fold = _NONE, None, None
         self.c_function = 0
         self._created = None
+
+    # -- mpi4py's object model: integer handles, free (gloocy.handles) --------
+
+    cdef object _key(self):
+        if not self:
+            return None
+        return ("Op", self.name, self.code, self.c_function, id(self._combine),
+                id(self._fold))
+
+    @property
+    def handle(self):
+        return _handles.handle_of(self._key(), self)
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        if int(handle) == 0:
+            return cls()
+        return cls(_handles.object_of(handle, Op))
+
+    fromint = f2py = fromhandle
+
+    def free(self):
+        """Free a user's op; a copy of a predefined one becomes OP_NULL;
+        the predefined ones stay."""
+        if not self:
+            return
+        if self.predefined:
+            if self is not _PREDEFINED.get(self.name):
+                self._copy(OP_NULL)
+            return
+        _handles.forget(self._key())
+        self.Free()
 
     def check_buffers(self):
         """OpError unless this op can reduce buffers."""

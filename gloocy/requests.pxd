@@ -9,6 +9,7 @@ from gloocy._core cimport Context, P2PHandle
 cdef class Request:
     cdef bint _active               # in flight: not REQUEST_NULL, not seen done
     cdef Request _of                # Request(other): other, which this one drives
+    cdef object __weakref__
     # The primitives each kind provides (the base: a null request):
     # block until done -> 1; fill `status` (None or a Status) then.
     cdef int _wait(self, status, object timeout) except -1

@@ -19,6 +19,7 @@ import threading
 import time
 import weakref
 
+from gloocy import handles as _handles
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from gloocy.errors import (ERR_ARG, ERR_REQUEST, ArgumentError, ContextPoisoned,
                            GloocyError)
@@ -166,7 +167,8 @@ cdef class Request:
         # As mpi4py: a null request pickles (as REQUEST_NULL), a live one
         # does not.
         if self._is_null():
-            return _request_null, ()
+            # REQUEST_NULL itself; another null handle as a new one (as mpi4py)
+            return (_request_null, ()) if self is REQUEST_NULL else (type(self), ())
         raise ValueError(f"cannot pickle an active {type(self).__name__}")
 
     def Cancel(self):
@@ -180,6 +182,34 @@ cdef class Request:
         """Forget the request (the operation itself completes anyway)."""
         self._check_active()
         self._active = False
+
+    # -- mpi4py's object model: integer handles, free (gloocy.handles) --------
+
+    @property
+    def handle(self):
+        if self._is_null():
+            return 0
+        return _handles.handle_of(("Request", id(self if self._of is None else self._of)),
+                                  self)
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        if int(handle) == 0:
+            return cls()
+        return cls(_handles.object_of(handle, Request))
+
+    fromint = f2py = fromhandle
+
+    def free(self):
+        """Free the request unless it is null."""
+        if not self._is_null():
+            _handles.forget(("Request", id(self if self._of is None else self._of)))
+            self.Free()
 
     def _check_active(self):
         if not self._active:
