@@ -264,7 +264,7 @@ def _sizeof(obj):
     stands for: a handle's, or a Status's fields."""
     cls = obj if isinstance(obj, type) else type(obj)
     if issubclass(cls, Status):
-        return 20                 # five C ints, as MPICH's MPI_Status
+        return 24                 # its fields: six C ints (Status.tomemory)
     if issubclass(cls, _HANDLE_CLASSES):
         return _handles.HANDLE_SIZE
     raise TypeError(f"expecting an MPI type or instance, got {obj!r}")

@@ -94,7 +94,7 @@ class Errhandler:
         if name is None:
             raise ValueError(f"cannot pickle {self!r}: a user's error handler")
         predefined = globals()[name]
-        return name if self is predefined else (Errhandler, (predefined,))
+        return name if self is predefined else (type(self), (predefined,))
 
     def __repr__(self):
         name = _handles.get(self._handle, (None,))[0] or f"user #{self._handle}"

@@ -83,9 +83,9 @@ class Message:
         if self is MESSAGE_NO_PROC:
             return "MESSAGE_NO_PROC"
         if self._state == _NULL:
-            return Message, ()
+            return type(self), ()
         if self._state == _NO_PROC:
-            return Message, (MESSAGE_NO_PROC,)
+            return type(self), (MESSAGE_NO_PROC,)
         raise ValueError("cannot pickle a matched Message")
 
     def __repr__(self):

@@ -9,6 +9,7 @@ one-sided communication).
 """
 
 import operator
+import weakref
 
 import numpy as np
 
@@ -22,6 +23,8 @@ __all__ = ["Op", "SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR",
            "OP_NULL", "AVG"]
 
 _USER = OP_CODES["user"]
+MAX_USER_OPS = 32                 # Op.Create'd ops alive at once (as mpi4py)
+_CREATED = weakref.WeakValueDictionary()   # id -> those alive
 _NONE = 0                         # OP_NONE: no operation
 
 
@@ -42,7 +45,7 @@ cdef class Op:
         self._combine, self._fold = other._combine, other._fold
         self.c_function, self.c_context = other.c_function, other.c_context
         self.predefined = other.predefined   # as mpi4py: Op(SUM) too
-        self._created = other._created
+        # (a copy of a user's op does not pickle, as in mpi4py: _created stays None)
 
     def __init__(self, name=None, combine=None, *, code=None, commute=True,
                  fold=None, c_function=0, c_context=0, predefined=False):
@@ -73,10 +76,14 @@ cdef class Op:
         def fold(invec, inoutvec, datatype):
             function(memoryview(invec).cast("B"),
                      memoryview(inoutvec).cast("B"), datatype)
+        if len(_CREATED) >= MAX_USER_OPS:
+            raise RuntimeError(f"cannot create more than {MAX_USER_OPS} user-defined "
+                               "reduction operations at once (Free some)")
         op = cls(getattr(function, "__name__", "user"),
                  lambda x, y: function(x, y, None), code=_USER,
                  commute=bool(commute), fold=fold)
         (<Op>op)._created = (function, bool(commute))
+        _CREATED[id(op)] = op
         return op
 
     @classmethod
@@ -125,6 +132,7 @@ cdef class Op:
         self.code, self._combine, self._fold = _NONE, None, None
         self.c_function = 0
         self._created = None
+        _CREATED.pop(id(self), None)
 
     # -- mpi4py's object model: integer handles, free (gloocy.handles) --------
 
@@ -229,7 +237,7 @@ cdef class Op:
                 raise ValueError("cannot pickle user-defined reduction "
                                  f"operation {self.name}")
             return type(self).Create, self._created
-        if type(self) is Op:
+        if self is _PREDEFINED.get(self.name):
             return self.name      # pickles as the module-level singleton
         return type(self), (_PREDEFINED[self.name],)  # a subclass: Sub(SUM)
 
