@@ -220,6 +220,63 @@ def _comm_lock_table(comm):
     return comm.__dict__.setdefault("_locks", {})
 
 
+_comm_locks_lock = threading.Lock()
+
+
+# -- a communicator's private context for multi-message calls ----------------
+# (mpi4py's _commctx_intra/_commctx_inter, which its util.pkl5 uses): a
+# duplicate made once per communicator (kept as an attribute, so every handle
+# on it shares it, freed with it) and a new tag per call, the same on every
+# rank since collectives are called in the same order everywhere.
+
+def _commctx_free(comm, keyval, ctx):
+    ctx[0].Free()                 # (an intercommunicator's local one with it)
+
+
+_COMMCTX = Comm.Create_keyval(delete_fn=_commctx_free)
+
+
+def _commctx(comm):
+    with _comm_lock(comm, "commctx"):
+        ctx = comm.Get_attr(_COMMCTX)
+        if ctx is None:
+            dup = comm.Dup()
+            local = dup._lcomm if isinstance(dup, Intercomm) else None
+            ctx = [dup, 0, local]
+            comm.Set_attr(_COMMCTX, ctx)
+        tag = ctx[1]
+        ctx[1] = (tag + 1) % (2**31 - 1)
+        return ctx[0], tag, ctx[2]
+
+
+def _commctx_intra(comm):
+    """(a duplicate of comm, a tag for this call)."""
+    if not isinstance(comm, Intracomm):
+        raise TypeError(f"expected an Intracomm, got {comm!r}")
+    dup, tag, _ = _commctx(comm)
+    return dup, tag
+
+
+def _commctx_inter(comm):
+    """(a duplicate of comm, a tag for this call, an intracommunicator over
+    the local group, whether the local group is the low one)."""
+    if not isinstance(comm, Intercomm):
+        raise TypeError(f"expected an Intercomm, got {comm!r}")
+    dup, tag, local = _commctx(comm)
+    return dup, tag, local, bool(dup._first)
+
+
+def _comm_lock(comm, key=None):
+    """A lock of `comm`'s own, one per key (mpi4py's helper for its util
+    modules: one thread at a time in a communicator's multi-step calls)."""
+    table = _comm_lock_table(comm)
+    with _comm_locks_lock:
+        lock = table.get(key)
+        if lock is None:
+            lock = table[key] = threading.Lock()
+    return lock
+
+
 # -- error classes, codes and strings (gloocy.errors) -------------------------
 
 def Get_error_class(errorcode):

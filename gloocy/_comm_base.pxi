@@ -61,7 +61,11 @@ cdef class _CommBase:
         if not cls.__flags__ & 512:
             return cls(*args, **kwargs)
         native = next(t for t in cls.__mro__ if not t.__flags__ & 512)
-        cdef _CommBase new = native.__new__(cls)
+        # its C allocator straight (native.__new__(cls) may be refused as
+        # "not safe" when cls mixes in other Python classes)
+        cdef tuple no_args = ()
+        cdef _CommBase new = (<PyTypeObject *>native).tp_new(
+            cls, <PyObject *>no_args, NULL)
         new._new_args = (args, kwargs)
         new._made_in_new()
         return new

@@ -743,7 +743,7 @@ cdef class Intercomm(Comm):
         cdef int where = self._where(root), rs = len(self._rprocs)
         parts = [None] * rs
         if where == AT_ROOT:
-            objs = list(objs)
+            objs = [None] * rs if objs is None else list(objs)
             if len(objs) != rs:
                 raise ValueError(f"objs: expected {rs} items (the remote "
                                  f"group's size) at the root, got {len(objs)}")
@@ -760,7 +760,7 @@ cdef class Intercomm(Comm):
         """objs[i] to remote rank i; what each remote rank sent us."""
         cdef int rs = len(self._rprocs)
         self._local()
-        objs = list(objs)
+        objs = [None] * rs if objs is None else list(objs)
         if len(objs) != rs:
             raise ValueError(f"objs: expected {rs} items (the remote group's "
                              f"size), got {len(objs)}")

@@ -223,7 +223,7 @@ cdef object _scatter_objects(Context ctx, objs, int root, timeout):
     cdef I64 counts = None
     data = None
     if ctx.rank == root:
-        objs = list(objs)
+        objs = [None] * size if objs is None else list(objs)    # None: as mpi4py
         if len(objs) != size:
             raise ValueError(f"objs: expected {size} items at the root, "
                              f"got {len(objs)}")
@@ -252,7 +252,7 @@ cdef list alltoall_objects(Context ctx, objs, timeout):
 cdef list _alltoall_objects(Context ctx, objs, timeout):
     """objs[i] to rank i; what each rank sent us, in rank order."""
     cdef int size = ctx.size, i
-    objs = list(objs)
+    objs = [None] * size if objs is None else list(objs)        # None: as mpi4py
     if len(objs) != size:
         raise ValueError(f"objs: expected {size} items, got {len(objs)}")
     parts = [_dumps(o) for o in objs]

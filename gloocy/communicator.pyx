@@ -9,6 +9,7 @@ core moves; the Context's entry points are called in C.
 
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
+from cpython.object cimport PyObject, PyTypeObject
 
 from gloocy._core cimport Context, I64, Links, _counts, call_recv_new
 from gloocy.requests cimport p2p_request

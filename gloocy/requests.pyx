@@ -151,7 +151,11 @@ cdef class Request:
     def __eq__(self, other):
         if not isinstance(other, Request):
             return NotImplemented
-        return self is other or (self._is_null() and (<Request>other)._is_null())
+        if self._is_null() or (<Request>other)._is_null():
+            return self._is_null() and (<Request>other)._is_null()
+        # Request(r) is a second handle on r's operation: equal to it
+        return (self if self._of is None else self._of) is (
+            other if (<Request>other)._of is None else (<Request>other)._of)
 
     def __ne__(self, other):
         eq = self.__eq__(other)
