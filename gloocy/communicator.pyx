@@ -104,6 +104,8 @@ cdef class Comm(_Collectives):
         messages never mix with ours). Collective."""
         cdef Context ctx = self.live()
         dup = self._derived(range(ctx.size), _new_id(ctx, timeout))
+        if type(self).__flags__ & 512 and type(dup) is not type(self):
+            dup = self._new_like((dup,), {})      # a Python subclass's Dup is one too
         if self._attrs is not None and self._attrs.values:
             try:
                 dup._attrs = self._attrs.copy(self)   # the keys' copy_fns
@@ -188,8 +190,11 @@ cdef class Comm(_Collectives):
 
     def _derived(self, members, comm_id):
         members = list(members)
-        return self._new_like((self.live().derive(members, comm_id),),
-                              {"procs": [self._procs[m] for m in members]})
+        cls = type(self)
+        if cls.__flags__ & 512:     # a Python subclass: Split, Create... give
+            cls = next(t for t in cls.__mro__ if not t.__flags__ & 512)  # (Dup: below)
+        return cls(self.live().derive(members, comm_id),
+                   procs=[self._procs[m] for m in members])
 
 
 cdef class Intracomm(Comm):
