@@ -45,7 +45,7 @@ cdef class Op:
         self._combine, self._fold = other._combine, other._fold
         self.c_function, self.c_context = other.c_function, other.c_context
         self.predefined = other.predefined   # as mpi4py: Op(SUM) too
-        # (a copy of a user's op does not pickle, as in mpi4py: _created stays None)
+        self._created = other._created       # (not so from a handle: fromhandle)
 
     def __init__(self, name=None, combine=None, *, code=None, commute=True,
                  fold=None, c_function=0, c_context=0, predefined=False):
@@ -155,7 +155,9 @@ cdef class Op:
     def fromhandle(cls, handle):
         if int(handle) == 0:
             return cls()
-        return cls(_handles.object_of(handle, Op))
+        cdef Op op = cls(_handles.object_of(handle, Op))
+        op._created = None          # as mpi4py: an op from a handle does not pickle
+        return op
 
     fromint = f2py = fromhandle
 
