@@ -44,10 +44,10 @@ globals().update({k: v for k, v in vars(_errors).items()
 MPIException = Exception
 
 
-# Attribute keys for Comm.Get_attr; those gloocy has no value for are
-# KEYVAL_INVALID.
+# Attribute keys for Comm.Get_attr (MPICH's); Get_attr gives None for
+# those gloocy has no value for.
 WTIME_IS_GLOBAL, HOST, IO = 1681915911, 1681915907, 1681915909
-APPNUM = UNIVERSE_SIZE = KEYVAL_INVALID
+APPNUM, UNIVERSE_SIZE = 1681915917, 1681915913     # MPICH's keys; no value here (None)
 from gloocy.constants import LASTUSEDCODE  # noqa: E402,F401
 from gloocy import message as _message  # noqa: E402
 from gloocy.message import (BSEND_OVERHEAD, BUFFER_AUTOMATIC,  # noqa: E402,F401

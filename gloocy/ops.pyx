@@ -74,8 +74,12 @@ cdef class Op:
             raise TypeError(f"function: expected a callable, got {function!r}")
 
         def fold(invec, inoutvec, datatype):
-            function(memoryview(invec).cast("B"),
-                     memoryview(inoutvec).cast("B"), datatype)
+            # bytearrays, as mpi4py's buffers: `b[:] = other_buffer` works
+            # whatever other_buffer's item type (copied back after)
+            out = memoryview(inoutvec).cast("B")
+            acc = bytearray(out)
+            function(bytearray(memoryview(invec).cast("B")), acc, datatype)
+            out[:] = acc
         if len(_CREATED) >= MAX_USER_OPS:
             raise RuntimeError(f"cannot create more than {MAX_USER_OPS} user-defined "
                                "reduction operations at once (Free some)")
