@@ -6,13 +6,13 @@ started by ``gloocy-run -n N`` (or torchrun, srun... see gloocy.init) find
 each other; a plain ``python prog.py`` is a world of one.
 """
 
-import pickle as _pickle
 import socket
 import threading
 import time
 
 import gloocy as _gloocy
 from gloocy import _core, bufspec as _bufspec, errors as _errors, ops as _ops
+from gloocy import handles as _handles
 from gloocy.communicator import COMM_NULL, Comm, Intercomm, Intracomm
 from gloocy.communicator import Cartcomm, Distgraphcomm, Graphcomm, Topocomm  # noqa: F401
 from gloocy.topology import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED,  # noqa: F401
@@ -44,10 +44,11 @@ globals().update({k: v for k, v in vars(_errors).items()
 MPIException = Exception
 
 
-# Attribute keys for Comm.Get_attr; those gloocy has no value for are
-# KEYVAL_INVALID.
+# Attribute keys for Comm.Get_attr (MPICH's); Get_attr gives None for
+# those gloocy has no value for.
 WTIME_IS_GLOBAL, HOST, IO = 1681915911, 1681915907, 1681915909
-APPNUM = UNIVERSE_SIZE = LASTUSEDCODE = KEYVAL_INVALID
+APPNUM, UNIVERSE_SIZE = 1681915917, 1681915913     # MPICH's keys; no value here (None)
+from gloocy.constants import LASTUSEDCODE  # noqa: E402,F401
 from gloocy import message as _message  # noqa: E402
 from gloocy.message import (BSEND_OVERHEAD, BUFFER_AUTOMATIC,  # noqa: E402,F401
                             MESSAGE_NO_PROC, MESSAGE_NULL, BufferAutomaticType,
@@ -59,46 +60,9 @@ THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 4, 1
 
 
-class Session:
-    """MPI sessions are not supported."""
-
-    @classmethod
-    def Init(cls, *args, **kwargs):
-        raise NotImplementedError("gloocy has no MPI sessions")
-
-
-class Win:
-    """One-sided communication is not supported: only the null window
-    exists (WIN_NULL)."""
-
-    @classmethod
-    def Create(cls, *args, **kwargs):
-        raise NotImplementedError("gloocy has no one-sided communication")
-
-    Allocate = Allocate_shared = Create_dynamic = Create
-    Create_keyval = Create
-
-    def __bool__(self):
-        return False
-
-
-WIN_NULL = Win()
-
-
-class File:
-    """MPI-IO is not supported: only the null file exists (FILE_NULL)."""
-
-    @classmethod
-    def Open(cls, *args, **kwargs):
-        raise NotImplementedError("gloocy has no MPI-IO (File)")
-
-    Delete = Get_size = Open
-
-    def __bool__(self):
-        return False
-
-
-FILE_NULL = File()
+# -- handles gloocy has only as nulls: Win, File, Session (gloocy.handles) ----
+from gloocy.handles import (FILE_NULL, SESSION_NULL, WIN_NULL,  # noqa: E402,F401
+                            File, Session, Win)
 # MPI-IO's and one-sided access modes (MPICH's numbers), for code that names them.
 MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
 MODE_DELETE_ON_CLOSE, MODE_UNIQUE_OPEN, MODE_EXCL, MODE_APPEND = 16, 32, 64, 128
@@ -107,23 +71,15 @@ MODE_NOPRECEDE, MODE_NOSUCCEED = 8192, 16384
 SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
 
 
-class _Pickle:
-    """How the lower-case methods serialize (mpi4py's MPI.pickle)."""
-
-    def __init__(self, dumps=None, loads=None, protocol=None):
-        self.PROTOCOL = _pickle.HIGHEST_PROTOCOL if protocol is None else protocol
-        self._dumps, self._loads = dumps, loads
-
-    def dumps(self, obj):
-        if self._dumps is None:
-            return _pickle.dumps(obj, self.PROTOCOL)
-        return self._dumps(obj)
-
-    def loads(self, data):
-        return (_pickle.loads if self._loads is None else self._loads)(data)
-
-
-pickle = _Pickle()
+# -- pickling: MPI.Pickle, MPI.pickle (gloocy.pickling) ----------------------
+# The communicators' object calls and irecv read the settings of MPI.pickle
+# through these hooks, called again whenever it changes.
+from gloocy import communicator as _communicator  # noqa: E402
+from gloocy import pickling as _pickling  # noqa: E402
+from gloocy import requests as _requests  # noqa: E402
+from gloocy.pickling import Pickle, pickle  # noqa: E402,F401
+_pickling.on_change(_communicator._set_pickle)
+_pickling.on_change(_requests._set_pickle)
 
 
 # -- the world ---------------------------------------------------------------
@@ -241,12 +197,174 @@ def _comm_lock_table(comm):
     return comm.__dict__.setdefault("_locks", {})
 
 
+_comm_locks_lock = threading.Lock()
+
+
+# -- a communicator's private context for multi-message calls ----------------
+# (mpi4py's _commctx_intra/_commctx_inter, which its util.pkl5 uses): a
+# duplicate made once per communicator (kept as an attribute, so every handle
+# on it shares it, freed with it) and a new tag per call, the same on every
+# rank since collectives are called in the same order everywhere.
+
+def _commctx_free(comm, keyval, ctx):
+    ctx[0].Free()                 # (an intercommunicator's local one with it)
+
+
+_COMMCTX = Comm.Create_keyval(delete_fn=_commctx_free)
+
+
+def _commctx(comm):
+    with _comm_lock(comm, "commctx"):
+        ctx = comm.Get_attr(_COMMCTX)
+        if ctx is None:
+            dup = comm.Dup()
+            local = dup._lcomm if isinstance(dup, Intercomm) else None
+            ctx = [dup, 0, local]
+            comm.Set_attr(_COMMCTX, ctx)
+        tag = ctx[1]
+        ctx[1] = (tag + 1) % (2**31 - 1)
+        return ctx[0], tag, ctx[2]
+
+
+def _commctx_intra(comm):
+    """(a duplicate of comm, a tag for this call)."""
+    if not isinstance(comm, Intracomm):
+        raise TypeError(f"expected an Intracomm, got {comm!r}")
+    dup, tag, _ = _commctx(comm)
+    return dup, tag
+
+
+def _commctx_inter(comm):
+    """(a duplicate of comm, a tag for this call, an intracommunicator over
+    the local group, whether the local group is the low one)."""
+    if not isinstance(comm, Intercomm):
+        raise TypeError(f"expected an Intercomm, got {comm!r}")
+    dup, tag, local = _commctx(comm)
+    return dup, tag, local, bool(dup._first)
+
+
+def _comm_lock(comm, key=None):
+    """A lock of `comm`'s own, one per key (mpi4py's helper for its util
+    modules: one thread at a time in a communicator's multi-step calls)."""
+    table = _comm_lock_table(comm)
+    with _comm_locks_lock:
+        lock = table.get(key)
+        if lock is None:
+            lock = table[key] = threading.Lock()
+    return lock
+
+
+# -- error classes, codes and strings (gloocy.errors) -------------------------
+
 def Get_error_class(errorcode):
-    return errorcode
+    return _errors.error_class_of(errorcode)
 
 
 def Get_error_string(errorcode):
     return _errors.error_string(errorcode)
+
+
+Add_error_class = _errors.add_error_class
+Add_error_code = _errors.add_error_code
+Add_error_string = _errors.add_error_string
+Remove_error_class = _errors.remove_error_class
+Remove_error_code = _errors.remove_error_code
+Remove_error_string = _errors.remove_error_string
+
+
+# -- mpi4py's object model: generalized requests, sizes and handles of objects --
+
+class Grequest(Request):
+    """Generalized requests: only their null handle (Grequest(REQUEST_NULL))
+    exists in gloocy."""
+
+    @classmethod
+    def Start(cls, query_fn=None, free_fn=None, cancel_fn=None, args=None,
+              kwargs=None):
+        raise NotImplementedError("Grequest.Start: gloocy has no generalized "
+                                  "requests")
+
+    def Complete(self):
+        raise NotImplementedError("Grequest.Complete: gloocy has no generalized "
+                                  "requests")
+
+
+_HANDLE_CLASSES = (Comm, Datatype, Request, Message, Op, Group, Info, Errhandler,
+                   Session, Win, File)
+
+
+def _sizeof(obj):
+    """Bytes of the MPI object a handle class (or one of its objects)
+    stands for: a handle's, or a Status's fields."""
+    cls = obj if isinstance(obj, type) else type(obj)
+    if issubclass(cls, Status):
+        return 24                 # its fields: six C ints (Status.tomemory)
+    if issubclass(cls, _HANDLE_CLASSES):
+        return _handles.HANDLE_SIZE
+    raise TypeError(f"expecting an MPI type or instance, got {obj!r}")
+
+
+def _addressof(obj):
+    """A non-zero address standing for the object's handle."""
+    if not isinstance(obj, (Status,) + _HANDLE_CLASSES):
+        raise TypeError(f"expecting an MPI instance, got {obj!r}")
+    return id(obj)
+
+
+def _handleof(obj):
+    """The object's integer handle (a Status: its address)."""
+    if isinstance(obj, Status):
+        return id(obj)
+    if not isinstance(obj, _HANDLE_CLASSES):
+        raise TypeError(f"expecting an MPI instance, got {obj!r}")
+    return obj.handle
+
+
+def Aint_add(base, disp):
+    return base + disp
+
+
+def Aint_diff(addr1, addr2):
+    return addr1 - addr2
+
+
+def Get_hw_resource_info():
+    """Hints on this process's hardware: none known here (an empty Info, as
+    MPICH gives)."""
+    return Info.Create()
+
+
+def _no_dynamic_processes(name):
+    def refuse(*args, **kwargs):
+        raise NotImplementedError(f"{name}: gloocy has no dynamic process "
+                                  "management (ports, name publishing)")
+    refuse.__name__ = name
+    return refuse
+
+
+Open_port = _no_dynamic_processes("Open_port")
+Close_port = _no_dynamic_processes("Close_port")
+Publish_name = _no_dynamic_processes("Publish_name")
+Unpublish_name = _no_dynamic_processes("Unpublish_name")
+Lookup_name = _no_dynamic_processes("Lookup_name")
+
+
+def Register_datarep(*args, **kwargs):
+    raise NotImplementedError("Register_datarep: gloocy has no MPI-IO")
+
+
+# MPICH's numbers for names gloocy has no use for, so that code naming them runs
+WIN_BASE, WIN_SIZE, WIN_DISP_UNIT = 1711276033, 1711276035, 1711276037
+WIN_CREATE_FLAVOR = WIN_FLAVOR = 1711276039
+WIN_MODEL = 1711276041
+WIN_FLAVOR_CREATE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED = 1, 2, 3, 4
+WIN_SEPARATE, WIN_UNIFIED = 1, 2
+LOCK_EXCLUSIVE, LOCK_SHARED = 234, 235
+DISPLACEMENT_CURRENT = DISP_CUR = -54278278
+F_SOURCE, F_TAG, F_ERROR, F_STATUS_SIZE = 2, 3, 4, 5
+MAX_PORT_NAME, MAX_INFO_KEY, MAX_INFO_VAL, MAX_OBJECT_NAME = 1024, 255, 1024, 128
+MAX_DATAREP_STRING, MAX_LIBRARY_VERSION_STRING = 128, 8192
+MAX_PSET_NAME_LEN = MAX_STRINGTAG_LEN = 256
 
 
 def Wtime():

@@ -30,12 +30,54 @@ cdef class _CommBase:
     cdef public object _attrs     # Attributes (keyvals), made when first needed
     cdef dict _lock_table         # __dict__["_locks"] once made (_comm_lock)
     cdef dict __dict__            # users may hang attributes on a communicator
+    cdef object __weakref__
+    cdef object _new_args         # a Python subclass: (args, kwargs) of its __new__; True once bound
+
+    def __cinit__(self, *args, **kwargs):
+        # mpi4py's subclassing idiom, Sub.__new__(cls, comm) calling
+        # Comm.__new__(cls, other): the handle is other's, whatever the
+        # constructor was given (see _made_in_new)
+        if type(self).__flags__ & 512:          # Py_TPFLAGS_HEAPTYPE: a Python class
+            self._new_args = (args, kwargs)
+
+    cdef bint _made_in_new(self) except -1:
+        """True when __init__ has nothing to do: a Python subclass's object,
+        bound to what its __new__ named (done here, the first time)."""
+        pending = self._new_args
+        if pending is None:
+            return False
+        if pending is True:
+            return True
+        self._new_args = None
+        native = next(t for t in type(self).__mro__ if not t.__flags__ & 512)
+        native.__init__(self, *pending[0], **pending[1])
+        self._new_args = True
+        return True
+
+    cdef object _new_like(self, tuple args, dict kwargs):
+        """A new communicator of this one's class, made from `args`: a
+        Python subclass's without calling its __new__ (which may expect
+        another communicator), as mpi4py makes them."""
+        cls = type(self)
+        if not cls.__flags__ & 512:
+            return cls(*args, **kwargs)
+        native = next(t for t in cls.__mro__ if not t.__flags__ & 512)
+        # its C allocator straight (native.__new__(cls) may be refused as
+        # "not safe" when cls mixes in other Python classes)
+        cdef tuple no_args = ()
+        cdef _CommBase new = (<PyTypeObject *>native).tp_new(
+            cls, <PyObject *>no_args, NULL)
+        new._new_args = (args, kwargs)
+        new._made_in_new()
+        return new
 
     def __init__(self, context=None, *, procs=None, name=""):
         """A communicator running on a core Context; with another
         Communicator, a second handle on it (equal to it); with nothing,
         a null one (equal to COMM_NULL)."""
         cdef _CommBase other
+        if self._made_in_new():
+            return
         if isinstance(context, _CommBase):
             other = context
             procs, name = other._procs, other._name
@@ -127,15 +169,18 @@ cdef class _CommBase:
     name = property(Get_name, Set_name)
 
     def Is_inter(self):
+        self.live()                         # COMM_NULL: ERR_COMM
         return False
 
     def Is_intra(self):
+        self.live()
         return True
 
     is_inter = property(Is_inter)
     is_intra = property(Is_intra)
 
     def Get_topology(self):
+        self.live()
         return UNDEFINED
 
     topology = property(Get_topology)
@@ -173,6 +218,35 @@ cdef class _CommBase:
 
     f2py = fromint
 
+    # -- mpi4py's object model: handle, fromhandle, free -------------------------
+
+    @property
+    def handle(self):
+        return self.toint()
+
+    @classmethod
+    def fromhandle(cls, handle):
+        return cls.fromint(handle)
+
+    def Disconnect(self):
+        """Free this communicator (gloocy's calls are all complete when
+        they return, so there is nothing to wait for)."""
+        self.live()
+        self.Free()
+
+    def free(self):
+        """Free a communicator this process made; a copy of a predefined one
+        (Comm(COMM_WORLD)) becomes null; the predefined ones stay."""
+        if self._ctx is _NULL_CONTEXT:
+            return
+        predefined = PREDEFINED.get(self._name[4:]) if self._name.startswith("MPI_") else None
+        if predefined is not None and self._ctx is predefined._ctx:
+            if self is not predefined:
+                self._bind(_NULL_CONTEXT)
+                self._procs = ()
+            return
+        self.Free()
+
     # -- attributes (see gloocy.attributes) ---------------------------------
 
     @classmethod
@@ -193,6 +267,8 @@ cdef class _CommBase:
             raise ArgumentError("keyval: KEYVAL_INVALID", ERR_KEYVAL)
         if keyval == TAG_UB:
             return 2**31 - 1
+        if keyval == LASTUSEDCODE:
+            return last_used_code()
         if keyval >= MPI_KEYVALS:           # MPI's others (HOST, IO...)
             return None
         return self.attributes().get(keyval)
@@ -209,7 +285,7 @@ cdef class _CommBase:
         """A new Info holding this communicator's hints (the caller frees
         it)."""
         self._ctx.rank                      # COMM_NULL raises here
-        return Info() if self._info is None else self._info.Dup()
+        return Info.Create() if self._info is None else self._info.Dup()
 
     def Set_info(self, info):
         """Keep a copy of `info`'s hints (INFO_NULL: none)."""

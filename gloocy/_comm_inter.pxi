@@ -102,7 +102,7 @@ def _create_intercomm(Intracomm comm, local_leader, peer_comm, remote_leader,
     found = None
     if leader and error is None:
         try:
-            sent = peer.isend(_dumps((mine, [t[1] for t in table],
+            sent = peer.isend(pickle.dumps((mine, [t[1] for t in table],
                                       max(t[2] for t in table))),
                               remote_leader, tag)
             n = peer.probe(remote_leader, tag, True, timeout)[2]
@@ -173,6 +173,8 @@ cdef class Intercomm(Comm):
         """A null intercommunicator, or a second handle on `comm` (an
         Intercomm; an intracommunicator is a TypeError)."""
         cdef Intercomm other
+        if self._made_in_new():
+            return
         if _parts is not None:
             p2p, local, union, procs, rprocs, first = _parts
             Comm.__init__(self, p2p, procs=procs)
@@ -480,7 +482,7 @@ cdef class Intercomm(Comm):
                    _starts(sizes), out, rsizes, _starts(rsizes), timeout)
         view, objs, start = memoryview(out), [], 0
         for i in range(rs):
-            objs.append(pickle.loads(view[start:start + rsizes[i]])
+            objs.append(_pickle_loads(view[start:start + rsizes[i]])
                         if rsizes[i] else None)
             start += rsizes[i]
         return objs
@@ -743,7 +745,7 @@ cdef class Intercomm(Comm):
         cdef int where = self._where(root), rs = len(self._rprocs)
         parts = [None] * rs
         if where == AT_ROOT:
-            objs = list(objs)
+            objs = [None] * rs if objs is None else list(objs)
             if len(objs) != rs:
                 raise ValueError(f"objs: expected {rs} items (the remote "
                                  f"group's size) at the root, got {len(objs)}")
@@ -760,7 +762,7 @@ cdef class Intercomm(Comm):
         """objs[i] to remote rank i; what each remote rank sent us."""
         cdef int rs = len(self._rprocs)
         self._local()
-        objs = list(objs)
+        objs = [None] * rs if objs is None else list(objs)
         if len(objs) != rs:
             raise ValueError(f"objs: expected {rs} items (the remote group's "
                              f"size), got {len(objs)}")

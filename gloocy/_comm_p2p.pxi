@@ -143,7 +143,7 @@ cdef class _PointToPoint(_CommBase):
         is the only way to receive it (no other receive can)."""
         if source == PROC_NULL:
             _proc_null(status)
-            return _message.MESSAGE_NO_PROC
+            return _message.Message._no_proc()       # a new one (MESSAGE_NULL once received)
         data, src, t = call_recv_new(self.live(), _any(source), tag, True,
                                      timeout)
         if status is not None:
@@ -155,7 +155,7 @@ cdef class _PointToPoint(_CommBase):
         message is there yet."""
         if source == PROC_NULL:
             _proc_null(status)
-            return _message.MESSAGE_NO_PROC
+            return _message.Message._no_proc()       # a new one (MESSAGE_NULL once received)
         got = call_recv_new(self.live(), _any(source), tag, False, None)
         if got is None:
             return None

@@ -25,6 +25,8 @@ cdef class Topocomm(Intracomm):
                  nid=None):
         """With another topology communicator of this class's kind: a
         second handle on it; with nothing: a null one."""
+        if self._made_in_new():
+            return
         if isinstance(context, _CommBase):
             other = context
             if other and not (isinstance(other, Topocomm) and (
@@ -66,7 +68,7 @@ cdef class Topocomm(Intracomm):
         procs = [self._procs[m] for m in members]
         ctx = self.live().derive(members, comm_id)
         if self._dupping:
-            return type(self)(ctx, procs=procs, topo=self._topo)
+            return self._new_like((ctx,), {"procs": procs, "topo": self._topo})
         return Intracomm(ctx, procs=procs)
 
     def _close(self):
@@ -217,7 +219,7 @@ cdef class Topocomm(Intracomm):
         bufs = [bytearray(g[0]) if g[0] >= 0 else None for g in got]
         _exchange(nctx, datas, [b if b is not None else bytearray()
                                 for b in bufs], plan, timeout)
-        return [None if b is None else pickle.loads(b) for b in bufs]
+        return [None if b is None else _pickle_loads(b) for b in bufs]
 
     # -- nonblocking and persistent ------------------------------------------
 
@@ -226,10 +228,10 @@ cdef class Topocomm(Intracomm):
         exchanges over a context of their own."""
         if self._shadow is None:
             ctx = self.live()
-            self._shadow = type(self)(
-                ctx.derive(range(ctx.size), ctx.comm_id | SHADOW),
-                procs=self._procs, topo=self._topo,
-                nid=ctx.comm_id | SHADOW | NEIGHBORS | NEIGHBORS_NB)
+            self._shadow = self._new_like(
+                (ctx.derive(range(ctx.size), ctx.comm_id | SHADOW),),
+                {"procs": self._procs, "topo": self._topo,
+                 "nid": ctx.comm_id | SHADOW | NEIGHBORS | NEIGHBORS_NB})
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
         return self._shadow
 

@@ -104,10 +104,20 @@ cdef object _loads_at(bytearray data, int64_t at, int64_t n):
 cdef object _pickle_dumps = pickle.dumps
 cdef object _pickle_loads = pickle.loads
 cdef int PROTOCOL = pickle.HIGHEST_PROTOCOL
+cdef bint _OOB = True             # bcast may move large buffers out of band
+
+
+def _set_pickle(dumps, loads, int protocol, bint oob):
+    """gloocy.MPI.pickle's hook (gloocy.pickling.on_change): the lower-case
+    methods make pickles with dumps(obj, protocol) and read them with
+    loads(data); oob: the standard pickle (protocol 5), which may keep an
+    object's large buffers out of band."""
+    global _pickle_dumps, _pickle_loads, PROTOCOL, _OOB
+    _pickle_dumps, _pickle_loads, PROTOCOL, _OOB = dumps, loads, protocol, oob
 
 
 cdef bytes _dumps(obj, list buffers=None):
-    if buffers is None:
+    if buffers is None or not _OOB:
         return _pickle_dumps(obj, PROTOCOL)
     return _pickle_dumps(obj, 5, buffer_callback=buffers.append)
 
@@ -192,7 +202,9 @@ cdef object _bcast_object(Context ctx, obj, int root, timeout):
             buffers.append(bytearray(int.from_bytes(
                 whole[i * INT64:(i + 1) * INT64], "little")))
             ctx.bcast(buffers[i], root, timeout, None)
-    return _pickle_loads(memoryview(whole)[nbufs * INT64:], buffers=buffers)
+    if nbufs == 0:
+        return _pickle_loads(whole)
+    return pickle.loads(memoryview(whole)[nbufs * INT64:], buffers=buffers)
 
 
 cdef list allgather_objects(Context ctx, obj, timeout, int which):
@@ -282,7 +294,7 @@ cdef object _scatter_objects(Context ctx, objs, int root, timeout):
     cdef I64 counts = None
     data = None
     if ctx.rank == root:
-        objs = list(objs)
+        objs = [None] * size if objs is None else list(objs)    # None: as mpi4py
         if len(objs) != size:
             raise ValueError(f"objs: expected {size} items at the root, "
                              f"got {len(objs)}")
@@ -311,7 +323,7 @@ cdef list alltoall_objects(Context ctx, objs, timeout):
 cdef list _alltoall_objects(Context ctx, objs, timeout):
     """objs[i] to rank i; what each rank sent us, in rank order."""
     cdef int size = ctx.size, i
-    objs = list(objs)
+    objs = [None] * size if objs is None else list(objs)        # None: as mpi4py
     if len(objs) != size:
         raise ValueError(f"objs: expected {size} items, got {len(objs)}")
     parts = [_dumps(o) for o in objs]

@@ -9,6 +9,7 @@ core moves; the Context's entry points are called in C.
 
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
+from cpython.object cimport PyObject, PyTypeObject
 
 from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
                            DT_BYTES, DT_INT64)
@@ -31,6 +32,8 @@ from gloocy.constants import (ANY_SOURCE, ANY_TAG, COMM_TYPE_SHARED, IN_PLACE,
 from gloocy.constants import (COMM_TYPE_HW_GUIDED, COMM_TYPE_HW_UNGUIDED,
                               COMM_TYPE_RESOURCE_GUIDED, ROOT, UNDEFINED)
 from gloocy.datatypes import BYTE
+from gloocy.constants import LASTUSEDCODE
+from gloocy.errors import last_used_code
 from gloocy.errors import (ArgumentError, ERR_ARG, ERR_BUFFER, ERR_COMM,
                            ERR_COUNT, ERR_GROUP, ERR_KEYVAL)
 from gloocy.groups import Group, IDENT, CONGRUENT
@@ -126,6 +129,8 @@ cdef class Comm(_Collectives):
         messages never mix with ours). Collective."""
         cdef Context ctx = self.live()
         dup = self._derived(range(ctx.size), _new_id(ctx, timeout))
+        if type(self).__flags__ & 512 and type(dup) is not type(self):
+            dup = self._new_like((dup,), {})      # a Python subclass's Dup is one too
         if self._attrs is not None and self._attrs.values:
             try:
                 dup._attrs = self._attrs.copy(self)   # the keys' copy_fns
@@ -198,7 +203,10 @@ cdef class Comm(_Collectives):
 
     def _derived(self, members, comm_id):
         cdef list ranks = [int(m) for m in members]
-        return _new_comm(type(self), self.live().derive_ranks(ranks, comm_id),
+        cls = type(self)
+        if cls.__flags__ & 512:     # a Python subclass: Split, Create... give
+            cls = next(t for t in cls.__mro__ if not t.__flags__ & 512)  # (Dup: below)
+        return _new_comm(cls, self.live().derive_ranks(ranks, comm_id),
                          tuple([self._procs[m] for m in ranks]))
 
 
@@ -213,6 +221,8 @@ cdef class Intracomm(Comm):
     """
 
     def __init__(self, context=None, **kwargs):
+        if self._made_in_new():
+            return
         if isinstance(context, Intercomm) and context:
             raise TypeError(f"expected an intracommunicator, got {context!r}")
         Comm.__init__(self, context, **kwargs)

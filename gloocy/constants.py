@@ -4,7 +4,7 @@ nothing from gloocy, so anything may import it)."""
 __all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "UNDEFINED", "IN_PLACE",
            "BOTTOM", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED",
            "COMM_TYPE_HW_UNGUIDED", "COMM_TYPE_RESOURCE_GUIDED", "KEYVAL_INVALID",
-           "TAG_UB", "ROOT"]
+           "TAG_UB", "ROOT", "LASTUSEDCODE"]
 
 # mpi4py's (MPICH's) values
 ANY_SOURCE = -2
@@ -18,6 +18,7 @@ COMM_TYPE_HW_UNGUIDED = 3         # ... the next level down that splits the rank
 COMM_TYPE_RESOURCE_GUIDED = 4     # ... as HW_GUIDED (MPI-4.1)
 KEYVAL_INVALID = -1
 TAG_UB = 1681915905               # Get_attr key: the largest tag
+LASTUSEDCODE = 1681915915         # Get_attr key: the last error class/code added
 
 
 class _Marker:

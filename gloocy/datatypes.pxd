@@ -33,3 +33,4 @@ cdef class Typemap:
 
 cdef class Datatype:
     cdef readonly Typemap _h         # None: DATATYPE_NULL (or freed)
+    cdef object __weakref__

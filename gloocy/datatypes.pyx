@@ -23,6 +23,7 @@ import operator
 
 import numpy as np
 
+from gloocy import handles as _handles
 from gloocy.attributes import Attributes, create_keyval, free_keyval
 from gloocy.errors import ERR_ARG, ERR_COUNT, ERR_TYPE, ArgumentError
 
@@ -276,6 +277,39 @@ cdef class Datatype:
         if self is _BY_NAME[name]:
             return _predefined_datatype, (name,)    # this module's object
         return type(self), (_BY_NAME[name],)    # a copy or a subclass: Sub(FLOAT)
+
+    # -- mpi4py's object model: integer handles, free (gloocy.handles) --------
+
+    @property
+    def handle(self):
+        h = self._h
+        return _handles.handle_of(None if h is None else ("Datatype", id(h)), self)
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        if int(handle) == 0:
+            return cls()
+        return cls(_handles.object_of(handle, Datatype))
+
+    fromint = f2py = fromhandle
+
+    def free(self):
+        """Free a derived datatype; a copy of a predefined one becomes
+        DATATYPE_NULL; the predefined ones stay."""
+        h = self._h
+        if h is None:
+            return
+        if h.attr:
+            if self is not _BY_NAME.get(h.attr):
+                self._h = None
+            return
+        _handles.forget(("Datatype", id(h)))
+        self.Free()
 
     # -- sizes and bounds ----------------------------------------------------
 

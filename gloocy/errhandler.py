@@ -33,7 +33,7 @@ _user = set()                     # handle numbers of users' live handlers
 class Errhandler:
     """A handle on an error handler; Errhandler() is ERRHANDLER_NULL."""
 
-    __slots__ = ("_handle",)
+    __slots__ = ("_handle", "__weakref__")
 
     def __init__(self, errhandler=None):
         if errhandler is None:
@@ -46,6 +46,9 @@ class Errhandler:
     def Free(self):
         """This handle becomes ERRHANDLER_NULL; a user's handler is gone
         once freed (communicators that have it keep it)."""
+        if self._handle == 0:
+            raise GloocyError("errhandler: ERRHANDLER_NULL cannot be freed",
+                              ERR_ERRHANDLER)
         if self._handle in _user:
             _user.discard(self._handle)
         self._handle = 0
@@ -75,6 +78,15 @@ class Errhandler:
 
     f2py = fromint
 
+    # mpi4py's object model: handle, fromhandle, free
+    handle = property(toint)
+    fromhandle = fromint
+
+    def free(self):
+        """Free a handle (the predefined handlers themselves stay)."""
+        if self._handle and not any(self is c for c in _CONSTANTS):
+            self.Free()
+
     def __reduce__(self):
         """The predefined handles unpickle as themselves, copies of them as
         copies; a user's handler cannot travel."""
@@ -82,7 +94,7 @@ class Errhandler:
         if name is None:
             raise ValueError(f"cannot pickle {self!r}: a user's error handler")
         predefined = globals()[name]
-        return name if self is predefined else (Errhandler, (predefined,))
+        return name if self is predefined else (type(self), (predefined,))
 
     def __repr__(self):
         name = _handles.get(self._handle, (None,))[0] or f"user #{self._handle}"
@@ -100,6 +112,7 @@ ERRHANDLER_NULL = _predefined("ERRHANDLER_NULL", 0)
 ERRORS_ARE_FATAL = _predefined("ERRORS_ARE_FATAL", 1)
 ERRORS_RETURN = _predefined("ERRORS_RETURN", 2)
 ERRORS_ABORT = _predefined("ERRORS_ABORT", 3)
+_CONSTANTS = (ERRHANDLER_NULL, ERRORS_ARE_FATAL, ERRORS_RETURN, ERRORS_ABORT)
 
 
 def create(fn):

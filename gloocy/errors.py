@@ -68,7 +68,26 @@ ERR_PROC_ABORTED = 76
 ERR_VALUE_TOO_LARGE = 77
 ERR_ERRHANDLER = 80
 ERR_REVOKED = 13
+ERR_PROC_FAILED_PENDING = 13
+ERR_CONVERSION = 23
+ERR_DUP_DATAREP = 24
+ERR_FILE_EXISTS = 25
+ERR_FILE_IN_USE = 26
+ERR_NO_SPACE = 36
+ERR_NO_SUCH_FILE = 37
+ERR_QUOTA = 39
+ERR_READ_ONLY = 40
+ERR_UNSUPPORTED_DATAREP = 43
+ERR_LOCKTYPE = 47
+ERR_RMA_CONFLICT = 49
+ERR_RMA_SYNC = 50
+ERR_ASSERT = 53
+ERR_RMA_RANGE = 55
+ERR_RMA_ATTACH = 56
+ERR_RMA_SHARED = 57
+ERR_RMA_FLAVOR = 58
 ERR_LASTCODE = 1073741823
+ERR_ABI = 1073741823
 
 ERROR_STRINGS = {
     SUCCESS: "no error",
@@ -102,8 +121,82 @@ ERROR_STRINGS = {
 }
 
 
-def error_string(error_class):
-    return ERROR_STRINGS.get(error_class, f"error code {error_class}")
+# -- error classes and codes added at run time (MPI.Add_error_class...) ------
+# Numbers above ERR_LASTCODE, as MPICH's; a class has codes, each may have
+# a string. Nothing can be removed while something still refers to it.
+
+_user_classes = {}                # added class -> set of its added codes
+_user_codes = {}                  # added code -> its class
+_user_strings = {}                # added class or code -> its string
+_last_used = [ERR_LASTCODE]       # MPI.LASTUSEDCODE
+
+
+def _next_number():
+    _last_used[0] += 1
+    return _last_used[0]
+
+
+def add_error_class():
+    number = _next_number()
+    _user_classes[number] = set()
+    return number
+
+
+def add_error_code(errorclass):
+    if not (errorclass in _user_classes or 0 <= errorclass in ERROR_STRINGS
+            or 0 <= errorclass < ERR_LASTCODE and errorclass not in _user_codes):
+        raise GloocyError(f"errorclass: {errorclass} is not an error class", ERR_ARG)
+    number = _next_number()
+    _user_codes[number] = errorclass
+    _user_classes.get(errorclass, set()).add(number)
+    return number
+
+
+def add_error_string(errorcode, string):
+    if errorcode not in _user_classes and errorcode not in _user_codes:
+        raise GloocyError(f"errorcode: {errorcode} was not added (Add_error_class, "
+                          "Add_error_code)", ERR_ARG)
+    _user_strings[errorcode] = str(string)
+
+
+def remove_error_string(errorcode):
+    if errorcode not in _user_classes and errorcode not in _user_codes:
+        raise GloocyError(f"errorcode: {errorcode} was not added", ERR_ARG)
+    _user_strings.pop(errorcode, None)
+
+
+def remove_error_code(errorcode):
+    if errorcode not in _user_codes:
+        raise GloocyError(f"errorcode: {errorcode} is not an added error code", ERR_ARG)
+    if errorcode in _user_strings:
+        raise GloocyError(f"errorcode: {errorcode} still has a string "
+                          "(Remove_error_string first)", ERR_ARG)
+    _user_classes.get(_user_codes.pop(errorcode), set()).discard(errorcode)
+
+
+def remove_error_class(errorclass):
+    if errorclass not in _user_classes:
+        raise GloocyError(f"errorclass: {errorclass} is not an added error class", ERR_ARG)
+    if _user_classes[errorclass] or errorclass in _user_strings:
+        raise GloocyError(f"errorclass: {errorclass} still has codes or a string",
+                          ERR_ARG)
+    del _user_classes[errorclass]
+
+
+def last_used_code():
+    """The last error class or code added (MPI.LASTUSEDCODE)."""
+    return _last_used[0]
+
+
+def error_class_of(errorcode):
+    """The class of an error code (a predefined class is its own)."""
+    return _user_codes.get(errorcode, errorcode)
+
+
+def error_string(errorcode):
+    if errorcode in _user_classes or errorcode in _user_codes:
+        return _user_strings.get(errorcode, "")
+    return ERROR_STRINGS.get(errorcode, f"error code {errorcode}")
 
 
 class GloocyError(RuntimeError):
@@ -118,40 +211,80 @@ class GloocyError(RuntimeError):
     # then quotes its reason and says what this rank was doing).
     origin = None
 
+    _code = None                  # an error code that is not its class (added ones)
+    _from_code = False            # made from a number alone: MPI.Exception(ierr)
+
     def __init__(self, message=None, error_class=None):
-        if error_class is None and type(message) is int:
-            error_class, message = message, None
+        if error_class is None and isinstance(message, int):
+            error_class, message = int(message), None
         elif message is None and error_class is None:
             error_class = SUCCESS             # MPI.Exception()
         if error_class is not None:
-            self.error_class = ERR_UNKNOWN if error_class < 0 else error_class
-        super().__init__(error_string(self.error_class) if message is None
+            code = ERR_UNKNOWN if error_class < 0 else error_class
+            self.error_class = error_class_of(code)
+            if code != self.error_class:
+                self._code = code
+        self._from_code = message is None
+        super().__init__(error_string(self.Get_error_code()) if message is None
                          else message)
 
     def Get_error_class(self):
         return self.error_class
 
     def Get_error_code(self):
-        return self.error_class
+        return self.error_class if self._code is None else self._code
 
     def Get_error_string(self):
-        return error_string(self.error_class)
+        return error_string(self.Get_error_code())
 
     error_code = property(Get_error_code)
     error_string = property(Get_error_string)
 
     def __int__(self):
-        return self.error_class
+        return self.Get_error_code()
 
     def __bool__(self):
-        return self.error_class != SUCCESS
+        return self.Get_error_code() != SUCCESS
+
+    def __repr__(self):
+        if self._from_code:
+            return f"MPI.Exception({self.Get_error_code()})"
+        return super().__repr__()
+
+    # compared (and hashed) as its error code, as mpi4py's
+    def _other(self, other):
+        if isinstance(other, GloocyError):
+            return other.Get_error_code()
+        if isinstance(other, int):
+            return other
+        return None
 
     def __eq__(self, other):
-        if isinstance(other, int):
-            return self.error_class == other
-        return NotImplemented
+        value = self._other(other)
+        return NotImplemented if value is None else self.Get_error_code() == value
 
-    __hash__ = RuntimeError.__hash__
+    def __ne__(self, other):
+        value = self._other(other)
+        return NotImplemented if value is None else self.Get_error_code() != value
+
+    def __lt__(self, other):
+        value = self._other(other)
+        return NotImplemented if value is None else self.Get_error_code() < value
+
+    def __le__(self, other):
+        value = self._other(other)
+        return NotImplemented if value is None else self.Get_error_code() <= value
+
+    def __gt__(self, other):
+        value = self._other(other)
+        return NotImplemented if value is None else self.Get_error_code() > value
+
+    def __ge__(self, other):
+        value = self._other(other)
+        return NotImplemented if value is None else self.Get_error_code() >= value
+
+    def __hash__(self):
+        return hash(self.Get_error_code())
 
 
 class ArgumentError(GloocyError, ValueError):

@@ -1,6 +1,7 @@
 """Process groups, as mpi4py's `MPI.Group`: an ordered set of processes,
 named by their rank in the world (the first communicator of the job)."""
 
+from gloocy import handles as _handles
 from gloocy.constants import PROC_NULL, UNDEFINED
 from gloocy.errors import ArgumentError, ERR_ARG, ERR_GROUP, ERR_RANK
 
@@ -14,12 +15,23 @@ IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 class Group:
     """An ordered set of processes; `me` is ours (None: not known here)."""
 
-    __slots__ = ("_procs", "_me", "_null")
+    __slots__ = ("_procs", "_me", "_null", "_token", "__weakref__")
 
-    def __init__(self, procs=(), me=None, *, null=False):
+    def __init__(self, procs=None, me=None, *, null=False):
+        """Group(): GROUP_NULL; Group(group): a second handle on group (equal
+        to it); Group(procs, me): the processes `procs` (world ranks)."""
+        if isinstance(procs, Group):
+            self._procs, self._me = procs._procs, procs._me
+            self._null, self._token = procs._null, procs._token
+            return
+        if procs is None:
+            procs, null = (), null or me is None
+        elif not isinstance(procs, (tuple, list, range)):
+            raise TypeError(f"expected a Group, got {procs!r}")
         self._procs = tuple(procs)
         self._me = me
         self._null = null
+        self._token = object()    # shared by the handles on this group
 
     # -- queries ---------------------------------------------------------
 
@@ -103,10 +115,49 @@ class Group:
         self._check()
         self._procs, self._null = (), True
 
+    # -- mpi4py's object model: integer handles, free (gloocy.handles) --------
+
+    def _key(self):
+        if self._null:
+            return None
+        return ("Group", "EMPTY") if not self._procs else ("Group", id(self._token))
+
+    @property
+    def handle(self):
+        return _handles.handle_of(self._key(), self)
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        if int(handle) == 0:
+            return cls()
+        return cls(_handles.object_of(handle, Group))
+
+    fromint = f2py = fromhandle
+
+    def free(self):
+        """Free the group; GROUP_EMPTY stays."""
+        if self._null or self is GROUP_EMPTY:
+            return
+        _handles.forget(self._key())
+        self._procs, self._null = (), True
+
+    def __reduce__(self):
+        """GROUP_NULL and GROUP_EMPTY unpickle as themselves, other handles
+        on them as such handles; other groups cannot travel."""
+        for name, constant in (("GROUP_NULL", GROUP_NULL), ("GROUP_EMPTY", GROUP_EMPTY)):
+            if self == constant:
+                return name if self is constant else (type(self), (constant,))
+        raise ValueError(f"cannot pickle {self!r}")
+
     # -- helpers ---------------------------------------------------------------
 
     def _new(self, procs):
-        return Group(procs, self._me)
+        return Group(tuple(procs), self._me)
 
     def _rank(self, rank):
         rank = int(rank)
@@ -133,9 +184,13 @@ class Group:
             return NotImplemented
         if self._null or other._null:
             return self._null == other._null
-        return self is other or (not self._procs and not other._procs)
+        return self._token is other._token or (not self._procs and not other._procs)
 
-    __hash__ = object.__hash__
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None               # as mpi4py's handles
 
     def __bool__(self):
         return not self._null
@@ -144,5 +199,5 @@ class Group:
         return "<Group NULL>" if self._null else f"<Group {list(self._procs)}>"
 
 
-GROUP_EMPTY = Group()
-GROUP_NULL = Group(null=True)
+GROUP_EMPTY = Group(())
+GROUP_NULL = Group()

@@ -12,8 +12,9 @@ BSEND_OVERHEAD bytes each, else ERR_BUFFER (as MPICH); BUFFER_AUTOMATIC
 means no limit.
 """
 
-import pickle
 import threading
+
+from gloocy import pickling as _pickling
 
 from gloocy.constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from gloocy.errors import ERR_BUFFER, ERR_REQUEST, GloocyError
@@ -82,9 +83,9 @@ class Message:
         if self is MESSAGE_NO_PROC:
             return "MESSAGE_NO_PROC"
         if self._state == _NULL:
-            return Message, ()
+            return type(self), ()
         if self._state == _NO_PROC:
-            return Message, (MESSAGE_NO_PROC,)
+            return type(self), (MESSAGE_NO_PROC,)
         raise ValueError("cannot pickle a matched Message")
 
     def __repr__(self):
@@ -174,7 +175,7 @@ class Message:
             _set_status(status, PROC_NULL, ANY_TAG, 0)
             return None
         _set_status(status, source, tag, len(data))
-        return pickle.loads(data) if data else None
+        return _pickling.pickle.loads(data) if data else None
 
     def irecv(self):
         """A complete request whose wait() returns the object."""
@@ -183,7 +184,7 @@ class Message:
         if data is None:
             return done_request(PROC_NULL, ANY_TAG, 0, None)
         return done_request(source, tag, len(data),
-                            pickle.loads(data) if data else None)
+                            _pickling.pickle.loads(data) if data else None)
 
 
 MESSAGE_NULL = Message()

@@ -11,4 +11,7 @@ cdef class Op:
     cdef object _fold                # (invec, inoutvec, datatype): inoutvec = invec <op> inoutvec
     cdef readonly size_t c_function  # address of a user op in C, 0: none
     cdef readonly size_t c_context   # its context pointer
+    cdef object __weakref__
+    cdef object _created             # (function, commute) of Op.Create: how it pickles
     cdef _copy(self, Op other)       # become a copy of other
+    cdef object _key(self)           # what its integer handle names (None: null)

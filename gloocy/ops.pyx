@@ -9,10 +9,12 @@ one-sided communication).
 """
 
 import operator
+import weakref
 
 import numpy as np
 
 from gloocy import _core, bufspec
+from gloocy import handles as _handles
 from gloocy._core import OP_CODES
 from gloocy.errors import ArgumentError, OpError, ERR_OP
 
@@ -21,6 +23,8 @@ __all__ = ["Op", "SUM", "PROD", "MIN", "MAX", "BAND", "BOR", "BXOR",
            "OP_NULL", "AVG"]
 
 _USER = OP_CODES["user"]
+MAX_USER_OPS = 32                 # Op.Create'd ops alive at once (as mpi4py)
+_CREATED = weakref.WeakValueDictionary()   # id -> those alive
 _NONE = 0                         # OP_NONE: no operation
 
 
@@ -41,6 +45,7 @@ cdef class Op:
         self._combine, self._fold = other._combine, other._fold
         self.c_function, self.c_context = other.c_function, other.c_context
         self.predefined = other.predefined   # as mpi4py: Op(SUM) too
+        self._created = other._created       # (not so from a handle: fromhandle)
 
     def __init__(self, name=None, combine=None, *, code=None, commute=True,
                  fold=None, c_function=0, c_context=0, predefined=False):
@@ -48,6 +53,9 @@ cdef class Op:
         if name is None or isinstance(name, Op):
             self._copy(OP_NULL if name is None else name)
             return
+        if not isinstance(name, str) or (combine is None and code is None
+                                         and fold is None and not c_function):
+            raise TypeError(f"expected an Op, got {name!r}")
         self.name = name
         self.code = OP_CODES[name] if code is None else code
         self._combine = combine       # (x, y) -> x <op> y, on objects
@@ -66,11 +74,21 @@ cdef class Op:
             raise TypeError(f"function: expected a callable, got {function!r}")
 
         def fold(invec, inoutvec, datatype):
-            function(memoryview(invec).cast("B"),
-                     memoryview(inoutvec).cast("B"), datatype)
-        return cls(getattr(function, "__name__", "user"),
-                   lambda x, y: function(x, y, None), code=_USER,
-                   commute=bool(commute), fold=fold)
+            # bytearrays, as mpi4py's buffers: `b[:] = other_buffer` works
+            # whatever other_buffer's item type (copied back after)
+            out = memoryview(inoutvec).cast("B")
+            acc = bytearray(out)
+            function(bytearray(memoryview(invec).cast("B")), acc, datatype)
+            out[:] = acc
+        if len(_CREATED) >= MAX_USER_OPS:
+            raise RuntimeError(f"cannot create more than {MAX_USER_OPS} user-defined "
+                               "reduction operations at once (Free some)")
+        op = cls(getattr(function, "__name__", "user"),
+                 lambda x, y: function(x, y, None), code=_USER,
+                 commute=bool(commute), fold=fold)
+        (<Op>op)._created = (function, bool(commute))
+        _CREATED[id(op)] = op
+        return op
 
     @classmethod
     def create(cls, function, *, commute=True):
@@ -117,6 +135,47 @@ cdef class Op:
             raise ArgumentError(f"op: cannot free predefined {self.name}", ERR_OP)
         self.code, self._combine, self._fold = _NONE, None, None
         self.c_function = 0
+        self._created = None
+        _CREATED.pop(id(self), None)
+
+    # -- mpi4py's object model: integer handles, free (gloocy.handles) --------
+
+    cdef object _key(self):
+        if not self:
+            return None
+        return ("Op", self.name, self.code, self.c_function, id(self._combine),
+                id(self._fold))
+
+    @property
+    def handle(self):
+        return _handles.handle_of(self._key(), self)
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        if int(handle) == 0:
+            return cls()
+        cdef Op op = cls(_handles.object_of(handle, Op))
+        op._created = None          # as mpi4py: an op from a handle does not pickle
+        return op
+
+    fromint = f2py = fromhandle
+
+    def free(self):
+        """Free a user's op; a copy of a predefined one becomes OP_NULL;
+        the predefined ones stay."""
+        if not self:
+            return
+        if self.predefined:
+            if self is not _PREDEFINED.get(self.name):
+                self._copy(OP_NULL)
+            return
+        _handles.forget(self._key())
+        self.Free()
 
     def check_buffers(self):
         """OpError unless this op can reduce buffers."""
@@ -178,8 +237,13 @@ cdef class Op:
 
     def __reduce__(self):
         if not self.predefined:
-            raise TypeError("user-defined ops cannot be pickled")
-        if type(self) is Op:
+            # as mpi4py: an Op.Create'd op pickles as its function (which
+            # must pickle), others (create, from_c) cannot travel
+            if self._created is None or not self:
+                raise ValueError("cannot pickle user-defined reduction "
+                                 f"operation {self.name}")
+            return type(self).Create, self._created
+        if self is _PREDEFINED.get(self.name):
             return self.name      # pickles as the module-level singleton
         return type(self), (_PREDEFINED[self.name],)  # a subclass: Sub(SUM)
 

@@ -41,6 +41,12 @@ cdef object _by_handle = weakref.WeakValueDictionary()
 cdef int64_t _last_handle = 0
 
 
+def _set_pickle(dumps, loads, protocol, oob):
+    """gloocy.MPI.pickle's hook: irecv's objects are read with loads."""
+    global _loads
+    _loads = loads
+
+
 cdef inline int _fill(status, int source, int tag, int64_t count) except -1:
     """Fill `status` (None, a Status, or anything with mpi4py's _set)."""
     if status is None:
@@ -185,7 +191,8 @@ cdef class Request:
         # As mpi4py: a null request pickles (as REQUEST_NULL), a live one
         # does not.
         if self._is_null():
-            return _request_null, ()
+            # REQUEST_NULL itself; another null handle as a new one (as mpi4py)
+            return (_request_null, ()) if self is REQUEST_NULL else (type(self), ())
         raise ValueError(f"cannot pickle an active {type(self).__name__}")
 
     # -- handles (mpi4py's handle, fromhandle, toint/fromint, py2f/f2py) ------

@@ -11,5 +11,6 @@ cdef class Status:
     cdef public int64_t count       # its size in bytes
     cdef public int error           # error code (0: none)
     cdef public bint cancelled      # the receive was withdrawn
+    cdef object __weakref__
     # Fill from a finished operation.
     cdef void set(self, int source, int tag, int64_t count) noexcept

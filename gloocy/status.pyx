@@ -4,6 +4,8 @@ big it is."""
 
 from libc.stdint cimport int64_t
 
+from array import array
+
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 
 __all__ = ["Status"]
@@ -11,6 +13,11 @@ __all__ = ["Status"]
 cdef int _ANY_SOURCE = ANY_SOURCE
 cdef int _ANY_TAG = ANY_TAG
 cdef int _UNDEFINED = UNDEFINED
+# The fields from source on, as C ints: source, tag, count (int64: two),
+# error, cancelled (status.pxd declares them in this order).
+cdef Py_ssize_t _NFIELDS = 6
+cdef Py_ssize_t _SHAPE = 6
+cdef Py_ssize_t _STRIDE = sizeof(int)
 
 
 cdef class Status:
@@ -71,6 +78,38 @@ cdef class Status:
     def Set_elements(self, datatype, int64_t count):
         cdef int64_t size = getattr(datatype, "itemsize", None) or datatype.Get_size()
         self.count = count * size
+
+    # -- its memory: source, tag, count (two ints), error, cancelled ---------
+
+    def __getbuffer__(self, Py_buffer *view, int flags):
+        view.buf = <void *>&self.source
+        view.obj = self
+        view.len = _NFIELDS * sizeof(int)
+        view.readonly = 0
+        view.itemsize = sizeof(int)
+        view.format = "i"
+        view.ndim = 1
+        view.shape = &_SHAPE
+        view.strides = &_STRIDE
+        view.suboffsets = NULL
+        view.internal = NULL
+
+    def __releasebuffer__(self, Py_buffer *view):
+        pass
+
+    def tomemory(self):
+        """A writable memoryview of this status's fields as C ints."""
+        return memoryview(self)
+
+    def py2f(self):
+        """The fields as a list of ints (mpi4py's Fortran status)."""
+        return list(memoryview(self))
+
+    @classmethod
+    def f2py(cls, arg):
+        cdef Status status = cls()
+        memoryview(status)[:] = memoryview(array("i", arg))
+        return status
 
     def __eq__(self, other):
         """Equal fields, as mpi4py compares statuses."""

@@ -1,0 +1,11 @@
+"""mpi4py's utility modules, on gloocy.MPI:
+
+* ``pkl5``: communicators whose lower-case methods move large pickles
+  (gloocy's own already do: 64-bit lengths, protocol 5, large buffers out
+  of band), with ``Request`` and ``Message``;
+* ``dtlib``: NumPy dtypes <-> Datatypes;
+* ``sync``: ``Sequential``, and ``Counter`` and ``Mutex`` served by a
+  thread of the root rank (gloocy has no one-sided windows).
+"""
+
+__all__ = ["pkl5", "dtlib", "sync"]
