@@ -272,22 +272,7 @@ Remove_error_code = _errors.remove_error_code
 Remove_error_string = _errors.remove_error_string
 
 
-# -- mpi4py's object model: generalized requests, sizes and handles of objects --
-
-class Grequest(Request):
-    """Generalized requests: only their null handle (Grequest(REQUEST_NULL))
-    exists in gloocy."""
-
-    @classmethod
-    def Start(cls, query_fn=None, free_fn=None, cancel_fn=None, args=None,
-              kwargs=None):
-        raise NotImplementedError("Grequest.Start: gloocy has no generalized "
-                                  "requests")
-
-    def Complete(self):
-        raise NotImplementedError("Grequest.Complete: gloocy has no generalized "
-                                  "requests")
-
+# -- mpi4py's object model: sizes and handles of objects --
 
 _HANDLE_CLASSES = (Comm, Datatype, Request, Message, Op, Group, Info, Errhandler,
                    Session, Win, File)
