@@ -173,11 +173,8 @@ class _DLManagedVersioned(ctypes.Structure):    # DLPack >= 1.0
 
 
 _DL_READ_ONLY = 1 << 0
-# capsule name -> (its struct, the name that marks it consumed); the names
-# are module constants: a capsule keeps a pointer to its name
-_DL_CAPSULES = {b"dltensor_versioned": (_DLManagedVersioned,
-                                        b"used_dltensor_versioned"),
-                b"dltensor": (_DLManaged, b"used_dltensor")}
+_DL_CAPSULES = {b"dltensor_versioned": _DLManagedVersioned,   # name -> struct
+                b"dltensor": _DLManaged}
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
 _capsule_pointer.restype = ctypes.c_void_p
@@ -185,9 +182,7 @@ _capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _capsule_valid = ctypes.pythonapi.PyCapsule_IsValid
 _capsule_valid.restype = ctypes.c_int
 _capsule_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_capsule_rename = ctypes.pythonapi.PyCapsule_SetName
-_capsule_rename.restype = ctypes.c_int
-_capsule_rename.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
 _DL_KINDS = {0: "i", 1: "u", 2: "f", 5: "c", 6: "b"}   # DLDataTypeCode -> typestr
 _DL_HOST_DEVICES = (1, 2, 3, 13)    # CPU; CUDA, CUDA host, managed: if host memory
 
@@ -204,10 +199,11 @@ def _dlpack_capsule(obj, device):
     return obj.__dlpack__()
 
 
-def _consume(capsule, name):
-    """(managed tensor, read-only) of a fresh capsule, which is marked used:
-    from now on its deleter is ours to call (_release)."""
-    for capsule_name, (struct, used) in _DL_CAPSULES.items():
+def _tensor(capsule, name):
+    """(managed tensor, read-only) of a capsule. The capsule is not marked
+    used: holding it keeps the tensor alive, and its destructor releases
+    the tensor (what mpi4py does, which producers made for it expect)."""
+    for capsule_name, struct in _DL_CAPSULES.items():
         if capsule is not None and _capsule_valid(capsule, capsule_name):
             managed = struct.from_address(_capsule_pointer(capsule,
                                                            capsule_name))
@@ -215,16 +211,10 @@ def _consume(capsule, name):
                 raise BufferError(f"{name}: DLPack version "
                                   f"{managed.major}.{managed.minor} (1.x "
                                   "is understood)")
-            _capsule_rename(capsule, used)
             flags = getattr(managed, "flags", 0)
             return managed, bool(flags & _DL_READ_ONLY)
     raise BufferError(f"{name}: __dlpack__ did not return an unused DLPack "
                       "capsule")
-
-
-def _release(managed):
-    if managed.deleter:
-        managed.deleter(ctypes.addressof(managed))
 
 
 def _dlpack_device(obj, name):
@@ -253,13 +243,10 @@ def _from_dlpack(obj, name):
         raise BufferError(f"{name}: {type(obj).__name__} lives on DLPack "
                           f"device type {device}; gloocy moves host memory "
                           "only (copy it to the CPU first)")
-    managed, readonly = _consume(_dlpack_capsule(obj, device), name)
-    try:
-        return _dlpack_array(obj, managed.dl_tensor, readonly, device, name,
-                             managed)
-    except BaseException:
-        _release(managed)
-        raise
+    capsule = _dlpack_capsule(obj, device)
+    managed, readonly = _tensor(capsule, name)
+    return _dlpack_array(obj, managed.dl_tensor, readonly, device, name,
+                         capsule)
 
 
 def _dlpack_layout(t, itemsize, name):
@@ -288,10 +275,9 @@ def _dlpack_layout(t, itemsize, name):
     return count
 
 
-def _dlpack_array(obj, t, readonly, device, name, managed):
+def _dlpack_array(obj, t, readonly, device, name, capsule):
     """The NumPy array of DLTensor t (its elements in memory order; a data
-    type NumPy has no name for is its bytes); `managed` is released with
-    it."""
+    type NumPy has no name for is its bytes); `capsule` lives as long."""
     itemsize = t.dtype.bits // 8 * t.dtype.lanes
     kind = _DL_KINDS.get(t.dtype.code) if t.dtype.lanes == 1 else (
         "c" if t.dtype.lanes == 2 and t.dtype.code == 2 else None)
@@ -309,12 +295,15 @@ def _dlpack_array(obj, t, readonly, device, name, managed):
     host = _HostArray({"shape": (count,), "typestr": typestr,
                        "data": (address, readonly), "version": 3}, obj)
     array = np.asarray(host)
-    # The tensor is released when the array goes, from a weakref callback:
-    # the deleter may run Python code, which must not run while an
-    # exception is being raised (CPython saves and restores it around such
-    # callbacks).
-    weakref.finalize(host, _release, managed)
+    # The capsule goes when the array does, from a weakref callback: its
+    # destructor may run Python code, which must not run while an exception
+    # is being raised (CPython saves and restores it around such callbacks).
+    weakref.finalize(host, _keep, capsule)
     return array
+
+
+def _keep(capsule):
+    """Held by a finalizer until then; nothing to do."""
 
 
 def _foreign(obj, name):

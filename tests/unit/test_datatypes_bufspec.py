@@ -883,32 +883,33 @@ def test_communicator_reads_vector_specs_like_mpi4py(case, role):
     assert ours == theirs
 
 
+_CAPSULE_DESTRUCTOR = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 _capsule_new = ctypes.pythonapi.PyCapsule_New
 _capsule_new.restype = ctypes.py_object
-_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, _CAPSULE_DESTRUCTOR]
 _released = []
 
 
-@bufspec._DLDeleter
-def _python_deleter(pointer):
-    # Python code in a tensor's deleter, as ctypes-made DLPack producers
+@_CAPSULE_DESTRUCTOR
+def _python_destructor(pointer):
+    # Python code in a capsule destructor, as ctypes-made DLPack producers
     # (mpi4py's test arrays) have: it must not run while an error is raised.
-    _released.append(pointer)
+    _released.append(ctypes.cast(pointer, ctypes.c_void_p).value)
 
 
 class _CtypesDLPack:
-    """A DLPack producer whose tensor's deleter is Python code."""
+    """A DLPack producer whose capsule's destructor is Python code."""
 
     def __init__(self, array):
         self.array = array
         self.shape = (ctypes.c_int64 * 1)(array.size)
-        tensor = bufspec._DLTensor(array.ctypes.data, bufspec._DLDevice(1, 0),
-                                   1, bufspec._DLDataType(2, 64, 1),
-                                   self.shape, None, 0)
-        self.managed = bufspec._DLManaged(tensor, None, _python_deleter)
+        self.tensor = bufspec._DLTensor(array.ctypes.data, bufspec._DLDevice(1, 0), 1,
+                                        bufspec._DLDataType(2, 64, 1), self.shape,
+                                        None, 0)
 
     def __dlpack__(self, **kwargs):
-        return _capsule_new(ctypes.addressof(self.managed), b"dltensor", None)
+        return _capsule_new(ctypes.addressof(self.tensor), b"dltensor",
+                            _python_destructor)
 
     def __dlpack_device__(self):
         return (1, 0)
