@@ -62,14 +62,15 @@ def test_lower_case_methods_use_mpi_pickle(GM, serializer):
         elif serializer == "json":
             M.pickle.__init__(lambda o: json.dumps(o).encode(),
                               lambda s: json.loads(bytes(s).decode()))
+        c = M.COMM_SELF.Dup()       # no message other tests left on COMM_SELF
         try:
-            c = M.COMM_SELF
             obj = {"k": [1, 2.5, "s"], "t": (1, 2)}
             return [c.sendrecv(obj, 0, 0, None, 0, 0), c.bcast(obj), c.allgather(obj),
                     c.alltoall([obj]), c.scatter([obj]), c.gather(obj),
                     c.allreduce(3), M.pickle.loads(M.pickle.dumps(obj))]
         finally:
             M.pickle.__init__()
+            c.Free()
     both(GM, facts)
 
 
