@@ -147,10 +147,12 @@ cdef int node_behind(Node nd, uint64_t phase) noexcept nogil:
 cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
     """Until every rank has reached `phase` (spin, then sleep). Frames keep
     moving meanwhile: a peer may be sending to us before this call."""
-    cdef int64_t budget = node_spin_budget(ctx)
-    cdef int64_t start = now_ns(), t
-    cdef int64_t left
+    cdef int64_t budget, start, t, left
     cdef bint slept = False
+    if node_behind(ctx.node, phase) < 0:
+        return 0                      # nothing to wait for: nothing learnt
+    budget = node_spin_budget(ctx)
+    start = now_ns()
     while node_behind(ctx.node, phase) >= 0:
         node_progress(ctx)
         t = now_ns()
@@ -184,7 +186,10 @@ cdef inline void node_spin_learn(Node nd, int64_t spin_ns, int64_t budget,
                                  bint slept) noexcept nogil:
     """A wait that spun `budget` ns ended in its spin (doubles the next
     ones' spin, up to spin_ns) or slept (halves it, down to the floor; a
-    probe that slept only makes the next probe wait twice as long)."""
+    probe that slept only makes the next probe wait twice as long). Waits
+    that found every rank there do not count: when two ranks take turns
+    to sleep, each finds the other there every other call, and counting
+    those would keep both spins short and never probe."""
     if not slept:
         nd.spin_now = min(2 * max(budget, NODE_SPIN_FLOOR), spin_ns)
         nd.misses = 0
