@@ -294,6 +294,46 @@ def test_last_algorithm_and_overrides(world, transport):
         "ring", shm or "recursive_doubling"]
 
 
+# -- how long a wait spins adapts ----------------------------------------------------
+
+def r_spin_adapts(comm, late_s, late_calls):
+    """Rank 1 comes `late_s` late to `late_calls` allreduces, then the ranks
+    call allreduces promptly until every rank spins the whole spin_ns
+    again: (this rank's spin after the late calls, its spin when all found
+    it whole, the prompt calls made, whether every sum was right)."""
+    ctx, node = comm._ctx, comm._ctx.node
+    n, r = comm.size, comm.rank
+    ok = True
+    for i in range(late_calls):
+        if r == 1:
+            time.sleep(late_s)
+        x = np.arange(7, dtype=np.int64) * (r + 1) + i
+        comm.Allreduce(IN_PLACE, x)
+        ok &= x.tolist() == (np.arange(7) * n * (n + 1) // 2 + n * i).tolist()
+    shrunk = node.spin_now
+    for prompt in range(1, 20001):
+        seen = node.spin_now            # this call's own wait may change it
+        flag = np.array([seen == ctx.spin_ns, r], np.int64)
+        comm.Allreduce(IN_PLACE, flag)
+        ok &= int(flag[1]) == n * (n - 1) // 2
+        if flag[0] == n:
+            break
+    return shrunk, seen, prompt, ok
+
+
+@pytest.mark.transports("shm")
+def test_a_wait_spins_less_after_sleeping_and_all_again_once_peers_are_prompt(world):
+    # Rank 0 waits 20 ms for rank 1 eight times: each wait outlasts its spin
+    # and halves the next one's (50 us down to its floor). Prompt calls end in
+    # their spin and double it, or a full-length probe spin ends in time:
+    # the spin is whole again.
+    got = world(2, GLOOCY_SPIN_US="50").run(r_spin_adapts, 0.02, 8)
+    (shrunk0, end0, prompt, ok0), (shrunk1, end1, _, ok1) = got
+    assert ok0 and ok1
+    assert shrunk0 <= 50_000 // 4, got
+    assert end0 == end1 == 50_000 and prompt < 20000, got
+
+
 # -- errors ----------------------------------------------------------------------
 
 def r_disagree(comm, coll):
