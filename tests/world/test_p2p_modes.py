@@ -163,7 +163,7 @@ def r_matched_kinds(comm):
     m.Irecv(buf).Wait()
     sreq.Wait()
     log.append((st.Get_source(), buf[:st.Get_count() // 8].tolist()))
-    log.append(comm.Mprobe(PROC_NULL) is MESSAGE_NO_PROC)
+    log.append(comm.Mprobe(PROC_NULL) == MESSAGE_NO_PROC)   # a new one, as mpi4py
     comm.Barrier()
     return log
 

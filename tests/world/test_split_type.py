@@ -16,7 +16,7 @@ def r_split_types(comm):
              (COMM_TYPE_HW_GUIDED, "no-such-resource"), (COMM_TYPE_HW_GUIDED, None),
              (COMM_TYPE_HW_UNGUIDED, None)]
     for split_type, resource in cases:
-        info = Info()
+        info = Info.Create()
         if resource:
             info.Set("mpi_hw_resource_type", resource)
         # the last rank opts out
@@ -54,7 +54,7 @@ def r_intercomm_split_types(comm, a):
              (COMM_TYPE_HW_GUIDED, "no-such-resource"), (COMM_TYPE_HW_GUIDED, None),
              (COMM_TYPE_HW_UNGUIDED, None), (UNDEFINED, None)]
     for split_type, resource in cases:
-        info = Info()
+        info = Info.Create()
         if resource:
             info.Set("mpi_hw_resource_type", resource)
         # the first world rank opts out
