@@ -60,9 +60,9 @@ THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 4, 1
 
 
-# -- handles gloocy has only as nulls: Win, File, Session (gloocy.handles) ----
-from gloocy.handles import (FILE_NULL, SESSION_NULL, WIN_NULL,  # noqa: E402,F401
-                            File, Session, Win)
+# -- handles gloocy has only as nulls: Win, File (gloocy.handles) ------------
+from gloocy.handles import FILE_NULL, WIN_NULL, File, Win  # noqa: E402,F401
+from gloocy.session import SESSION_NULL, Session  # noqa: E402,F401
 # MPI-IO's and one-sided access modes (MPICH's numbers), for code that names them.
 MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
 MODE_DELETE_ON_CLOSE, MODE_UNIQUE_OPEN, MODE_EXCL, MODE_APPEND = 16, 32, 64, 128

@@ -1,7 +1,7 @@
 """Integer handles, as mpi4py's objects have them (``obj.handle``,
 ``Class.fromhandle(h)``, ``toint``/``fromint``, ``py2f``/``f2py``), and the
 handle classes gloocy has only as their null objects: ``Win`` (one-sided
-communication), ``File`` (MPI-IO) and ``Session`` (MPI sessions). Their
+communication) and ``File`` (MPI-IO) (sessions: gloocy.session). Their
 null handles behave as mpi4py's (compare, pickle, free, subclass); every
 operation raises NotImplementedError saying what gloocy lacks.
 
@@ -14,8 +14,8 @@ from gloocy, so any layer may use it.
 
 import itertools
 
-__all__ = ["handle_of", "object_of", "forget", "Win", "File", "Session",
-           "WIN_NULL", "FILE_NULL", "SESSION_NULL", "HANDLE_SIZE"]
+__all__ = ["handle_of", "object_of", "forget", "Win", "File", "WIN_NULL",
+           "FILE_NULL", "HANDLE_SIZE"]
 
 HANDLE_SIZE = 8                   # bytes of a handle (what MPI._sizeof says)
 
@@ -190,25 +190,5 @@ _operations(File, [
     ["Open", "Delete", "Create_errhandler"])
 
 
-class Session(_NullHandle):
-    """MPI sessions: only SESSION_NULL exists (gloocy's world is made at
-    import, see gloocy.init)."""
-
-    __slots__ = ()
-    _what = "no MPI sessions"
-    _null_name = "SESSION_NULL"
-
-    def Finalize(self):
-        self._unsupported("Finalize")
-
-
-_operations(Session, [
-    "Attach_buffer", "Call_errhandler", "Create_group", "Detach_buffer",
-    "Flush_buffer", "Get_errhandler", "Get_info", "Get_nth_pset",
-    "Get_num_psets", "Get_pset_info", "Iflush_buffer", "Set_errhandler"],
-    ["Init", "Create_errhandler"])
-
-
 WIN_NULL = Win()
 FILE_NULL = File()
-SESSION_NULL = Session()
