@@ -147,10 +147,10 @@ def test_free_of_constants_and_copies(GM):
     both(GM, facts)
 
 
-def test_win_file_session_refuse_clearly(GM):
+def test_win_and_file_refuse_clearly(GM):
     for call in (lambda: GM.Win.Allocate(8, comm=GM.COMM_SELF),
                  lambda: GM.File.Open(GM.COMM_SELF, "/dev/null"),
-                 lambda: GM.Session.Init(), lambda: GM.WIN_NULL.Fence()):
+                 lambda: GM.WIN_NULL.Fence()):
         with pytest.raises(NotImplementedError, match="gloocy has no"):
             call()
 
