@@ -367,6 +367,7 @@ cdef object _new_comm(type cls, Context ctx, tuple procs):
     comm._name = ""
     return comm
 
+include "_comm_inter_make.pxi"
 include "_comm_inter.pxi"
 include "_comm_topology.pxi"
 
