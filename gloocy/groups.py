@@ -12,7 +12,7 @@ __all__ = ["Group", "GROUP_EMPTY", "GROUP_NULL", "IDENT", "CONGRUENT",
 IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 
 
-class Group:
+class Group(_handles.Handled):
     """An ordered set of processes; `me` is ours (None: not known here)."""
 
     __slots__ = ("_procs", "_me", "_null", "_token", "__weakref__")
@@ -121,23 +121,6 @@ class Group:
         if self._null:
             return None
         return ("Group", "EMPTY") if not self._procs else ("Group", id(self._token))
-
-    @property
-    def handle(self):
-        return _handles.handle_of(self._key(), self)
-
-    def toint(self):
-        return self.handle
-
-    py2f = toint
-
-    @classmethod
-    def fromhandle(cls, handle):
-        if int(handle) == 0:
-            return cls()
-        return cls(_handles.object_of(handle, Group))
-
-    fromint = f2py = fromhandle
 
     def free(self):
         """Free the group; GROUP_EMPTY stays."""

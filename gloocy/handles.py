@@ -14,7 +14,7 @@ from gloocy, so any layer may use it.
 
 import itertools
 
-__all__ = ["handle_of", "object_of", "forget", "Win", "File", "WIN_NULL",
+__all__ = ["handle_of", "object_of", "forget", "Handled", "Win", "File", "WIN_NULL",
            "FILE_NULL", "HANDLE_SIZE"]
 
 HANDLE_SIZE = 8                   # bytes of a handle (what MPI._sizeof says)
@@ -42,6 +42,47 @@ def object_of(number, kind):
     if entry is None or not isinstance(entry[1], kind):
         raise ValueError(f"handle: {number} names no {kind.__name__} here")
     return entry[1]
+
+
+class Handled:
+    """mpi4py's integer handles for a Python class: ``handle``,
+    ``toint``/``py2f``, ``fromhandle``/``fromint``/``f2py``. The class
+    names an object's identity with ``_key()`` (None: the null object),
+    makes the null object with ``_null_like()`` and a second handle on an
+    object with ``_handle_on(obj)``."""
+
+    __slots__ = ()
+
+    @property
+    def handle(self):
+        return handle_of(self._key(), self)
+
+    def toint(self):
+        return self.handle
+
+    py2f = toint
+
+    @classmethod
+    def fromhandle(cls, handle):
+        if int(handle) == 0:
+            return cls._null_like()
+        return cls._handle_on(object_of(handle, cls._handle_kind()))
+
+    fromint = f2py = fromhandle
+
+    @classmethod
+    def _handle_kind(cls):
+        """The class of the objects this one's handles may name."""
+        return next(t for t in reversed(cls.__mro__) if issubclass(t, Handled)
+                    and t is not Handled)
+
+    @classmethod
+    def _null_like(cls):
+        return cls()
+
+    @classmethod
+    def _handle_on(cls, obj):
+        return cls(obj)
 
 
 def forget(key):

@@ -21,7 +21,7 @@ from gloocy.errors import ERR_INFO, ERR_INFO_KEY, ERR_INFO_NOKEY, GloocyError
 __all__ = ["Info", "INFO_NULL", "INFO_ENV"]
 
 
-class Info:
+class Info(_handles.Handled):
     """Hints (key -> value strings); Info() is INFO_NULL."""
 
     __slots__ = ("_items", "__weakref__")     # _items: a dict, None when null
@@ -177,22 +177,13 @@ class Info:
     def _key(self):
         return None if self._items is None else ("Info", id(self._items))
 
-    @property
-    def handle(self):
-        return _handles.handle_of(self._key(), self)
-
-    def toint(self):
-        return self.handle
-
-    py2f = toint
+    @classmethod
+    def _null_like(cls):
+        return Info.__new__(cls)
 
     @classmethod
-    def fromhandle(cls, handle):
-        if int(handle) == 0:
-            return Info.__new__(cls)
-        return Info.__new__(cls, _handles.object_of(handle, Info))
-
-    fromint = f2py = fromhandle
+    def _handle_on(cls, obj):
+        return Info.__new__(cls, obj)
 
     def free(self):
         """Free the hints (INFO_ENV and INFO_NULL stay)."""

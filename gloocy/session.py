@@ -16,7 +16,7 @@ PSETS = ("mpi://WORLD", "mpi://SELF")
 THREAD_MULTIPLE = 3
 
 
-class Session:
+class Session(_handles.Handled):
     """An MPI session (Session.Init()); Session() and SESSION_NULL are the
     null session."""
 
@@ -77,23 +77,8 @@ class Session:
 
     # -- handles -------------------------------------------------------------------
 
-    @property
-    def handle(self):
-        return _handles.handle_of(("Session", id(self._state)) if self else None,
-                                  self)
-
-    def toint(self):
-        return self.handle
-
-    py2f = toint
-
-    @classmethod
-    def fromhandle(cls, handle):
-        if int(handle) == 0:
-            return cls()
-        return cls(_handles.object_of(handle, Session))
-
-    fromint = f2py = fromhandle
+    def _key(self):
+        return ("Session", id(self._state)) if self else None
 
     def free(self):
         if self:
