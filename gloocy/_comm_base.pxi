@@ -14,6 +14,16 @@ cdef dict _HANDLE_OF = {}
 cdef long _LAST_HANDLE = 0
 
 
+cdef inline bint _python_class(cls):
+    """Whether cls is a Python class (a user's subclass), not one of ours."""
+    return PyType_HasFeature(cls, Py_TPFLAGS_HEAPTYPE)
+
+
+cdef object _native(cls):
+    """The class of ours a user's subclass derives from."""
+    return next(t for t in cls.__mro__ if not _python_class(t))
+
+
 cdef class _CommBase:
     """What every communicator is: a core Context (or the null one), its
     processes, name, attributes, and how it ends."""
@@ -37,7 +47,7 @@ cdef class _CommBase:
         # mpi4py's subclassing idiom, Sub.__new__(cls, comm) calling
         # Comm.__new__(cls, other): the handle is other's, whatever the
         # constructor was given (see _made_in_new)
-        if type(self).__flags__ & 512:          # Py_TPFLAGS_HEAPTYPE: a Python class
+        if _python_class(type(self)):
             self._new_args = (args, kwargs)
 
     cdef bint _made_in_new(self) except -1:
@@ -49,8 +59,7 @@ cdef class _CommBase:
         if pending is True:
             return True
         self._new_args = None
-        native = next(t for t in type(self).__mro__ if not t.__flags__ & 512)
-        native.__init__(self, *pending[0], **pending[1])
+        _native(type(self)).__init__(self, *pending[0], **pending[1])
         self._new_args = True
         return True
 
@@ -59,9 +68,9 @@ cdef class _CommBase:
         Python subclass's without calling its __new__ (which may expect
         another communicator), as mpi4py makes them."""
         cls = type(self)
-        if not cls.__flags__ & 512:
+        if not _python_class(cls):
             return cls(*args, **kwargs)
-        native = next(t for t in cls.__mro__ if not t.__flags__ & 512)
+        native = _native(cls)
         # its C allocator straight (native.__new__(cls) may be refused as
         # "not safe" when cls mixes in other Python classes)
         cdef tuple no_args = ()

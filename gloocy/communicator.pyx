@@ -9,7 +9,8 @@ core moves; the Context's entry points are called in C.
 
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
-from cpython.object cimport PyObject, PyTypeObject
+from cpython.object cimport Py_TPFLAGS_HEAPTYPE, PyObject, PyTypeObject
+from cpython.type cimport PyType_HasFeature
 
 from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
                            DT_BYTES, DT_INT64)
@@ -129,7 +130,7 @@ cdef class Comm(_Collectives):
         messages never mix with ours). Collective."""
         cdef Context ctx = self.live()
         dup = self._derived(range(ctx.size), _new_id(ctx, timeout))
-        if type(self).__flags__ & 512 and type(dup) is not type(self):
+        if _python_class(type(self)) and type(dup) is not type(self):
             dup = self._new_like((dup,), {})      # a Python subclass's Dup is one too
         if self._attrs is not None and self._attrs.values:
             try:
@@ -204,8 +205,8 @@ cdef class Comm(_Collectives):
     def _derived(self, members, comm_id):
         cdef list ranks = [int(m) for m in members]
         cls = type(self)
-        if cls.__flags__ & 512:     # a Python subclass: Split, Create... give
-            cls = next(t for t in cls.__mro__ if not t.__flags__ & 512)  # (Dup: below)
+        if _python_class(cls):      # a user's subclass: Split, Create... give
+            cls = _native(cls)      # our class (Dup: its own, above)
         return _new_comm(cls, self.live().derive_ranks(ranks, comm_id),
                          tuple([self._procs[m] for m in ranks]))
 

@@ -14,7 +14,8 @@ dense (`is_contiguous`), else a packed copy.
 
 Sizes, extents, names, aliases and typecodes are those of mpi4py on MPICH;
 so are envelopes, contents and decode() (_type_recipes.pxi). Pack and
-external32 are in gloocy.packing; the predefined types in _type_names.pxi.
+external32 are in gloocy.packing; how constructors lay types out in
+_type_layouts.pxi; the predefined types in _type_names.pxi.
 """
 
 from gloocy._core cimport Buf, get_buffer
@@ -138,77 +139,9 @@ def _predefined_handle(attr):
     return (<Datatype>_BY_NAME[attr])._h
 
 
-def _index(value, what):
-    """An int from anything with __index__ (TypeError else, as mpi4py)."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"{what}: expected an integer, got {value!r}") from None
-
-
-def _count(value, what):
-    n = _index(value, what)
-    if n < 0:
-        raise _mpi_error(f"{what}: negative count {n}", ERR_COUNT)
-    return n
-
-
-def _ints(values, what):
-    return [_index(v, what) for v in values]
-
-
-def _same_length(a, b, what):
-    if len(a) != len(b):
-        raise ValueError(f"{what}: expected {len(a)} items, got {len(b)}")
-
-
-MAX_ELEMENTS = 1 << 26     # a derived type keeps one offset per element
-
-
-def _check_elements(n):
-    if n > MAX_ELEMENTS:
-        raise NotImplementedError(
-            f"a derived datatype of {n} elements (more than {MAX_ELEMENTS}): "
-            "gloocy keeps one offset per element; describe the data with a "
-            "larger element type")
-
-
-def _block_starts(displs, blocklengths, extent):
-    """Byte starts of the copies: blocklengths[i] consecutive copies (spaced
-    by `extent`) starting at byte displs[i]."""
-    lengths = np.asarray(blocklengths, np.int64).reshape(-1)
-    first = np.cumsum(lengths) - lengths
-    within = np.arange(lengths.sum(), dtype=np.int64) - np.repeat(first, lengths)
-    return np.repeat(np.asarray(displs, np.int64), lengths) + within * extent
-
+include "_type_layouts.pxi"        # constructors' arguments -> typemaps
 
 include "_type_recipes.pxi"
-
-
-def _distributed(int64_t g, int d, int64_t a, int64_t p, int64_t c):
-    """The indices along one dimension of g that process coordinate c of p
-    holds: DISTRIBUTE_NONE (all), BLOCK (one block of `a`, ceil(g / p) by
-    default) or CYCLIC (blocks of `a`, 1 by default, dealt round-robin)."""
-    if d == DISTRIBUTE_NONE:
-        if p != 1:
-            raise _mpi_error(f"DISTRIBUTE_NONE over {p} processes", ERR_ARG)
-        return np.arange(g, dtype=np.int64)
-    if d == DISTRIBUTE_BLOCK:
-        if a == DISTRIBUTE_DFLT_DARG:
-            a = -(-g // p)
-        if a <= 0 or a * p < g:
-            raise _mpi_error(f"DISTRIBUTE_BLOCK: blocks of {a} over {p} "
-                             f"processes do not cover {g}", ERR_ARG)
-        return np.arange(min(g, c * a), min(g, (c + 1) * a), dtype=np.int64)
-    if d == DISTRIBUTE_CYCLIC:
-        if a == DISTRIBUTE_DFLT_DARG:
-            a = 1
-        if a <= 0:
-            raise _mpi_error(f"DISTRIBUTE_CYCLIC: block size {a}", ERR_ARG)
-        starts = np.arange(c * a, g, p * a, dtype=np.int64)
-        index = (starts[:, None] + np.arange(a)).ravel()
-        return index[index < g]
-    raise _mpi_error(f"distribs: {d} is not a DISTRIBUTE_* constant", ERR_ARG)
 
 
 cdef object _packing():
@@ -783,48 +716,6 @@ cdef class Datatype:
         offsets = self._offsets(count, start, mem)[:packed.size]
         target, index = self._elements(mem, offsets)
         target[index] = packed.view(target.dtype)
-
-
-def _derive(cls, pieces, bint struct=False):
-    """The type made of `pieces`: (Typemap, byte starts of its copies)."""
-    used = [(h, starts) for h, starts in pieces if starts.size]
-    full = [(h, starts) for h, starts in used if h.n]
-    elems = {id(h.elem): h.elem for h, _ in full}
-    elem = next(iter(elems.values()), pieces[0][0].elem if pieces
-                else (<Datatype>_BY_NAME["BYTE"])._h)
-    if not used:
-        return cls._wrap(Typemap(elem, np.zeros(0, np.int64), 0, 0, 0, 0))
-    mixed = len(elems) > 1
-    if mixed:           # the bytes MPI moves, element by element
-        offsets = np.concatenate([
-            ((s[:, None] + h.offsets).reshape(-1, 1)
-             + _data_bytes(h.elem)).ravel() for h, s in full])
-        _check_elements(offsets.size)
-        elem = _MIXED
-    else:
-        offsets = np.concatenate([(s[:, None] + h.offsets).ravel()
-                                  for h, s in full] or [np.zeros(0, np.int64)])
-    lb = min([int(s.min()) + h.lb for h, s in used])
-    ub = max([int(s.max()) + h.ub for h, s in used])
-    true_lb = min([int(s.min()) + h.true_lb for h, s in full], default=0)
-    true_ub = max([int(s.max()) + h.true_ub for h, s in full], default=0)
-    align = max([h.align for h, _ in full], default=1)
-    if struct and mixed and (ub - lb) % align:
-        ub += align - (ub - lb) % align
-    return cls._wrap(Typemap(elem, offsets, lb, ub, true_lb, true_ub,
-                             align=align))
-
-
-cdef object _data_bytes(Typemap elem):
-    """Byte offsets, within one element, of the bytes MPI moves: all of
-    them but a (value, index) pair's padding."""
-    if elem is _MIXED:
-        return _ONE_BYTE
-    fields = elem.np.fields if elem.np is not None else None
-    if not fields:
-        return np.arange(elem.elem_size, dtype=np.int64)
-    return np.concatenate([np.arange(at, at + f.itemsize, dtype=np.int64)
-                           for f, at in fields.values()])
 
 
 include "_type_names.pxi"         # the predefined types and typecodes
