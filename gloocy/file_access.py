@@ -154,7 +154,6 @@ class DataAccess:
             start = View.check_offset(offset)
         elif where == "own":
             start = f.position
-            f.position = start + n
         elif where == "shared":
             start = f.shared.fetch_add(n)
         else:
@@ -163,11 +162,15 @@ class DataAccess:
         try:
             with _atomic(f, offs, lens, write):
                 if write:
-                    return _write(f, offs, lens,
-                                  file_view.to_file(m.data, m.datatype, view.datarep))
-                return _read_into(f, offs, lens, m, view.datarep, nbytes)
+                    done = _write(f, offs, lens, file_view.to_file(
+                        m.data, m.datatype, view.datarep))
+                else:
+                    done = _read_into(f, offs, lens, m, view.datarep, nbytes)
         except OSError as e:
             raise f.io_error(e, f"File.{what}") from None
+        if where == "own":      # past what was accessed (a read: up to the end)
+            f.position = start + -(-done // view.esize)
+        return done
 
     def _begin(self, what, write, buf, where, offset=None):
         f = self._open(what)
