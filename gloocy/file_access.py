@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from gloocy import bufspec, file_view
-from gloocy.constants import ANY_SOURCE, ANY_TAG
+from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from gloocy.errors import (ERR_ACCESS, ERR_IO, ERR_READ_ONLY,
                            ERR_UNSUPPORTED_OPERATION, GloocyError)
 from gloocy.file_view import View
@@ -243,8 +243,9 @@ def _method(name, write, where, kind):
 
 
 def _done(nbytes):
+    """A complete request; its Status has MPICH's UNDEFINED source and tag."""
     from gloocy.requests import done_request
-    return done_request(ANY_SOURCE, ANY_TAG, nbytes, None)
+    return done_request(UNDEFINED, UNDEFINED, nbytes, None)
 
 
 for _io, _write_it in (("Read", False), ("Write", True)):

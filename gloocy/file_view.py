@@ -56,6 +56,8 @@ def type_extent(datatype, datarep):
     extent_fn = _datareps.get(check_datarep(datarep))
     if extent_fn is not None:
         return int(extent_fn(datatype))
+    if datarep == EXTERNAL32 and datatype.is_predefined:
+        return packing.pack_external_size(EXTERNAL32, datatype, 1)
     if datarep == EXTERNAL32:
         _same_external_size(datatype)
     return datatype.Get_extent()[1]

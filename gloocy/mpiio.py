@@ -21,6 +21,7 @@ communicators, gloocy raises them whatever the file's error handler;
 import errno
 import os
 import secrets
+import weakref
 
 from gloocy import errhandler as _errhandlers, handles as _handles
 from gloocy.datatypes import BYTE
@@ -29,7 +30,8 @@ from gloocy.errors import (ERR_ACCESS, ERR_AMODE, ERR_ARG, ERR_BAD_FILE,
                            ERR_NO_SPACE, ERR_NO_SUCH_FILE, ERR_QUOTA,
                            ERR_READ_ONLY, GloocyError)
 from gloocy import file_view, file_pointer
-from gloocy.file_access import DataAccess, not_sequential, writable
+from gloocy.file_access import (MODE_RDONLY, MODE_SEQUENTIAL, MODE_WRONLY,
+                                DataAccess, not_sequential, writable)
 from gloocy.file_view import View
 from gloocy.info import Info
 
@@ -38,10 +40,9 @@ __all__ = ["File", "FILE_NULL", "Register_datarep", "MODE_RDONLY", "MODE_WRONLY"
            "MODE_UNIQUE_OPEN", "MODE_SEQUENTIAL", "MODE_APPEND", "SEEK_SET",
            "SEEK_CUR", "SEEK_END", "DISPLACEMENT_CURRENT"]
 
-# MPICH's numbers
-MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
+# MPICH's numbers (the ones the data access checks are file_access's)
+MODE_CREATE, MODE_RDWR = 1, 8
 MODE_DELETE_ON_CLOSE, MODE_UNIQUE_OPEN, MODE_EXCL, MODE_APPEND = 16, 32, 64, 128
-MODE_SEQUENTIAL = 256
 SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
 DISPLACEMENT_CURRENT = -54278278
 
@@ -105,7 +106,7 @@ class _OpenFile:
     """What every handle on one open file shares."""
 
     __slots__ = ("comm", "fd", "path", "amode", "info", "atomic", "errhandler",
-                 "view", "position", "shared", "split", "__weakref__")
+                 "view", "position", "shared", "split", "finalizer", "__weakref__")
 
     def io_error(self, e, what):
         return _os_error(e, f"{what} ({self.path})")
@@ -195,6 +196,7 @@ class File(DataAccess, _handles.Handled):
         comm = f.comm
         comm.Barrier()                    # everyone is done with the file
         leader = comm.Get_rank() == 0
+        f.finalizer.detach()
         try:
             os.close(f.fd)
         finally:
@@ -404,14 +406,15 @@ def _open_collectively(comm, path, amode):
     """The _OpenFile of `path` on this process; rank 0 opens first (and
     creates), then the others; an error anywhere raises everywhere."""
     rank, size = comm.Get_rank(), comm.Get_size()
-    fd, error, end, token = -1, None, 0, None
+    fd, error, end, side = -1, None, 0, None
     if rank == 0:
         fd, error = _try_open(path, amode, create=True)
-        token = secrets.token_hex(6)
+        if size > 1:
+            side = file_pointer.side_path(path, secrets.token_hex(6))
         if fd >= 0 and amode & MODE_APPEND:
             end = os.fstat(fd).st_size
     if size > 1:
-        error, end, token = comm.bcast((error, end, token), 0)
+        error, end, side = comm.bcast((error, end, side), 0)
         if rank and error is None:
             fd, error = _try_open(path, amode, create=False)
         errors = comm.allgather(error)
@@ -428,8 +431,18 @@ def _open_collectively(comm, path, amode):
     f.view = View(0, BYTE, BYTE, "native")
     f.position = end
     f.shared = (file_pointer.LocalPointer(end) if size == 1 else
-                file_pointer.SidePointer(file_pointer.side_path(path, token), end))
+                file_pointer.SidePointer(side, end))
+    # a file dropped without Close (erroneous) at least gives its descriptors back
+    f.finalizer = weakref.finalize(f, _close_quietly, fd, f.shared)
     return f
+
+
+def _close_quietly(fd, shared):
+    try:
+        os.close(fd)
+    except OSError:
+        pass
+    shared.remove()
 
 
 def _kept(datatype):
