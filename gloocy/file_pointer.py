@@ -97,8 +97,9 @@ class SidePointer:
         return self._update(lambda old: old + n)
 
     def reset(self, value, leader):
-        """Collective (between two barriers): the pointer is `value`; the
-        leader empties the side file."""
+        """Collective: the pointer is `value`. The leader (first, once
+        every earlier access is done) empties the side file; the others
+        follow once told the value."""
         self._agreed = value
         if leader and (self._fd >= 0 or os.path.exists(self.path)):
             with self._lock:

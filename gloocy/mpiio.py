@@ -258,17 +258,21 @@ class File(DataAccess, _handles.Handled):
         self._by_leader(f, "Preallocate", allocate)
 
     def _by_leader(self, f, what, change):
-        """Collective: rank 0 changes the file; everyone learns how it went."""
-        error = None
+        """Collective: rank 0 runs change(); everyone gets what it returned,
+        or raises the error it raised."""
+        outcome = None
         if f.comm.Get_rank() == 0:
             try:
-                change()
+                outcome = ("ok", change())
             except OSError as e:
-                error = (str(f.io_error(e, what)), _ERRNO_CLASSES.get(e.errno, ERR_IO))
+                outcome = (str(f.io_error(e, what)), _ERRNO_CLASSES.get(e.errno, ERR_IO))
+            except GloocyError as e:
+                outcome = (str(e), e.Get_error_class())
         if f.comm.Get_size() > 1:
-            error = f.comm.bcast(error, 0)
-        if error is not None:
-            raise GloocyError(*error)
+            outcome = f.comm.bcast(outcome, 0)
+        if outcome[0] != "ok":
+            raise GloocyError(*outcome)
+        return outcome[1]
 
     def Get_amode(self):
         return self._open("Get_amode").amode
@@ -335,7 +339,7 @@ class File(DataAccess, _handles.Handled):
         _free_view_types(old)
         if info:
             f.info.update(info.items())
-        self._reset_shared(f, 0)
+        self._set_shared(f, "Set_view", lambda: 0)
 
     def Get_view(self):
         """(disp, etype, filetype, datarep); derived types are new handles."""
@@ -364,19 +368,26 @@ class File(DataAccess, _handles.Handled):
         """Move the shared pointer (collective; every process passes the
         same arguments)."""
         f = self._open("Seek_shared")
-        value = _sought(self, f, f.shared.get() if whence == SEEK_CUR else 0,
-                        offset, whence)
-        self._reset_shared(f, value)
+        self._set_shared(f, "Seek_shared", lambda: _sought(
+            self, f, f.shared.get() if whence == SEEK_CUR else 0, offset, whence))
 
     def Get_position_shared(self):
         return self._open("Get_position_shared").shared.get()
 
-    def _reset_shared(self, f, value):
-        if f.comm.Get_size() > 1:
-            f.comm.Barrier()              # earlier shared accesses are done
-        f.shared.reset(value, f.comm.Get_rank() == 0)
+    def _set_shared(self, f, what, compute):
+        """Collective: the shared pointer goes to compute(), found by rank 0
+        once every earlier shared access is done, and told to the others
+        after it is in place (so that none reads the old one)."""
         if f.comm.Get_size() > 1:
             f.comm.Barrier()
+
+        def place():
+            value = compute()
+            f.shared.reset(value, True)
+            return value
+        value = self._by_leader(f, what, place)
+        if f.comm.Get_rank():
+            f.shared.reset(value, False)
 
     # -- error handlers -----------------------------------------------------------
 
