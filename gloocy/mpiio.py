@@ -3,7 +3,7 @@
 ``File.Open(comm, filename, amode)`` opens one file for the processes of an
 intracommunicator (collectively: rank 0 creates it, the others open it
 once it exists; an error on any rank is an error on all). Every process
-reads and writes with ``os.pread``/``os.pwrite`` (the GIL released), through
+reads and writes with ``os.preadv``/``os.pwrite`` (the GIL released), through
 its file view (gloocy.file_view) and at one of three positions: explicit
 offsets (``*_at``), its individual file pointer (``Read``, ``Write``,
 ``Seek``) or the shared file pointer (``*_shared``, ``*_ordered``;
@@ -86,10 +86,8 @@ def _check_amode(amode):
 def _os_flags(amode, create):
     flags = {MODE_RDONLY: os.O_RDONLY, MODE_WRONLY: os.O_WRONLY,
              MODE_RDWR: os.O_RDWR}[amode & (MODE_RDONLY | MODE_WRONLY | MODE_RDWR)]
-    if create and amode & MODE_CREATE:
-        flags |= os.O_CREAT
-    if create and amode & MODE_EXCL:
-        flags |= os.O_EXCL | os.O_CREAT * bool(amode & MODE_CREATE)
+    if create and amode & MODE_CREATE:      # (EXCL alone creates nothing)
+        flags |= os.O_CREAT | (os.O_EXCL if amode & MODE_EXCL else 0)
     return flags | os.O_CLOEXEC
 
 
@@ -238,6 +236,7 @@ class File(DataAccess, _handles.Handled):
         f = self._open("Set_size")
         size = View.check_offset(size, "size")
         writable(f, "Set_size")
+        not_sequential(f, "Set_size")
         self._by_leader(f, "Set_size", lambda: os.ftruncate(f.fd, size))
 
     def Preallocate(self, size):
@@ -326,10 +325,10 @@ class File(DataAccess, _handles.Handled):
         f = self._open("Set_view")
         if datarep is None:
             datarep = "native"
+        if (int(disp) == DISPLACEMENT_CURRENT) != bool(f.amode & MODE_SEQUENTIAL):
+            raise GloocyError("disp: DISPLACEMENT_CURRENT goes with (and only "
+                              "with) a file opened with MODE_SEQUENTIAL", ERR_ARG)
         if int(disp) == DISPLACEMENT_CURRENT:
-            if not f.amode & MODE_SEQUENTIAL:
-                raise GloocyError("disp: DISPLACEMENT_CURRENT needs a file opened "
-                                  "with MODE_SEQUENTIAL", ERR_ARG)
             disp = f.view.byte_offset(f.shared.get() * f.view.esize)
         disp = View.check_offset(disp, "disp")
         view = View(disp, etype, etype if filetype is None else filetype,
@@ -351,7 +350,9 @@ class File(DataAccess, _handles.Handled):
 
     def Get_byte_offset(self, offset):
         """The file byte where etype `offset` of the view is."""
-        v = self._open("Get_byte_offset").view
+        f = self._open("Get_byte_offset")
+        not_sequential(f, "Get_byte_offset")
+        v = f.view
         return v.byte_offset(View.check_offset(offset) * v.esize)
 
     # -- file pointers ------------------------------------------------------------
@@ -362,17 +363,22 @@ class File(DataAccess, _handles.Handled):
         f.position = _sought(self, f, f.position, offset, whence)
 
     def Get_position(self):
-        return self._open("Get_position").position
+        f = self._open("Get_position")
+        not_sequential(f, "Get_position")
+        return f.position
 
     def Seek_shared(self, offset, whence=SEEK_SET):
         """Move the shared pointer (collective; every process passes the
         same arguments)."""
         f = self._open("Seek_shared")
+        not_sequential(f, "Seek_shared")
         self._set_shared(f, "Seek_shared", lambda: _sought(
             self, f, f.shared.get() if whence == SEEK_CUR else 0, offset, whence))
 
     def Get_position_shared(self):
-        return self._open("Get_position_shared").shared.get()
+        f = self._open("Get_position_shared")
+        not_sequential(f, "Get_position_shared")
+        return f.shared.get()
 
     def _set_shared(self, f, what, compute):
         """Collective: the shared pointer goes to compute(), found by rank 0

@@ -111,6 +111,27 @@ fh.Close()
 comm.Barrier()
 say("deleted on close", os.path.exists(path))
 
+# -- a sequential file: the shared pointer only -------------------------------------
+seq = MPI.MODE_WRONLY | MPI.MODE_CREATE | MPI.MODE_SEQUENTIAL | MPI.MODE_DELETE_ON_CLOSE
+fh = MPI.File.Open(comm, path, seq)
+fh.Write_ordered(np.full(2, rank, "i4"))
+for label, call in [("seq write_at", lambda: fh.Write_at(0, np.zeros(1, "i4"))),
+                    ("seq write", lambda: fh.Write(np.zeros(1, "i4"))),
+                    ("seq seek", lambda: fh.Seek(0)),
+                    ("seq position", fh.Get_position),
+                    ("seq shared position", fh.Get_position_shared),
+                    ("seq byte offset", lambda: fh.Get_byte_offset(1))]:
+    attempt(label, call)
+attempt("seq view at 0", lambda: fh.Set_view(0, MPI.INT))
+fh.Set_view(MPI.DISPLACEMENT_CURRENT, MPI.INT)
+say("seq view disp", fh.Get_view()[0])
+fh.Write_ordered(np.full(1, 10 + rank, "i4"))
+fh.Sync()
+comm.Barrier()
+say("seq file", np.fromfile(path, "i4").tolist())
+comm.Barrier()
+fh.Close()
+
 # -- errors ----------------------------------------------------------------------
 attempt("open a missing file", lambda: MPI.File.Open(comm, path, MPI.MODE_RDONLY))
 attempt("read-only and create", lambda: MPI.File.Open(
