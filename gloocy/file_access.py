@@ -28,6 +28,9 @@ __all__ = ["DataAccess", "writable", "readable", "not_sequential"]
 
 MODE_RDONLY, MODE_WRONLY, MODE_SEQUENTIAL = 2, 4, 256     # (gloocy.mpiio's)
 _SPAN_SLACK = 1 << 20     # read a span with up to this many unused bytes at once
+# Bytes per system call at most (Linux moves < 2 GiB a call anyway); tests
+# set a tiny one to run the loops.
+_CHUNK = max(1, int(os.environ.get("GLOOCY_IO_CHUNK_BYTES", 1 << 30)))
 
 
 def writable(f, what):
@@ -66,14 +69,32 @@ def _atomic(f, offs, lens, write):
         fcntl.lockf(f.fd, fcntl.LOCK_UN, end - first, first)
 
 
+def _pwrite_all(fd, view, offset):
+    """Write all of `view` at `offset`, at most _CHUNK bytes a call."""
+    done = 0
+    while done < len(view):         # pwrite may write less than asked
+        done += os.pwrite(fd, view[done:done + _CHUNK], offset + done)
+
+
+def _pread_all(fd, buf, offset):
+    """Fill `buf` (a uint8 array) from `offset`, at most _CHUNK bytes a
+    call; the bytes read (fewer at the end of the file)."""
+    done = 0
+    while done < buf.size:
+        got = os.preadv(fd, [buf[done:done + _CHUNK]], offset + done)
+        if got == 0:
+            break
+        done += got
+    return done
+
+
 def _write(f, offs, lens, raw):
     """Write the bytes `raw` to the segments; the bytes written."""
     view = memoryview(raw)
     pos = 0
     for off, n in zip(offs.tolist(), lens.tolist()):
-        end = pos + n
-        while pos < end:            # pwrite may write less than asked
-            pos += os.pwrite(f.fd, view[pos:end], off + n - (end - pos))
+        _pwrite_all(f.fd, view[pos:pos + n], off)
+        pos += n
     return pos
 
 
@@ -86,24 +107,17 @@ def _read(f, offs, lens, raw):
             return _read_span(f, offs, lens, raw, first, end)
     pos = 0
     for off, n in zip(offs.tolist(), lens.tolist()):
-        end = pos + n
-        while pos < end:
-            got = os.preadv(f.fd, [raw[pos:end]], off + n - (end - pos))
-            if got == 0:
-                return pos          # the end of the file
-            pos += got
+        got = _pread_all(f.fd, raw[pos:pos + n], off)
+        pos += got
+        if got < n:
+            break                   # the end of the file
     return pos
 
 
 def _read_span(f, offs, lens, raw, first, end):
     """Read bytes [first, end) at once, then pick the segments' bytes."""
     span = np.empty(end - first, np.uint8)
-    got = 0
-    while got < span.size:
-        n = os.preadv(f.fd, [span[got:]], first + got)
-        if n == 0:
-            break
-        got += n
+    got = _pread_all(f.fd, span, first)
     # where each data byte is in the span: its segment's start, plus its
     # place in the segment
     data_starts = np.concatenate(([0], np.cumsum(lens)[:-1]))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gloocy import MPI
+from gloocy import MPI, file_access
 from gloocy.file_view import View
 
 RW = MPI.MODE_RDWR | MPI.MODE_CREATE
@@ -65,8 +65,11 @@ def pattern(n):
     return ((np.arange(n) * 7 + 3) % 251).astype(np.uint8)
 
 
+@pytest.mark.parametrize("chunk", [None, 3], ids=["one call", "3-byte calls"])
 @pytest.mark.parametrize("name", list(filetypes()))
-def test_reads_and_writes_touch_the_typemap_bytes(name, path):
+def test_reads_and_writes_touch_the_typemap_bytes(name, chunk, path, monkeypatch):
+    if chunk:                   # every pread/pwrite loop goes round
+        monkeypatch.setattr(file_access, "_CHUNK", chunk)
     ft = filetypes()[name]().Commit()
     disp, count = 12, 3 * ft.Get_size() + 4          # three copies and a bit
     where = tiled(ft, disp, count)
@@ -159,6 +162,21 @@ def test_pointers_seek_end_and_short_reads(path):
     assert status.Get_count(MPI.DOUBLE) == 1
     fh.Close()
     assert np.fromfile(path, np.float64)[6] == -5
+
+
+def test_offsets_past_4_gib(path, monkeypatch):
+    monkeypatch.setattr(file_access, "_CHUNK", 5)
+    far = 5 * 2**30 + 3                     # a sparse file
+    fh = MPI.File.Open(MPI.COMM_SELF, path, RW | MPI.MODE_DELETE_ON_CLOSE)
+    data = np.arange(7, dtype=np.int16)
+    fh.Write_at(far, data)
+    assert fh.Get_size() == far + data.nbytes
+    fh.Set_view(far - 2, MPI.SHORT)
+    back, status = np.full(8, -1, np.int16), MPI.Status()
+    fh.Read_at(1, back, status)
+    assert status.Get_count(MPI.SHORT) == 7 and back.tolist() == data.tolist() + [-1]
+    assert fh.Get_byte_offset(2**32) == far - 2 + 2**33
+    fh.Close()
 
 
 def code(call):
