@@ -205,7 +205,7 @@ class DataAccess:
 
 def _read_into(f, offs, lens, m, datarep, nbytes):
     data = m.data
-    direct = (datarep != file_view.EXTERNAL32 and data.flags.c_contiguous
+    direct = (not file_view.converts(datarep) and data.flags.c_contiguous
               and file_view._packed(data.dtype) is data.dtype)
     raw = data.reshape(-1).view(np.uint8) if direct else np.empty(nbytes, np.uint8)
     got = _read(f, offs, lens, raw)

@@ -10,8 +10,12 @@ turns a stretch of the data stream into runs of file bytes.
 
 Data representations: "native" and "internal" are the bytes in memory;
 "external32" is big-endian (gloocy.packing's conversion), supported for
-types whose external32 sizes are their native ones; a representation made
-with Register_datarep without conversion functions is native.
+types whose external32 sizes are their native ones. A representation made
+with Register_datarep converts with the user's functions, called on the
+data stream as ``write_fn(userbuf, elemtype, count, filebuf, 0)`` and
+``read_fn(userbuf, elemtype, count, filebuf, 0)``: `count` elements of the
+buffer's element type, packed in `userbuf`; its extent_fn must give each
+element type its native size (the file's layout is the memory one).
 """
 
 import numpy as np
@@ -23,25 +27,46 @@ from gloocy.errors import (ERR_ARG, ERR_DUP_DATAREP, ERR_IO, ERR_TYPE,
 __all__ = ["View", "element_runs", "register_datarep", "to_file", "from_file"]
 
 EXTERNAL32 = "external32"
+# name -> a user's representation (None: one of MPI's)
 _datareps = {"native": None, "internal": None, EXTERNAL32: None}
 
 
+class _UserRep:
+    __slots__ = ("read_fn", "write_fn", "extent_fn")
+
+    def __init__(self, read_fn, write_fn, extent_fn):
+        self.read_fn, self.write_fn, self.extent_fn = read_fn, write_fn, extent_fn
+
+    def check(self, datatype):
+        """The file layout is the memory one: each element keeps its size."""
+        elem = _element_type(datatype)
+        size = int(self.extent_fn(elem))
+        if size != elem.Get_size():
+            raise NotImplementedError(
+                f"datarep: its extent_fn gives {elem!r} {size} bytes, not its "
+                f"native {elem.Get_size()}: gloocy's user data representations "
+                "keep the native sizes")
+
+
+def _element_type(datatype):
+    from gloocy.datatypes import Datatype
+    return Datatype._wrap(datatype._handle().elem)
+
+
 def register_datarep(datarep, read_fn, write_fn, extent_fn):
-    """mpi4py's Register_datarep: a new name for a data representation.
-    Without conversion functions (None) it is the native representation;
-    conversions themselves are not supported (NotImplementedError)."""
+    """mpi4py's Register_datarep: a new data representation (the module's
+    docstring says how its functions are called)."""
     if not isinstance(datarep, str):
         raise TypeError(f"datarep: expected a str, got {datarep!r}")
+    for name, fn in (("read_fn", read_fn), ("write_fn", write_fn)):
+        if fn is not None and not callable(fn):
+            raise TypeError(f"{name}: expected a callable or None, got {fn!r}")
     if not callable(extent_fn):
         raise TypeError(f"extent_fn: expected a callable, got {extent_fn!r}")
-    if read_fn is not None or write_fn is not None:
-        raise NotImplementedError("Register_datarep: gloocy supports data "
-                                  "representations without conversion "
-                                  "functions only (read_fn=write_fn=None)")
     if datarep in _datareps:
         raise GloocyError(f"datarep: {datarep!r} is already registered",
                           ERR_DUP_DATAREP)
-    _datareps[datarep] = extent_fn
+    _datareps[datarep] = _UserRep(read_fn, write_fn, extent_fn)
 
 
 def check_datarep(datarep):
@@ -53,9 +78,9 @@ def check_datarep(datarep):
 
 def type_extent(datatype, datarep):
     """The extent of datatype in a file of representation `datarep`."""
-    extent_fn = _datareps.get(check_datarep(datarep))
-    if extent_fn is not None:
-        return int(extent_fn(datatype))
+    user = _datareps.get(check_datarep(datarep))
+    if user is not None:
+        return int(user.extent_fn(datatype))
     if datarep == EXTERNAL32 and datatype.is_predefined:
         return packing.pack_external_size(EXTERNAL32, datatype, 1)
     if datarep == EXTERNAL32:
@@ -127,7 +152,23 @@ def to_file(data, datatype, datarep):
         packed = _packed(data.dtype)
         if packed is not data.dtype:
             data = data.astype(packed)
-    return np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
+    user = _datareps.get(datarep)
+    if user is not None and data.size:
+        user.check(datatype)
+        if user.write_fn is not None:
+            out = np.zeros(raw.size, np.uint8)
+            user.write_fn(memoryview(raw), _element_type(datatype), data.size,
+                          memoryview(out), 0)
+            raw = out
+    return raw
+
+
+def converts(datarep):
+    """Whether file bytes differ from memory bytes in `datarep`."""
+    user = _datareps.get(datarep)
+    return datarep == EXTERNAL32 or user is not None and (
+        user.read_fn is not None or user.write_fn is not None)
 
 
 def stream_size(data):
@@ -144,7 +185,16 @@ def from_file(raw, data, datatype, datarep):
     if not n:
         return
     raw = raw[:n * packed.itemsize]
-    if datarep == EXTERNAL32:
+    user = _datareps.get(datarep)
+    if user is not None:
+        user.check(datatype)
+        if user.read_fn is not None:
+            native = np.zeros(raw.size, np.uint8)
+            user.read_fn(memoryview(native), _element_type(datatype), n,
+                         memoryview(raw), 0)
+            raw = native
+        data[:n] = raw.view(packed)
+    elif datarep == EXTERNAL32:
         _same_external_size(datatype)
         native, ext = packing._external_dtypes(datatype)
         data[:n] = packing._convert(raw.view(ext), ext, native).view(data.dtype)
@@ -169,7 +219,9 @@ class View:
                                   ERR_TYPE)
             if datarep == EXTERNAL32:
                 _same_external_size(t)
-        self.disp, self.datarep = disp, check_datarep(datarep)
+            elif _datareps.get(check_datarep(datarep)) is not None:
+                _datareps[datarep].check(t)
+        self.disp, self.datarep = disp, datarep
         self.etype, self.filetype = etype, filetype
         self.esize = etype.Get_size()
         self.offs, self.lens = element_runs(filetype)

@@ -223,5 +223,29 @@ def test_register_datarep_names_once():
         "gloocy-test-native", None, None, lambda t: 1)) == MPI.ERR_DUP_DATAREP
     assert code(lambda: MPI.Register_datarep(
         "native", None, None, lambda t: 1)) == MPI.ERR_DUP_DATAREP
-    with pytest.raises(NotImplementedError):
-        MPI.Register_datarep("gloocy-test-conv", lambda *a: None, None, lambda t: 1)
+
+
+def test_a_users_datarep_converts_with_its_functions(path):
+    calls = []
+
+    def swap(src, dst, datatype, count):
+        calls.append((datatype, count))
+        size = datatype.Get_size()
+        a = np.frombuffer(src, np.uint8)[:count * size].reshape(count, size)
+        np.frombuffer(dst, np.uint8)[:count * size] = a[:, ::-1].ravel()
+
+    MPI.Register_datarep(
+        "gloocy-test-swap",
+        read_fn=lambda ubuf, t, count, fbuf, pos: swap(fbuf, ubuf, t, count),
+        write_fn=lambda ubuf, t, count, fbuf, pos: swap(ubuf, fbuf, t, count),
+        extent_fn=lambda t: t.Get_extent()[1])
+    values = np.array([[1, 2], [-3, 70000]], np.int32)
+    fh = MPI.File.Open(MPI.COMM_SELF, path, RW | MPI.MODE_DELETE_ON_CLOSE)
+    fh.Set_view(4, MPI.INT, MPI.INT, "gloocy-test-swap")
+    fh.Write(values)
+    assert np.fromfile(path, ">i4").tolist() == [0, 1, 2, -3, 70000]
+    back = np.zeros(2, np.int32)
+    fh.Read_at(2, back)
+    assert back.tolist() == [-3, 70000]
+    assert calls == [(MPI.INT, 4), (MPI.INT, 2)]
+    fh.Close()
