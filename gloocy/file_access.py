@@ -130,11 +130,18 @@ def _read_span(f, offs, lens, raw, first, end):
 
 def _ordered_start(f, n):
     """Ordered access: this process's place (etypes) after those of the
-    lower ranks; the shared pointer moves past everyone's."""
+    lower ranks; the shared pointer moves past everyone's. n None: this
+    process's call failed before (it tells the others, then raises)."""
     comm = f.comm
     if comm.Get_size() == 1:
         return f.shared.fetch_add(n)
     counts = comm.allgather(n)
+    failed = [r for r, c in enumerate(counts) if c is None]
+    if failed:
+        if n is None:
+            return None
+        raise GloocyError(f"ordered access: rank {failed[0]}'s call failed "
+                          "(see its error)", ERR_IO)
     base = None
     if comm.Get_rank() == 0:
         try:
@@ -156,14 +163,19 @@ class DataAccess:
     def _move(self, what, write, buf, where, offset=None):
         """One transfer; the bytes moved."""
         f = self._open(what)
-        (writable if write else readable)(f, what)
-        if where in ("at", "own"):
-            not_sequential(f, what)
-        m = bufspec.message(buf, name="buf", readonly=write)
-        view = f.view
-        nbytes = file_view.stream_size(m.data)
-        view.check_whole(nbytes)
-        n = nbytes // view.esize
+        try:
+            (writable if write else readable)(f, what)
+            if where in ("at", "own"):
+                not_sequential(f, what)
+            m = bufspec.message(buf, name="buf", readonly=write)
+            view = f.view
+            nbytes = file_view.stream_size(m.data)
+            view.check_whole(nbytes)
+            n = nbytes // view.esize
+        except Exception:
+            if where == "ordered":  # the others are not left waiting
+                _ordered_start(f, None)
+            raise
         if where == "at":
             start = View.check_offset(offset)
         elif where == "own":

@@ -92,6 +92,24 @@ def r_ordered(comm, path):
     return positions, back
 
 
+def r_ordered_with_a_bad_buffer(comm, path):
+    """Rank 1 passes 3 bytes where whole ints are needed: every rank's
+    Write_ordered fails at once; the next one works."""
+    comm = Intracomm(comm)
+    rank = comm.Get_rank()
+    fh = MPI.File.Open(comm, path, MPI.MODE_WRONLY | MPI.MODE_CREATE)
+    fh.Set_view(0, MPI.INT)
+    bad = b"abc" if rank == 1 else np.full(2, rank, np.int32)
+    try:
+        fh.Write_ordered(bad)
+        first = None
+    except MPI.Exception as e:
+        first = (e.Get_error_class(), "rank 1" in str(e) or rank == 1)
+    fh.Write_ordered(np.full(1, 7 + rank, np.int32))
+    fh.Close()
+    return first
+
+
 def r_open_excl(comm, path):
     comm = Intracomm(comm)
     try:
@@ -151,6 +169,14 @@ def test_ordered_writes_and_reads_are_in_rank_order(world, size, tmp_path):
     for rank, (positions, back) in enumerate(results):
         assert positions == [per_step, 2 * per_step, 2 * per_step + size]
         assert back == [[10.0 * step + rank] * (rank + 1) for step in range(2)]
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_an_ordered_call_failing_on_one_rank_fails_on_all(world, size, tmp_path):
+    path = str(tmp_path / "ordered")
+    assert world(size).run(r_ordered_with_a_bad_buffer, path, timeout=30) == \
+        [(MPI.ERR_IO, True)] * size
+    assert np.fromfile(path, np.int32).tolist() == [7 + r for r in range(size)]
 
 
 @pytest.mark.parametrize("size", SIZES)
