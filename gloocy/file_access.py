@@ -218,12 +218,12 @@ class DataAccess:
 def _read_into(f, offs, lens, m, datarep, nbytes):
     data = m.data
     direct = (not file_view.converts(datarep) and data.flags.c_contiguous
-              and file_view._packed(data.dtype) is data.dtype)
+              and file_view.packed_dtype(data.dtype) is data.dtype)
     raw = data.reshape(-1).view(np.uint8) if direct else np.empty(nbytes, np.uint8)
     got = _read(f, offs, lens, raw)
     if not direct:
         file_view.from_file(raw[:got], data, m.datatype, datarep)
-    whole = got // file_view._packed(data.dtype).itemsize
+    whole = got // file_view.packed_dtype(data.dtype).itemsize
     m.unpack(whole * data.dtype.itemsize)
     return got
 

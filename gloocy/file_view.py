@@ -24,7 +24,8 @@ from gloocy import packing
 from gloocy.errors import (ERR_ARG, ERR_DUP_DATAREP, ERR_IO, ERR_TYPE,
                            ERR_UNSUPPORTED_DATAREP, GloocyError)
 
-__all__ = ["View", "element_runs", "register_datarep", "to_file", "from_file"]
+__all__ = ["View", "element_runs", "register_datarep", "to_file", "from_file",
+           "packed_dtype", "converts", "stream_size", "type_extent"]
 
 EXTERNAL32 = "external32"
 # name -> a user's representation (None: one of MPI's)
@@ -132,7 +133,7 @@ def _merged(offs, lens):
     return offs[starts], np.add.reduceat(lens, starts)
 
 
-def _packed(np_dtype):
+def packed_dtype(np_dtype):
     """The dtype of the data stream of elements of np_dtype: pairs without
     their padding."""
     if not np_dtype.fields or np_dtype.itemsize == sum(
@@ -149,7 +150,7 @@ def to_file(data, datatype, datarep):
         native, ext = packing._external_dtypes(datatype)
         data = packing._convert(data.view(native), native, ext)
     else:
-        packed = _packed(data.dtype)
+        packed = packed_dtype(data.dtype)
         if packed is not data.dtype:
             data = data.astype(packed)
     raw = np.ascontiguousarray(data).reshape(-1).view(np.uint8)
@@ -174,13 +175,13 @@ def converts(datarep):
 def stream_size(data):
     """Bytes of `data` in a file (the representations kept here have the
     native sizes)."""
-    return data.size * _packed(data.dtype).itemsize
+    return data.size * packed_dtype(data.dtype).itemsize
 
 
 def from_file(raw, data, datatype, datarep):
     """Fill the first elements of `data` from the file bytes `raw` (whole
     elements)."""
-    packed = _packed(data.dtype)
+    packed = packed_dtype(data.dtype)
     n = raw.size // packed.itemsize
     if not n:
         return
