@@ -110,6 +110,28 @@ def r_ordered_with_a_bad_buffer(comm, path):
     return first
 
 
+def r_atomic_strided_writes(comm, path):
+    """In atomic mode every rank writes and reads the same strided region
+    (one access = many pwrite calls) over and over: no read sees two
+    ranks' data mixed; the reads that did are counted."""
+    comm = Intracomm(comm)
+    rank = comm.Get_rank()
+    fh = MPI.File.Open(comm, path, MPI.MODE_RDWR | MPI.MODE_CREATE)
+    strided = MPI.INT.Create_vector(64, 4, 8).Commit()
+    fh.Set_view(0, MPI.INT, strided)
+    strided.Free()
+    fh.Set_atomicity(True)
+    mixed = 0
+    mine = np.full(4 * 64 * 4, rank, np.int32)      # four copies of the filetype
+    got = np.empty_like(mine)
+    for _ in range(25):
+        fh.Write_at(0, mine)
+        fh.Read_at(0, got)
+        mixed += int((got != got[0]).any())
+    fh.Close()
+    return mixed
+
+
 def r_open_excl(comm, path):
     comm = Intracomm(comm)
     try:
@@ -177,6 +199,17 @@ def test_an_ordered_call_failing_on_one_rank_fails_on_all(world, size, tmp_path)
     assert world(size).run(r_ordered_with_a_bad_buffer, path, timeout=30) == \
         [(MPI.ERR_IO, True)] * size
     assert np.fromfile(path, np.int32).tolist() == [7 + r for r in range(size)]
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_atomic_mode_keeps_strided_accesses_whole(world, size, tmp_path):
+    path = str(tmp_path / "atomic")
+    assert world(size).run(r_atomic_strided_writes, path) == [0] * size
+    # the view's ints: 4 copies (extent 63 * 8 + 4 ints) of 64 blocks of 4
+    where = (np.arange(4)[:, None, None] * (63 * 8 + 4)
+             + np.arange(64)[None, :, None] * 8 + np.arange(4)).ravel()
+    region = np.fromfile(path, np.int32)[where]
+    assert (region == region[0]).all() and 0 <= region[0] < size
 
 
 @pytest.mark.parametrize("size", SIZES)
