@@ -60,8 +60,10 @@ THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 4, 1
 
 
-# -- handles gloocy has only as nulls: Win, File (gloocy.handles) ------------
-from gloocy.handles import FILE_NULL, WIN_NULL, File, Win  # noqa: E402,F401
+# -- handles gloocy has only as nulls: Win (gloocy.handles) -------------------
+from gloocy.handles import WIN_NULL, Win  # noqa: E402,F401
+# -- MPI-IO (gloocy.mpiio) ---------------------------------------------------
+from gloocy.mpiio import FILE_NULL, File, Register_datarep  # noqa: E402,F401
 from gloocy.session import SESSION_NULL, Session  # noqa: E402,F401
 # MPI-IO's and one-sided access modes (MPICH's numbers), for code that names them.
 MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
@@ -332,10 +334,6 @@ Close_port = _no_dynamic_processes("Close_port")
 Publish_name = _no_dynamic_processes("Publish_name")
 Unpublish_name = _no_dynamic_processes("Unpublish_name")
 Lookup_name = _no_dynamic_processes("Lookup_name")
-
-
-def Register_datarep(*args, **kwargs):
-    raise NotImplementedError("Register_datarep: gloocy has no MPI-IO")
 
 
 # MPICH's numbers for names gloocy has no use for, so that code naming them runs

@@ -1,7 +1,7 @@
 """Integer handles, as mpi4py's objects have them (``obj.handle``,
 ``Class.fromhandle(h)``, ``toint``/``fromint``, ``py2f``/``f2py``), and the
 handle classes gloocy has only as their null objects: ``Win`` (one-sided
-communication) and ``File`` (MPI-IO) (sessions: gloocy.session). Their
+communication) (sessions: gloocy.session; files: gloocy.mpiio). Their
 null handles behave as mpi4py's (compare, pickle, free, subclass); every
 operation raises NotImplementedError saying what gloocy lacks.
 
@@ -14,8 +14,8 @@ from gloocy, so any layer may use it.
 
 import itertools
 
-__all__ = ["handle_of", "object_of", "forget", "Handled", "Win", "File", "WIN_NULL",
-           "FILE_NULL", "HANDLE_SIZE"]
+__all__ = ["handle_of", "object_of", "forget", "Handled", "Win", "WIN_NULL",
+           "HANDLE_SIZE"]
 
 HANDLE_SIZE = 8                   # bytes of a handle (what MPI._sizeof says)
 
@@ -203,33 +203,4 @@ _operations(Win, [
      "Create_keyval", "Free_keyval", "Create_errhandler"])
 
 
-class File(_NullHandle):
-    """MPI-IO: only FILE_NULL exists."""
-
-    __slots__ = ()
-    _what = "no MPI-IO (MPI.File)"
-    _null_name = "FILE_NULL"
-
-    def Close(self):
-        self._unsupported("Close")
-
-
-_operations(File, [
-    "Call_errhandler", "Get_amode", "Get_atomicity", "Get_byte_offset",
-    "Get_errhandler", "Get_group", "Get_info", "Get_position",
-    "Get_position_shared", "Get_size", "Get_type_extent", "Get_view", "Iread",
-    "Iread_all", "Iread_at", "Iread_at_all", "Iread_shared", "Iwrite",
-    "Iwrite_all", "Iwrite_at", "Iwrite_at_all", "Iwrite_shared", "Preallocate",
-    "Read", "Read_all", "Read_all_begin", "Read_all_end", "Read_at",
-    "Read_at_all", "Read_at_all_begin", "Read_at_all_end", "Read_ordered",
-    "Read_ordered_begin", "Read_ordered_end", "Read_shared", "Seek",
-    "Seek_shared", "Set_atomicity", "Set_errhandler", "Set_info", "Set_size",
-    "Set_view", "Sync", "Write", "Write_all", "Write_all_begin",
-    "Write_all_end", "Write_at", "Write_at_all", "Write_at_all_begin",
-    "Write_at_all_end", "Write_ordered", "Write_ordered_begin",
-    "Write_ordered_end", "Write_shared"],
-    ["Open", "Delete", "Create_errhandler"])
-
-
 WIN_NULL = Win()
-FILE_NULL = File()
