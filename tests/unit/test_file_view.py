@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from gloocy import MPI, file_access
-from gloocy.file_view import View
+from gloocy import MPI
+from gloocy.mpiio import access as file_access
+from gloocy.mpiio.view import View
 
 RW = MPI.MODE_RDWR | MPI.MODE_CREATE
 

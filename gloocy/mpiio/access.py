@@ -18,11 +18,12 @@ import os
 
 import numpy as np
 
-from gloocy import bufspec, file_view
+from gloocy import bufspec
+from gloocy.mpiio import view as file_view
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from gloocy.errors import (ERR_ACCESS, ERR_IO, ERR_READ_ONLY,
                            ERR_UNSUPPORTED_OPERATION, GloocyError)
-from gloocy.file_view import View
+from gloocy.mpiio.view import View
 
 __all__ = ["DataAccess", "writable", "readable", "not_sequential"]
 

@@ -4,10 +4,10 @@
 intracommunicator (collectively: rank 0 creates it, the others open it
 once it exists; an error on any rank is an error on all). Every process
 reads and writes with ``os.preadv``/``os.pwrite`` (the GIL released), through
-its file view (gloocy.file_view) and at one of three positions: explicit
+its file view (gloocy.mpiio.view) and at one of three positions: explicit
 offsets (``*_at``), its individual file pointer (``Read``, ``Write``,
 ``Seek``) or the shared file pointer (``*_shared``, ``*_ordered``;
-gloocy.file_pointer). Collective forms (``*_all``, split ``*_begin``/
+gloocy.mpiio.pointer). Collective forms (``*_all``, split ``*_begin``/
 ``*_end``) are the independent ones; ordered ones take their places in rank
 order. Nonblocking forms run at once and return a complete request.
 
@@ -29,10 +29,10 @@ from gloocy.errors import (ERR_ACCESS, ERR_AMODE, ERR_ARG, ERR_BAD_FILE,
                            ERR_COMM, ERR_FILE, ERR_FILE_EXISTS, ERR_IO,
                            ERR_NO_SPACE, ERR_NO_SUCH_FILE, ERR_QUOTA,
                            ERR_READ_ONLY, GloocyError)
-from gloocy import file_view, file_pointer
-from gloocy.file_access import (MODE_RDONLY, MODE_SEQUENTIAL, MODE_WRONLY,
+from gloocy.mpiio import view as file_view, pointer as file_pointer
+from gloocy.mpiio.access import (MODE_RDONLY, MODE_SEQUENTIAL, MODE_WRONLY,
                                 DataAccess, not_sequential, writable)
-from gloocy.file_view import View
+from gloocy.mpiio.view import View
 from gloocy.info import Info
 
 __all__ = ["File", "FILE_NULL", "Register_datarep", "MODE_RDONLY", "MODE_WRONLY",
