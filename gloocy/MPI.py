@@ -6,7 +6,9 @@ started by ``gloocy-run -n N`` (or torchrun, srun... see gloocy.init) find
 each other; a plain ``python prog.py`` is a world of one.
 """
 
+import os
 import socket
+import sys
 import threading
 import time
 
@@ -24,6 +26,7 @@ from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM,  # noqa: F401
 from gloocy.status import Status
 from gloocy.datatypes import *  # noqa: F401,F403  (every predefined Datatype)
 from gloocy.datatypes import Datatype, _typedict, _typedict_c, _typedict_f  # noqa: F401
+from gloocy.datatypes import typealign as _typealign  # noqa: F401
 from gloocy.datatypes import typecode as _typecode  # noqa: F401
 from gloocy.errors import GloocyError as Exception  # noqa: A001
 from gloocy.info import INFO_ENV, INFO_NULL, Info  # noqa: F401
@@ -83,25 +86,84 @@ _pickling.on_change(_requests._set_pickle)
 
 
 # -- the world ---------------------------------------------------------------
+# Importing MPI joins the job unless the program said not to, as with
+# mpi4py: `from mpi4py import rc; rc.initialize = False` before the import
+# (through a package named mpi4py whose MPI is this module) or
+# MPI4PY_RC_INITIALIZE=false. Then COMM_WORLD and COMM_SELF are null until
+# Init() or Init_thread() makes them the world and this process.
 
-COMM_WORLD = Intracomm(_gloocy.init())     # a second handle, as an Intracomm
-_gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
-COMM_WORLD._predefine("COMM_WORLD")
-COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
-COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank])
-COMM_SELF._predefine("COMM_SELF")
-COMM_SELF._errhandler = ERRORS_RETURN
+_RC_KINDS = {"initialize": "bool", "threads": "bool", "thread_level": "str",
+             "finalize": "bool?", "fast_reduce": "bool", "recv_mprobe": "bool",
+             "irecv_bufsz": "int", "errors": "str"}
 
-_state = {"finalized": False}
+
+def _rc_value(name, text):
+    kind = _RC_KINDS[name]
+    text = text.strip()
+    if kind == "str":
+        return text.lower()
+    if kind == "int":
+        return int(text)
+    word = text.lower()
+    if kind == "bool?" and word in ("none", ""):
+        return None
+    if word in ("1", "true", "yes", "on", "y", "t"):
+        return True
+    if word in ("0", "false", "no", "off", "n", "f"):
+        return False
+    raise ValueError(f"MPI4PY_RC_{name.upper()}: {text!r} is not a boolean")
+
+
+def _rc_initialize():
+    """Whether to join the job at import: mpi4py's rc (its MPI4PY_RC_*
+    environment variables are read into it, as mpi4py does on import)."""
+    rc = sys.modules.get("mpi4py.rc")
+    settings = {}
+    for name in _RC_KINDS:
+        text = os.environ.get(f"MPI4PY_RC_{name.upper()}")
+        if text is not None:
+            settings[name] = _rc_value(name, text)
+            if rc is not None:
+                setattr(rc, name, settings[name])
+    if "initialize" in settings:
+        return settings["initialize"]
+    return bool(getattr(rc, "initialize", True))
+
+
+COMM_WORLD = Intracomm()            # the world (null until initialized)
+COMM_SELF = Intracomm()             # this process alone (likewise)
+_state = {"initialized": False, "finalized": False}
+
+
+def _join():
+    """Join the job: COMM_WORLD and COMM_SELF become live."""
+    Intracomm.__init__(COMM_WORLD, _gloocy.init())  # a second handle
+    _gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
+    COMM_WORLD._predefine("COMM_WORLD")
+    COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
+    Intracomm.__init__(COMM_SELF, _core.Context(0, 1, [None]),
+                       procs=[COMM_WORLD.rank])
+    COMM_SELF._predefine("COMM_SELF")
+    COMM_SELF._errhandler = ERRORS_RETURN
+    _state["initialized"] = True
+
+
+if _rc_initialize():
+    _join()
 
 
 def Init():
-    """MPI is initialized at import: as in MPI, a second Init is an error."""
-    raise Exception("MPI is already initialized (at import)", ERR_OTHER)
+    """Join the job when the import did not (rc.initialize False); a second
+    Init is an error, as in MPI."""
+    if _state["initialized"]:
+        raise Exception("MPI is already initialized", ERR_OTHER)
+    _join()
 
 
 def Init_thread(required=THREAD_MULTIPLE):
+    """Init; the thread level provided (every level: THREAD_MULTIPLE)."""
     Init()
+    return THREAD_MULTIPLE
 
 
 def Query_thread():
@@ -114,7 +176,7 @@ def Is_thread_main():
 
 
 def Is_initialized():
-    return True
+    return _state["initialized"]
 
 
 def Is_finalized():
@@ -123,6 +185,8 @@ def Is_finalized():
 
 def Finalize():
     """Leave the job: the world's connections close."""
+    if not _state["initialized"]:
+        raise Exception("Finalize: MPI is not initialized", ERR_OTHER)
     if not _state["finalized"]:
         _state["finalized"] = True
         COMM_WORLD._leave()
