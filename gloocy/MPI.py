@@ -90,44 +90,65 @@ _pickling.on_change(_requests._set_pickle)
 # mpi4py: `from mpi4py import rc; rc.initialize = False` before the import
 # (through a package named mpi4py whose MPI is this module) or
 # MPI4PY_RC_INITIALIZE=false. Then COMM_WORLD and COMM_SELF are null until
-# Init() or Init_thread() makes them the world and this process.
+# Init() or Init_thread() makes them the world and this process. (Of rc's
+# other options gloocy needs none: it always has every thread level, and
+# raises exceptions.)
 
-_RC_KINDS = {"initialize": "bool", "threads": "bool", "thread_level": "str",
-             "finalize": "bool?", "fast_reduce": "bool", "recv_mprobe": "bool",
-             "irecv_bufsz": "int", "errors": "str"}
+# mpi4py.rc's options, their defaults and the values each accepts
+# (None: any int >= 0)
+_RC_OPTIONS = {
+    "initialize": (True, (True, False, "yes", "no")),
+    "threads": (True, (True, False, "yes", "no")),
+    "thread_level": ("multiple", ("single", "funneled", "serialized",
+                                  "multiple")),
+    "finalize": (None, (None, True, False, "yes", "no")),
+    "fast_reduce": (True, (True, False, "yes", "no")),
+    "recv_mprobe": (True, (True, False, "yes", "no")),
+    "irecv_bufsz": (32768, None),
+    "errors": ("exception", ("default", "exception", "abort", "fatal")),
+}
+_TRUE_WORDS, _FALSE_WORDS = ("true", "yes", "on", "y", "1"), \
+    ("false", "no", "off", "n", "0")
 
 
-def _rc_value(name, text):
-    kind = _RC_KINDS[name]
+def _rc_from_environ(text, default):
+    """An MPI4PY_RC_* value: a count for int options, else a boolean word
+    as a bool, else the lower-cased word."""
     text = text.strip()
-    if kind == "str":
-        return text.lower()
-    if kind == "int":
+    if type(default) is int and text.isdigit():
         return int(text)
     word = text.lower()
-    if kind == "bool?" and word in ("none", ""):
-        return None
-    if word in ("1", "true", "yes", "on", "y", "t"):
-        return True
-    if word in ("0", "false", "no", "off", "n", "f"):
-        return False
-    raise ValueError(f"MPI4PY_RC_{name.upper()}: {text!r} is not a boolean")
+    if word in _TRUE_WORDS or word in _FALSE_WORDS:
+        return word in _TRUE_WORDS
+    return word
 
 
-def _rc_initialize():
-    """Whether to join the job at import: mpi4py's rc (its MPI4PY_RC_*
-    environment variables are read into it, as mpi4py does on import)."""
+def _rc_options():
+    """{option: value} of mpi4py's rc (a program's `from mpi4py import rc`,
+    through a package named mpi4py whose MPI is this module), each
+    MPI4PY_RC_<OPTION> variable overriding it and written back into rc, as
+    mpi4py does on import; an unexpected value warns and gives the default."""
     rc = sys.modules.get("mpi4py.rc")
-    settings = {}
-    for name in _RC_KINDS:
+    options = {}
+    for name, (default, accepted) in _RC_OPTIONS.items():
         text = os.environ.get(f"MPI4PY_RC_{name.upper()}")
         if text is not None:
-            settings[name] = _rc_value(name, text)
-            if rc is not None:
-                setattr(rc, name, settings[name])
-    if "initialize" in settings:
-        return settings["initialize"]
-    return bool(getattr(rc, "initialize", True))
+            value = _rc_from_environ(text, default)
+            try:
+                setattr(rc, name, value)
+            except AttributeError:      # no rc, or a read-only one
+                pass
+        else:
+            value = getattr(rc, name, default)
+        if (type(value) is int and value >= 0 if accepted is None
+                else value in accepted):
+            options[name] = value
+        else:
+            import warnings
+            warnings.warn(f"mpi4py.rc.{name}: unexpected value {value!r}",
+                          RuntimeWarning, stacklevel=3)
+            options[name] = default
+    return options
 
 
 COMM_WORLD = Intracomm()            # the world (null until initialized)
@@ -148,7 +169,7 @@ def _join():
     _state["initialized"] = True
 
 
-if _rc_initialize():
+if _rc_options()["initialize"] in (True, "yes"):
     _join()
 
 
