@@ -345,9 +345,10 @@ def _cuda_interface_array(obj, name):
     dtype = np.dtype(typestr[1:2] + str(int(typestr[2:])))  # ValueError: bad size
     if descr is not None and not isinstance(descr, list):
         raise TypeError(f"{what}: descr must be a list")
-    if dtype.kind == "V" and descr and len(descr) > 1:
-        warnings.warn(f"{what}: descr {descr!r} ignored; the typestr "
-                      f"{typestr!r} is taken as bytes", RuntimeWarning,
+    if descr is not None and (len(descr) != 1
+                              or tuple(descr[0]) != ("", typestr)):
+        warnings.warn(f"{what}: ignoring 'descr' {descr!r}; the typestr "
+                      f"{typestr!r} describes the items", RuntimeWarning,
                       stacklevel=4)
     if not isinstance(shape, tuple) or not (strides is None
                                             or isinstance(strides, tuple)):
@@ -364,8 +365,12 @@ def _cuda_interface_array(obj, name):
         raise BufferError(f"{name}: {type(obj).__name__} is in CUDA device "
                           "memory; gloocy moves host memory only (copy it to "
                           "the host first)")
-    host = {"shape": (int(np.prod(shape)),), "typestr": _NATIVE + typestr[1:]
-            if dtype.itemsize > 1 else "|" + typestr[1:],
+    count, typestr = int(np.prod(shape)), (_NATIVE + typestr[1:]
+                                           if dtype.itemsize > 1
+                                           else "|" + typestr[1:])
+    if dtype.kind == "V":           # opaque items: their bytes (as mpi4py)
+        count, typestr = count * dtype.itemsize, "|u1"
+    host = {"shape": (count,), "typestr": typestr,
             "data": (address, bool(readonly)), "version": 3}
     return np.asarray(_HostArray(host, obj))
 

@@ -91,11 +91,12 @@ cdef class Typemap:
     @property
     def offsets(self):
         """The byte offset of each element, in typemap order (a run is
-        spelled out when first asked: only packing a sparse layout asks)."""
+        spelled out each time it is asked, and kept a run: only packing a
+        sparse layout asks, at a cost in proportion to the data)."""
         if self._offsets is None:
             _check_elements(self.n)
-            self._offsets = (self.run_first
-                             + np.arange(self.n, dtype=np.int64) * self.run_step)
+            return (self.run_first
+                    + np.arange(self.n, dtype=np.int64) * self.run_step)
         return self._offsets
 
     def placement(self):

@@ -28,14 +28,28 @@ __all__ = ["buffer", "memory", "BOTTOM", "IN_PLACE", "BUFFER_AUTOMATIC",
 cdef object _NOTHING = object()
 
 
+cdef bint _on_device(obj) except -1:
+    """Whether obj says its memory is a device's (a DLPack device other than
+    the CPU, or a CUDA array interface): as in mpi4py, a buffer over it
+    gives the host no access to the bytes (BufferError)."""
+    if PyObject_CheckBuffer(obj):
+        return False
+    if hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__"):
+        return obj.__dlpack_device__()[0] != 1      # kDLCPU
+    return hasattr(obj, "__cuda_array_interface__")
+
+
 cdef class buffer:
-    """A 1-D view of bytes (format "B") of memory."""
+    """A 1-D view of bytes (format "B") of memory; over a device's memory
+    (DLPack, CUDA array interface) its bytes cannot be read or written
+    here."""
 
     cdef Py_buffer _view            # held when _held
     cdef bint _held
     cdef char *_ptr
     cdef Py_ssize_t _size
     cdef bint _readonly
+    cdef bint _device               # the memory is a device's: no host access
     cdef object _obj                # what the memory belongs to, or None
 
     def __init__(self, obj=_NOTHING):
@@ -55,6 +69,7 @@ cdef class buffer:
         self._held = True
         self._ptr, self._size = <char *>self._view.buf, self._view.len
         self._readonly = self._view.readonly or readonly
+        self._device = _on_device(obj)
         self._obj = obj
 
     def __dealloc__(self):
@@ -109,6 +124,14 @@ cdef class buffer:
             self._held = False
             PyBuffer_Release(&self._view)
         self._ptr, self._size, self._readonly, self._obj = NULL, 0, False, None
+        self._device = False
+
+    cdef int _host_only(self) except -1:
+        if self._device:
+            raise BufferError(f"buffer: the memory of {type(self._obj).__name__} "
+                              "is a device's (DLPack or CUDA array interface): "
+                              "not readable here")
+        return 0
 
     # -- what it is --------------------------------------------------------------
 
@@ -140,10 +163,12 @@ cdef class buffer:
         return self._size
 
     def __getbuffer__(self, Py_buffer *view, int flags):
+        self._host_only()
         PyBuffer_FillInfo(view, self, self._ptr, self._size, self._readonly,
                           flags)
 
     def tobytes(self, order=None):
+        self._host_only()
         return self._ptr[:self._size]
 
     def cast(self, format, shape=None):
@@ -179,6 +204,7 @@ cdef class buffer:
         if not hasattr(item, "__index__"):
             raise TypeError(f"buffer indices must be integers or slices, not "
                             f"{type(item).__name__}")
+        self._host_only()
         return <unsigned char>self._ptr[self._index(item)]
 
     def __setitem__(self, item, value):
@@ -199,6 +225,7 @@ cdef class buffer:
         if not hasattr(item, "__index__"):
             raise TypeError(f"buffer indices must be integers or slices, not "
                             f"{type(item).__name__}")
+        self._host_only()
         self._ptr[self._index(item)] = <char><unsigned char>value
 
     def __delitem__(self, item):
