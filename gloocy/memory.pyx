@@ -42,7 +42,7 @@ cdef bint _on_device(obj) except -1:
 cdef class buffer:
     """A 1-D view of bytes (format "B") of memory; over a device's memory
     (DLPack, CUDA array interface) its bytes cannot be read or written
-    here."""
+    through its own methods (it still exports the buffer, as mpi4py's)."""
 
     cdef Py_buffer _view            # held when _held
     cdef bint _held
@@ -163,7 +163,7 @@ cdef class buffer:
         return self._size
 
     def __getbuffer__(self, Py_buffer *view, int flags):
-        self._host_only()
+        # (the message layer reads the address through it, device or not)
         PyBuffer_FillInfo(view, self, self._ptr, self._size, self._readonly,
                           flags)
 
@@ -172,6 +172,7 @@ cdef class buffer:
         return self._ptr[:self._size]
 
     def cast(self, format, shape=None):
+        self._host_only()
         view = memoryview(self)
         return view.cast(format) if shape is None else view.cast(format, shape)
 
