@@ -28,8 +28,8 @@ from gloocy import handles as _handles
 from gloocy.attributes import Attributes, create_keyval, free_keyval
 from gloocy.errors import ERR_ARG, ERR_COUNT, ERR_TYPE, ArgumentError
 
-__all__ = ["Datatype", "from_typecode", "typecode", "typealign", "ORDER_C", "ORDER_F",
-           "ORDER_FORTRAN", "DISTRIBUTE_BLOCK", "DISTRIBUTE_CYCLIC",
+__all__ = ["Datatype", "from_typecode", "typecode", "typealign", "ORDER_C",
+           "ORDER_F", "ORDER_FORTRAN", "DISTRIBUTE_BLOCK", "DISTRIBUTE_CYCLIC",
            "DISTRIBUTE_NONE", "DISTRIBUTE_DFLT_DARG"]
 
 # mpi4py's values
