@@ -9,7 +9,7 @@ in typemap order, without gaps (bufspec.message gathers and scatters them).
 import numpy as np
 
 from gloocy import bufspec
-from gloocy.constants import BOTTOM
+from gloocy.memory import BottomType, BufferAutomaticType, InPlaceType
 from gloocy.errors import ArgumentError, ERR_ARG, ERR_TRUNCATE
 
 __all__ = ["pack", "unpack", "pack_size", "pack_external", "unpack_external",
@@ -213,9 +213,12 @@ def _quad(values, src, dst):
 # -- addresses ---------------------------------------------------------------------
 
 def get_address(location):
-    """The address of location's first byte (BOTTOM and None: 0)."""
-    if location is None or location is BOTTOM:
+    """The address of location's first byte (None: 0; BOTTOM, IN_PLACE,
+    BUFFER_AUTOMATIC: the address they stand for)."""
+    if location is None:
         return 0
+    if isinstance(location, (BottomType, InPlaceType, BufferAutomaticType)):
+        return int(location)
     return int(bufspec._buffer(location, "location", True)[0].ctypes.data)
 
 
