@@ -94,6 +94,23 @@ COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank])
 COMM_SELF._predefine("COMM_SELF")
 COMM_SELF._errhandler = ERRORS_RETURN
 
+
+def _world_attributes():
+    """COMM_WORLD's APPNUM: the command's index in a Spawn_multiple, 0 in a
+    launched job, none for a singleton (as MPICH); UNIVERSE_SIZE: none."""
+    import os
+    from gloocy.rendezvous.env import detect
+    appnum = os.environ.get("GLOOCY_APPNUM")
+    if appnum is not None and appnum.isdigit():
+        return {APPNUM: int(appnum)}
+    return {APPNUM: 0} if detect().source != "none" else {}
+
+
+_communicator.WORLD_ATTRS.update(_world_attributes())
+# A process started by Spawn joins its parents now, as MPI_Init does.
+from gloocy import dynamic as _dynamic  # noqa: E402
+_dynamic.join_parent(COMM_WORLD)
+
 _state = {"finalized": False}
 
 
@@ -321,19 +338,13 @@ def Get_hw_resource_info():
     return Info.Create()
 
 
-def _no_dynamic_processes(name):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(f"{name}: gloocy has no dynamic process "
-                                  "management (ports, name publishing)")
-    refuse.__name__ = name
-    return refuse
+# -- dynamic processes: ports and names (gloocy.dynamic; Spawn: gloocy.spawn) --
 
-
-Open_port = _no_dynamic_processes("Open_port")
-Close_port = _no_dynamic_processes("Close_port")
-Publish_name = _no_dynamic_processes("Publish_name")
-Unpublish_name = _no_dynamic_processes("Unpublish_name")
-Lookup_name = _no_dynamic_processes("Lookup_name")
+Open_port = _dynamic.open_port
+Close_port = _dynamic.close_port
+Publish_name = _dynamic.publish_name
+Unpublish_name = _dynamic.unpublish_name
+Lookup_name = _dynamic.lookup_name
 
 
 # MPICH's numbers for names gloocy has no use for, so that code naming them runs
