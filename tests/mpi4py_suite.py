@@ -81,6 +81,8 @@ def shim(cache: Path, root: Path) -> Path:
             shutil.copytree(root / "src" / "mpi4py" / part, package / part,
                             dirs_exist_ok=True)
         (package / "__init__.py").write_text(SHIM)
+    if not (package / "run.py").exists():   # mpi4py.futures' servers import it
+        shutil.copy(root / "src" / "mpi4py" / "run.py", package / "run.py")
     return where
 
 
@@ -95,6 +97,9 @@ def run(impl: str, name: str, n: int, root: Path, shim_dir: Path,
         cmd = ["mpiexec", "-n", str(n), "-errfile-pattern", f"{ranks}/%r",
                "-outfile-pattern", f"{ranks}/%r.out"] + main
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if impl == "gloocy":    # processes it spawns import the shim too
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(shim_dir), env.get("PYTHONPATH")) if p)
     try:
         out = subprocess.run(cmd, cwd=root / "test", stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=timeout,
