@@ -20,6 +20,7 @@ import os
 import secrets
 import socket
 import struct
+import sys
 import threading
 import time
 import urllib.parse
@@ -37,6 +38,7 @@ SCHEME = "gloocy-port:"
 ENV_PARENT = "GLOOCY_PARENT_PORT"       # a spawned process's parents' port
 ENV_NAMES = "GLOOCY_NAME_SERVICE"       # "URL#SECRET-HEX" of the names' store
 POLL_S = 0.2                            # slices of the waits for a peer group
+ORPHAN_POLL_S = 0.5                     # how often a spawned process checks its parent
 LOCAL_BITS = 32                         # process ids: (world tag << 32) | rank
 
 _lock = threading.Lock()
@@ -367,7 +369,28 @@ def join_parent(world):
     gloocy.MPI makes COMM_WORLD."""
     port_name = os.environ.pop(ENV_PARENT, None)
     if port_name and _state["parent"] is None:
+        spawner = os.getppid()
         _state["parent"] = connect(world, port_name, 0, None)
+        threading.Thread(target=_orphan_watch, args=(spawner,), daemon=True,
+                         name="gloocy-parent-watch").start()
+
+
+def _orphan_watch(spawner):
+    """A spawned process whose spawning parent died while still connected
+    to it exits (as MPI's process manager would stop it) rather than wait
+    forever for its parents; once disconnected it lives on its own."""
+    while _state["parent"]:
+        if os.getppid() != spawner:
+            print(f"gloocy: rank {_world_rank()} of a spawned world: the "
+                  f"process that spawned it (pid {spawner}) died; exiting",
+                  file=sys.stderr, flush=True)
+            os._exit(1)
+        time.sleep(ORPHAN_POLL_S)
+
+
+def _world_rank():
+    import gloocy
+    return gloocy._world.Get_rank() if gloocy._world else 0
 
 
 def get_parent():

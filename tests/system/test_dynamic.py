@@ -62,6 +62,14 @@ def test_spawn_children_compute_closed_forms(n):
     assert not _processes_running(f"{PROG} child"), "a child outlived its parents"
 
 
+def test_children_of_a_dead_parent_exit():
+    assert "orphaning" in _run(None, "orphan")
+    deadline = time.monotonic() + 20
+    while _processes_running(f"{PROG} child_wait"):
+        assert time.monotonic() < deadline, "a child outlived its dead parent"
+        time.sleep(0.2)
+
+
 def test_spawn_multiple_numbers_the_commands():
     out = _run(None, "spawn_multiple")
     assert "spawn_multiple ok 0" in out

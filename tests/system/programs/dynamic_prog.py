@@ -157,6 +157,19 @@ def join_pair():
     assert peer.wait(60) == 0
 
 
+def child_wait():
+    """Spawned: wait for a message the parent will never send."""
+    MPI.Comm.Get_parent().recv(source=0)
+
+
+def orphan():
+    """Spawn a waiting child, then die without a word: the child must not
+    outlive us."""
+    MPI.COMM_SELF.Spawn(sys.executable, [HERE, "child_wait"], 1)
+    print("orphaning", flush=True)
+    os._exit(0)
+
+
 def names():
     port = MPI.Open_port()
     service = f"gloocy-test-{os.getpid()}-{MPI.COMM_WORLD.rank}"
@@ -178,4 +191,4 @@ if __name__ == "__main__":
     {"child": lambda *a: child(), "spawn": lambda n: spawn(int(n)),
      "spawn_multiple": spawn_multiple, "failures": failures, "accept": accept,
      "connect": connect, "join": join, "join_pair": join_pair,
-     "names": names}[mode](*args)
+     "names": names, "orphan": orphan, "child_wait": child_wait}[mode](*args)
