@@ -131,3 +131,29 @@ def test_pool_executor_spawn_mode_maps_like_python(tmp_path, n):
     want = f"{list(map(pow, range(9), [5] * 9))} {[x ** 3 for x in range(7)]}"
     assert p.stdout.strip().removeprefix("[0] ") == want
     assert not _processes_running(f"gloocy.futures.server"), "a worker outlived the pool"
+
+
+SHIM = Path.home() / ".cache" / "gloocy-mpi4py-suite" / "shim"
+MPI4PY_FUTURES = '''
+from mpi4py.futures import MPIPoolExecutor
+if __name__ == "__main__":
+    with MPIPoolExecutor(2) as ex:
+        print(list(ex.map(pow, [2, 3], [5, 5])))
+'''
+
+
+@pytest.mark.parametrize("n", [None, 1])
+def test_mpi4py_futures_spawns_on_gloocy(tmp_path, n):
+    """mpi4py's own MPIPoolExecutor (pure Python) over gloocy.MPI, through
+    the package named mpi4py that tests/mpi4py_suite.py writes."""
+    if not (SHIM / "mpi4py" / "run.py").exists():
+        pytest.skip("no mpi4py shim: run tests/mpi4py_suite.py once")
+    script = tmp_path / "farm.py"
+    script.write_text(MPI4PY_FUTURES)
+    launcher = [] if n is None else [sys.executable, "-m", "gloocy.run", "-n", str(n)]
+    env = _env()
+    env["PYTHONPATH"] = f"{SHIM}{os.pathsep}{env['PYTHONPATH']}"
+    p = subprocess.run(launcher + [sys.executable, str(script)], env=env,
+                       capture_output=True, text=True, timeout=TIMEOUT)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip().removeprefix("[0] ") == str(list(map(pow, [2, 3], [5, 5])))
