@@ -322,33 +322,42 @@ def join(fd, timeout=None):
     self_comm = Intracomm(Context(0, 1, [None]), procs=[
         world.Get_rank() if world is not None and world else 0])
     try:
+        blocking = os.get_blocking(fd)  # our copy shares the flags: restored
         sock = socket.socket(fileno=os.dup(fd))
     except OSError as e:
         raise ArgumentError(f"fd: {fd} is not a socket ({e})", ERR_ARG) from None
-    with sock:
-        sock.settimeout(timeout)
-        try:
-            while True:
-                mine = secrets.token_bytes(16)
-                sock.sendall(mine)
-                theirs = _recv_exact(sock, 16)
-                if mine != theirs:
-                    break
-            if mine < theirs:
-                port_name = open_port()
-                try:
-                    data = port_name.encode()
-                    sock.sendall(struct.pack("!I", len(data)) + data)
-                    return accept(self_comm, port_name, 0, timeout)
-                finally:
-                    close_port(port_name)
-            n, = struct.unpack("!I", _recv_exact(sock, 4))
-            if n > 4096:
-                raise GloocyError(f"Join: the peer sent a port name of {n} "
-                                  "bytes", ERR_PORT)
-            return connect(self_comm, _recv_exact(sock, n).decode(), 0, timeout)
-        except OSError as e:
-            raise GloocyError(f"Join: socket fd {fd}: {e}", ERR_OTHER) from None
+    try:
+        return _join_over(sock, fd, timeout, self_comm)
+    finally:
+        sock.close()
+        os.set_blocking(fd, blocking)
+
+
+def _join_over(sock, fd, timeout, self_comm):
+    """Join's exchange over our copy of the socket."""
+    sock.settimeout(timeout)
+    try:
+        while True:
+            mine = secrets.token_bytes(16)
+            sock.sendall(mine)
+            theirs = _recv_exact(sock, 16)
+            if mine != theirs:
+                break
+        if mine < theirs:
+            port_name = open_port()
+            try:
+                data = port_name.encode()
+                sock.sendall(struct.pack("!I", len(data)) + data)
+                return accept(self_comm, port_name, 0, timeout)
+            finally:
+                close_port(port_name)
+        n, = struct.unpack("!I", _recv_exact(sock, 4))
+        if n > 4096:
+            raise GloocyError(f"Join: the peer sent a port name of {n} "
+                              "bytes", ERR_PORT)
+        return connect(self_comm, _recv_exact(sock, n).decode(), 0, timeout)
+    except OSError as e:
+        raise GloocyError(f"Join: socket fd {fd}: {e}", ERR_OTHER) from None
 
 
 def _recv_exact(sock, n):

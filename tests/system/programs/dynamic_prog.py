@@ -138,6 +138,7 @@ def connect(path):
 def join(fd):
     """One end of a socketpair: Join, then a message each way."""
     inter = MPI.Comm.Join(int(fd))
+    assert os.get_blocking(int(fd)), "Join left the socket non-blocking"
     assert (inter.size, inter.remote_size, inter.rank) == (1, 1, 0)
     me = os.getpid()
     other = inter.sendrecv(me, dest=0, source=0)
