@@ -1,4 +1,4 @@
-"""Dynamic processes (MPI's chapter 10): ports, Accept/Connect, Join, name
+"""Dynamic processes (MPI's process creation and management): ports, Accept/Connect, Join, name
 publishing and the parent of spawned processes (Spawn itself: spawn.py).
 
 A port is a capability: the address of a TCP store (served by a thread of
