@@ -1,5 +1,6 @@
-"""Dynamic processes (MPI's process creation and management): ports, Accept/Connect, Join, name
-publishing and the parent of spawned processes (Spawn itself: spawn.py).
+"""Dynamic processes (MPI's process creation and management): ports,
+Accept/Connect, Join, name publishing and the parent of spawned processes
+(Spawn itself: spawn.py).
 
 A port is a capability: the address of a TCP store (served by a thread of
 the process that opened it), a fresh key prefix and a secret, written as
