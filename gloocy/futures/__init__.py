@@ -142,6 +142,12 @@ class MPIPoolExecutor(_Executor):
                 max_workers or _default_workers(), kwargs.get("mpi_info"))
         super().__init__(pool, initializer, initargs)
 
+    def bootup(self, wait=True):
+        """Start the workers now rather than with the first task."""
+        if self._spawned is not None:
+            self._spawned.start()
+        return self
+
     def shutdown(self, wait=True, *, cancel_futures=False):
         super().shutdown(wait, cancel_futures=cancel_futures)
         if self._spawned is not None:

@@ -14,6 +14,7 @@ from gloocy.futures import _pool
 
 _live = weakref.WeakSet()           # pools with workers: stopped at exit
 _atexit_registered = []
+_in_worker = []                     # set in a worker: it spawns no workers
 
 
 def _main_program():
@@ -42,11 +43,16 @@ class SpawnedPool:
     def size(self):
         return self.count
 
-    def _started(self):
+    def start(self):
         with self.lock:
             if self.stopped:
                 raise RuntimeError("cannot submit after shutdown")
             if self.pool is None:
+                if _in_worker:
+                    raise RuntimeError(
+                        "MPIPoolExecutor: a worker cannot spawn workers (put "
+                        "the client's code under `if __name__ == "
+                        "'__main__':`, the workers load its module)")
                 from gloocy import MPI
                 inter = MPI.COMM_SELF.Spawn(sys.executable,
                                             ["-m", "gloocy.futures.server"],
@@ -61,7 +67,7 @@ class SpawnedPool:
             return self.pool
 
     def submit(self, *args):
-        self._started().submit(*args)
+        self.start().submit(*args)
 
     def cancel_queued(self, executor_id):
         if self.pool is not None:

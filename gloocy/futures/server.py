@@ -7,7 +7,7 @@ import sys
 
 def main():
     from gloocy import MPI
-    from gloocy.futures import _pool
+    from gloocy.futures import _pool, _spawned
     from gloocy.futures.__main__ import _load_main
 
     parent = MPI.Comm.Get_parent()
@@ -15,11 +15,17 @@ def main():
         print("gloocy.futures.server: not started by MPIPoolExecutor (this "
               "process has no parent)", file=sys.stderr)
         return 2
+    _spawned._in_worker.append(True)
     merged = parent.Merge(high=True)
     try:
         program = merged.bcast(None, root=0)
         if program[0] != "-c":
-            _load_main(program)
+            try:
+                _load_main(program)
+            except Exception as exc:    # served anyway: its tasks fail alone
+                print(f"gloocy.futures.server: loading the client's program "
+                      f"{program[-1]!r} failed: {type(exc).__name__}: {exc}",
+                      file=sys.stderr, flush=True)
         _pool.serve(merged, 0)
     finally:
         merged.Free()
