@@ -115,3 +115,25 @@ def test_local_names_publish_lookup_unpublish(monkeypatch):
     with pytest.raises(GloocyError) as e:
         dynamic.unpublish_name("svc", port)
     assert e.value.error_class == ERR_SERVICE
+
+
+def test_a_pool_worker_refuses_to_spawn(monkeypatch):
+    from gloocy.futures import _spawned
+    monkeypatch.setattr(_spawned, "_in_worker", [True])
+    with pytest.raises(RuntimeError, match="__main__"):
+        _spawned.SpawnedPool(1).start()
+
+
+def test_the_workers_load_the_clients_program(monkeypatch):
+    import sys
+    import types
+    from gloocy.futures import _spawned
+    script = types.ModuleType("__main__")
+    script.__file__, script.__spec__ = "/somewhere/farm.py", None
+    monkeypatch.setitem(sys.modules, "__main__", script)
+    assert _spawned._main_program() == ["/somewhere/farm.py"]
+    script.__spec__ = types.SimpleNamespace(name="pkg.farm")
+    assert _spawned._main_program() == ["-m", "pkg.farm"]
+    del script.__file__
+    script.__spec__ = None
+    assert _spawned._main_program() == ["-c", ""]
