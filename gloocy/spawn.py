@@ -25,6 +25,7 @@ from gloocy.errors import (ERR_ARG, ERR_SPAWN, SUCCESS, ArgumentError,
 __all__ = ["spawn", "child_environment"]
 
 EXIT_GRACE = 10.0       # seconds children may still run once we exit
+CONNECTED_GRACE = 2.0   # the same for children still connected to us
 KILL_GRACE = 3.0        # between SIGTERM and SIGKILL
 
 # Variables by which a launcher tells a process its place in a job: the
@@ -39,7 +40,7 @@ _LAUNCHER_VARS = (
     "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
 )
 
-_children = []                          # Popen of every child not yet reaped
+_children = []                          # (Popen, its intercomm) not yet reaped
 _children_lock = threading.Lock()
 
 
@@ -187,27 +188,37 @@ def _stop(procs, grace=0.0):
             proc.wait()
 
 
-def _reap_in_background(procs):
+def _reap_in_background(procs, inter):
     """A thread waits for the children, so none lingers as a zombie."""
+    entries = [(proc, inter) for proc in procs]
     with _children_lock:
-        _children.extend(procs)
+        _children.extend(entries)
 
     def reap():
-        for proc in procs:
-            proc.wait()
+        for entry in entries:
+            entry[0].wait()
             with _children_lock:
-                if proc in _children:
-                    _children.remove(proc)
+                if entry in _children:
+                    _children.remove(entry)
     threading.Thread(target=reap, name="gloocy-spawn-reaper",
                      daemon=True).start()
 
 
 @atexit.register
 def _stop_children():
+    """At exit: children still connected to us are told we leave (their
+    intercommunicator closes) and get a short grace; those that
+    disconnected, independent now, a longer one; then SIGTERM, SIGKILL."""
     with _children_lock:
-        procs = list(_children)
-    if procs:
-        _stop(procs, EXIT_GRACE)
+        entries = list(_children)
+    connected = [proc for proc, inter in entries if inter]
+    for inter in {id(i): i for _, i in entries if i}.values():
+        try:
+            inter._leave()
+        except Exception:
+            pass
+    _stop(connected, CONNECTED_GRACE)
+    _stop([proc for proc, _ in entries if proc not in connected], EXIT_GRACE)
 
 
 # -- Spawn -----------------------------------------------------------------------
@@ -241,7 +252,7 @@ def spawn(comm, command, args, maxprocs, info, root, errcodes, timeout,
         if server is not None:
             dynamic.close_port(server)
     if started:
-        _reap_in_background([p for p, _, _ in started])
+        _reap_in_background([p for p, _, _ in started], inter)
     if errcodes is not None:
         codes = [[SUCCESS] * n for n in counts]
         errcodes[:] = codes if multiple else codes[0]
