@@ -185,7 +185,7 @@ def wait_key(store, key, deadline, watch=None, what="the other group"):
         left = deadline - time.monotonic()
         if left <= 0:
             raise RendezvousTimeout(f"no sign of {what} at the port within "
-                                    "the deadline")
+                                    "the deadline")   # (the caller's timeout)
         try:
             return store.get(key, timeout=min(POLL_S, left))
         except RendezvousTimeout:
@@ -199,7 +199,7 @@ def _open_store(port, timeout):
     return PrefixStore(client, port.prefix, close_store=True)
 
 
-def _meet_at_root(port_name, accepting, nprocs, timeout, watch):
+def _meet_at_root(port_name, accepting, nprocs, timeout, watch, what=None):
     """At a root: (port, match number, remote processes) from the other
     root, through the port's store."""
     import pickle
@@ -211,7 +211,7 @@ def _meet_at_root(port_name, accepting, nprocs, timeout, watch):
         if accepting:
             k = store.add("accepts", 1)
             theirs = wait_key(store, f"{k}/hello", deadline, watch,
-                              "a Connect")
+                              what or "a Connect")
             store.set(f"{k}/welcome", mine)
         else:
             k = store.add("connects", 1)
@@ -223,9 +223,11 @@ def _meet_at_root(port_name, accepting, nprocs, timeout, watch):
         store.close()
 
 
-def share_outcome(comm, root, make):
+def share_outcome(comm, root, make, timeout=None):
     """`make()` at root, its value at every rank; if it raises, every rank
-    raises (root its own exception, the others a copy with its class)."""
+    raises (root its own exception, the others a copy with its class).
+    The others wait longer than `timeout` (root's own deadline), so that
+    they hear how root's wait ended rather than time out first."""
     found = error = None
     if comm.Get_rank() == root:
         try:
@@ -234,7 +236,8 @@ def share_outcome(comm, root, make):
             error = e
             found = ("error", getattr(e, "error_class", ERR_OTHER),
                      f"at root (rank {root}): {type(e).__name__}: {e}")
-    found = comm.bcast(found, root=root)
+    found = comm.bcast(found, root=root, timeout=None if timeout is None
+                       else timeout * 1.25 + 10)
     if error is not None:
         raise error
     if found[0] == "error":
@@ -242,15 +245,16 @@ def share_outcome(comm, root, make):
     return found[1]
 
 
-def meet(comm, port_name, root, accepting, timeout, watch=None):
+def meet(comm, port_name, root, accepting, timeout, watch=None, what=None):
     """The intercommunicator between comm's group and the group meeting it
-    at `port_name` (Accept when `accepting`, else Connect)."""
+    at `port_name` (Accept when `accepting`, else Connect); `watch` and
+    `what`: see wait_key."""
     from gloocy.communicator import _intercomm_over
     _check_intracomm(comm, root, "Accept" if accepting else "Connect")
     timeout = _timeout(comm, timeout)
     procs = tuple(comm.Get_group()._procs)
     port, k, rprocs = share_outcome(comm, root, lambda: _meet_at_root(
-        port_name, accepting, _universal(procs), timeout, watch))
+        port_name, accepting, _universal(procs), timeout, watch, what), timeout)
     nlocal, nremote = len(procs), len(rprocs)
     rank = comm.Get_rank() + (0 if accepting else nremote)
     joint = _joint_context(port, f"{port.prefix}/{k}/mesh", rank,

@@ -243,7 +243,9 @@ def spawn(comm, command, args, maxprocs, info, root, errcodes, timeout,
     try:
         port_name, counts = dynamic.share_outcome(comm, root, start_at_root)
         watch = _watcher(started) if started else None
-        inter = dynamic.meet(comm, port_name, root, True, timeout, watch)
+        inter = dynamic.meet(comm, port_name, root, True, timeout, watch,
+                             f"the {sum(counts)} spawned processes (within "
+                             f"{timeout:g} s; do they import gloocy.MPI?)")
     except BaseException:
         if started:
             _stop([p for p, _, _ in started])

@@ -81,6 +81,7 @@ def test_spawn_failures_raise_on_every_parent(n):
     out = _run(n, "failures")
     assert out.count("failures ok") == (n or 1), out
     assert time.monotonic() - start < 60
+    assert not _processes_running("sleep\x0037.25"), "a child that never joined lives on"
 
 
 @pytest.mark.parametrize("sizes", [(None, None), (2, 3)])

@@ -76,6 +76,13 @@ def failures():
         else:
             raise AssertionError(f"{command} spawned")
         assert time.monotonic() - start < 30
+    start = time.monotonic()        # children that never join: the deadline
+    try:
+        world.Spawn("sleep", ["37.25"], 1, timeout=2)
+    except MPI.Exception:
+        assert time.monotonic() - start < 30
+    else:
+        raise AssertionError("sleep joined")
     if world.size == 1:
         for bad in ((sys.executable, [[]], [1]), ([sys.executable], [[], []], [1]),
                     ([sys.executable], [[]], [1, 1])):
