@@ -16,8 +16,11 @@ Three ways to farm out tasks, as with mpi4py.futures:
 Futures are ``concurrent.futures.Future``; ``map`` and ``starmap`` keep the
 order of their inputs (``unordered=True``: as they finish). An exception
 raised by a task is raised again by ``result()``, with the worker's
-traceback as its cause. A world of one has no workers: tasks then run in a
-thread of rank 0.
+traceback as its cause. Under ``python -m gloocy.futures``, a world of
+one has no workers: tasks then run in a thread of rank 0. In spawn mode the
+workers load the client's main module as ``__mp_main__`` (so functions it
+defines can be sent): keep its top-level code under
+``if __name__ == "__main__":``.
 """
 
 import concurrent.futures as _cf
