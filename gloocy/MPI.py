@@ -82,6 +82,7 @@ SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
 from gloocy import communicator as _communicator  # noqa: E402
 from gloocy import pickling as _pickling  # noqa: E402
 from gloocy import requests as _requests  # noqa: E402
+from gloocy import dynamic as _dynamic  # noqa: E402
 from gloocy.pickling import Pickle, pickle  # noqa: E402,F401
 _pickling.on_change(_communicator._set_pickle)
 _pickling.on_change(_requests._set_pickle)
@@ -153,6 +154,16 @@ def _rc_options():
     return options
 
 
+def _world_attributes():
+    """COMM_WORLD's APPNUM: the command's index in a Spawn_multiple, 0 in a
+    launched job, none for a singleton (as MPICH); UNIVERSE_SIZE: none."""
+    from gloocy.rendezvous.env import detect
+    appnum = os.environ.get("GLOOCY_APPNUM")
+    if appnum is not None and appnum.isdigit():
+        return {APPNUM: int(appnum)}
+    return {APPNUM: 0} if detect().source != "none" else {}
+
+
 COMM_WORLD = Intracomm()            # the world (null until initialized)
 COMM_SELF = Intracomm()             # this process alone (likewise)
 _state = {"initialized": False, "finalized": False}
@@ -169,6 +180,8 @@ def _join():
     COMM_SELF._predefine("COMM_SELF")
     COMM_SELF._errhandler = ERRORS_RETURN
     _state["initialized"] = True
+    _communicator.WORLD_ATTRS.update(_world_attributes())
+    _dynamic.join_parent(COMM_WORLD)    # a spawned process meets its parents
 
 
 if _rc_options()["initialize"] in (True, "yes"):
@@ -406,19 +419,13 @@ def Get_hw_resource_info():
     return Info.Create()
 
 
-def _no_dynamic_processes(name):
-    def refuse(*args, **kwargs):
-        raise NotImplementedError(f"{name}: gloocy has no dynamic process "
-                                  "management (ports, name publishing)")
-    refuse.__name__ = name
-    return refuse
+# -- dynamic processes: ports and names (gloocy.dynamic; Spawn: gloocy.spawn) --
 
-
-Open_port = _no_dynamic_processes("Open_port")
-Close_port = _no_dynamic_processes("Close_port")
-Publish_name = _no_dynamic_processes("Publish_name")
-Unpublish_name = _no_dynamic_processes("Unpublish_name")
-Lookup_name = _no_dynamic_processes("Lookup_name")
+Open_port = _dynamic.open_port
+Close_port = _dynamic.close_port
+Publish_name = _dynamic.publish_name
+Unpublish_name = _dynamic.unpublish_name
+Lookup_name = _dynamic.lookup_name
 
 
 # MPICH's numbers for names gloocy has no use for, so that code naming them runs

@@ -279,7 +279,9 @@ cdef class _CommBase:
         if keyval == LASTUSEDCODE:
             return last_used_code()
         if keyval >= MPI_KEYVALS:           # MPI's others (HOST, IO...)
-            return None
+            world = PREDEFINED.get("COMM_WORLD")        # (APPNUM: the world's)
+            return (WORLD_ATTRS.get(keyval) if world is not None
+                    and self._ctx is (<_CommBase>world)._ctx else None)
         return self.attributes().get(keyval)
 
     def Set_attr(self, keyval, attrval):

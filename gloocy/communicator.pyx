@@ -142,11 +142,23 @@ cdef class Comm(_Collectives):
 
     Clone = Dup
 
+    # -- dynamic processes (gloocy.dynamic) ---------------------------------------
+
     @classmethod
     def Get_parent(cls):
-        """The intercommunicator to the processes that spawned this one: a
-        null Intercomm, as gloocy spawns none."""
-        return Intercomm()
+        """The intercommunicator to the processes that spawned this one
+        (Intracomm.Spawn), a null Intercomm if none did (or once it is
+        disconnected)."""
+        from gloocy import dynamic
+        return dynamic.get_parent()
+
+    @classmethod
+    def Join(cls, fd, *, timeout=None):
+        """The intercommunicator (of one process on each side) with the
+        process at the other end of the connected socket `fd`, which calls
+        Join too."""
+        from gloocy import dynamic
+        return dynamic.join(fd, timeout)
 
     def Idup(self, info=None):
         """(communicator, request): a Dup run by the worker of the
@@ -239,6 +251,38 @@ cdef class Intracomm(Comm):
         over both groups."""
         return _create_intercomm(self, local_leader, peer_comm, remote_leader,
                                  tag, timeout)
+
+    # -- dynamic processes (gloocy.dynamic) ---------------------------------------
+
+    def Spawn(self, command, args=None, maxprocs=1, info=None, root=0,
+              errcodes=None, *, timeout=None):
+        """Start `maxprocs` processes of `command` (with `args`), a world of
+        their own; the intercommunicator to them (theirs: Get_parent()).
+        The arguments matter at `root` only; `errcodes` (a list) gets one
+        code per process. Collective."""
+        from gloocy import dynamic
+        return dynamic.spawn(self, [command], [args], [maxprocs], [info],
+                             root, errcodes, timeout, multiple=False)
+
+    def Spawn_multiple(self, command, args=None, maxprocs=None, info=None,
+                       root=0, errcodes=None, *, timeout=None):
+        """Spawn() of several commands at once: one world of them all;
+        `errcodes` gets a list of codes per command. Collective."""
+        from gloocy import dynamic
+        return dynamic.spawn(self, command, args, maxprocs, info, root,
+                             errcodes, timeout, multiple=True)
+
+    def Accept(self, port_name, info=None, root=0, *, timeout=None):
+        """The intercommunicator with the group that Connect()s to
+        `port_name` (from Open_port; significant at `root`). Collective."""
+        from gloocy import dynamic
+        return dynamic.accept(self, port_name, root, timeout)
+
+    def Connect(self, port_name, info=None, root=0, *, timeout=None):
+        """The intercommunicator with the group that Accept()s on
+        `port_name` (significant at `root`). Collective."""
+        from gloocy import dynamic
+        return dynamic.connect(self, port_name, root, timeout)
 
     @classmethod
     def Create_from_group(cls, group, stringtag="org.mpi4py", info=None,
@@ -371,6 +415,22 @@ cdef object _new_comm(type cls, Context ctx, tuple procs):
 include "_comm_inter_make.pxi"
 include "_comm_inter.pxi"
 include "_comm_topology.pxi"
+
+
+# What MPI.COMM_WORLD.Get_attr gives for MPI's keys (APPNUM...), set by
+# gloocy.MPI; the other communicators have none.
+WORLD_ATTRS = {}
+
+
+def _intercomm_over(Context joint, int nfirst, bint first, tuple procs,
+                    tuple rprocs):
+    """The Intercomm over a fresh context `joint` (its own connections)
+    joining two groups: its ranks 0 .. nfirst-1 are the first group, the
+    others the second; `first`: ours is the first (gloocy.dynamic)."""
+    lower, upper = list(range(nfirst)), list(range(nfirst, joint.size))
+    mine, theirs = (lower, upper) if first else (upper, lower)
+    return _intercomm(joint, mine, theirs, procs, rprocs, first,
+                      joint.links.next_id)
 
 
 class _NullContext:

@@ -94,6 +94,8 @@ def shim(cache: Path, root: Path) -> Path:
             fresh = path.with_suffix(".tmp")   # replaced whole: others may be reading
             fresh.write_text(text)
             fresh.replace(path)
+    if not (package / "run.py").exists():   # mpi4py.futures' servers import it
+        shutil.copy(root / "src" / "mpi4py" / "run.py", package / "run.py")
     return where
 
 
@@ -108,6 +110,9 @@ def run(impl: str, name: str, n: int, root: Path, shim_dir: Path,
         cmd = ["mpiexec", "-n", str(n), "-errfile-pattern", f"{ranks}/%r",
                "-outfile-pattern", f"{ranks}/%r.out"] + main
     env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if impl == "gloocy":    # processes it spawns import the shim too
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(shim_dir), env.get("PYTHONPATH")) if p)
     try:
         out = subprocess.run(cmd, cwd=root / "test", stdout=subprocess.PIPE,
                              stderr=subprocess.STDOUT, text=True, timeout=timeout,

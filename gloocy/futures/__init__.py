@@ -1,8 +1,10 @@
 """Task farms over the ranks of a job: mpi4py.futures' executors on gloocy.
 
-Two ways to farm out tasks, as with mpi4py.futures (without spawning new
-processes, which gloocy cannot do):
+Three ways to farm out tasks, as with mpi4py.futures:
 
+* ``MPIPoolExecutor(max_workers)`` in any program (spawn mode): the
+  executor starts its own `max_workers` worker processes (Intracomm.Spawn)
+  on its first task and stops them at shutdown.
 * ``gloocy-run -n N python -m gloocy.futures script.py [args]``: rank 0 runs
   the script, the other N-1 ranks are workers; ``MPIPoolExecutor()`` in the
   script hands tasks to them (any number of executors, one after another
@@ -14,8 +16,11 @@ processes, which gloocy cannot do):
 Futures are ``concurrent.futures.Future``; ``map`` and ``starmap`` keep the
 order of their inputs (``unordered=True``: as they finish). An exception
 raised by a task is raised again by ``result()``, with the worker's
-traceback as its cause. A world of one has no workers: tasks then run in a
-thread of rank 0.
+traceback as its cause. Under ``python -m gloocy.futures``, a world of
+one has no workers: tasks then run in a thread of rank 0. In spawn mode the
+workers load the client's main module as ``__mp_main__`` (so functions it
+defines can be sent): keep its top-level code under
+``if __name__ == "__main__":``.
 """
 
 import concurrent.futures as _cf
@@ -123,24 +128,46 @@ def _results(futures, timeout):
 
 
 class MPIPoolExecutor(_Executor):
-    """An executor over the job's worker ranks: the job must have been
-    started as ``gloocy-run -n N python -m gloocy.futures script.py``
-    (rank 0 runs the script). Spawning new worker processes, as mpi4py
-    does otherwise, is not possible with gloocy."""
+    """An executor over the job's worker ranks when the job was started as
+    ``gloocy-run -n N python -m gloocy.futures script.py`` (rank 0 runs the
+    script); otherwise over `max_workers` worker processes of its own
+    (default: MPI4PY_FUTURES_MAX_WORKERS, else 1), spawned on its first
+    task and stopped at shutdown."""
 
     def __init__(self, max_workers=None, initializer=None, initargs=(), **kwargs):
         if max_workers is not None and max_workers <= 0:
             raise ValueError("max_workers must be greater than 0")
         pool = _world["pool"]
+        self._spawned = None
         if pool is None:
-            from gloocy import MPI
-            if MPI.COMM_WORLD.Get_size() > 1:
-                raise NotImplementedError(
-                    "MPIPoolExecutor: gloocy cannot spawn worker processes; start "
-                    "the job as `gloocy-run -n N python -m gloocy.futures "
-                    "script.py` (rank 0 runs the script, the others are the "
-                    "workers), or use MPICommExecutor")
+            from gloocy.futures._spawned import SpawnedPool
+            pool = self._spawned = SpawnedPool(
+                max_workers or _default_workers(), kwargs.get("mpi_info"))
         super().__init__(pool, initializer, initargs)
+
+    def bootup(self, wait=True):
+        """Start the workers now rather than with the first task."""
+        if self._spawned is not None:
+            self._spawned.start()
+        return self
+
+    def shutdown(self, wait=True, *, cancel_futures=False):
+        super().shutdown(wait, cancel_futures=cancel_futures)
+        if self._spawned is not None:
+            if wait:
+                self._spawned.stop()
+            else:
+                threading.Thread(target=self._spawned.stop, daemon=True,
+                                 name="gloocy-futures-stop").start()
+
+
+def _default_workers():
+    import os
+    text = os.environ.get("MPI4PY_FUTURES_MAX_WORKERS", "")
+    if text and not (text.isdigit() and int(text) > 0):
+        raise ValueError(f"MPI4PY_FUTURES_MAX_WORKERS={text!r}: expected a "
+                         "positive integer")
+    return int(text) if text else 1
 
 
 class MPICommExecutor:

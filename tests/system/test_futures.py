@@ -53,12 +53,14 @@ def test_world_of_one_runs_tasks_locally():
     assert lines[0].startswith("map [0, 0, 1, 5, 14"), lines
 
 
-def test_spawning_is_refused_clearly():
+def test_spawn_mode_on_every_rank():
+    """Outside ``python -m gloocy.futures``, each rank's MPIPoolExecutor
+    spawns workers of its own (mpi4py's spawn mode)."""
     code = ("from gloocy.futures import MPIPoolExecutor\n"
-            "try:\n    MPIPoolExecutor()\n"
-            "except NotImplementedError as e:\n    print('refused', 'spawn' in str(e))\n")
+            "with MPIPoolExecutor(1) as ex:\n"
+            "    print('mapped', list(ex.map(abs, [-1, -2, 3])))\n")
     p = subprocess.run([sys.executable, "-m", "gloocy.run", "-n", "2", sys.executable,
                         "-c", code], env=_env(True), capture_output=True, text=True,
                        timeout=TIMEOUT)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.count("refused True") == 2, p.stdout
+    assert p.stdout.count(f"mapped {list(map(abs, [-1, -2, 3]))}") == 2, p.stdout
