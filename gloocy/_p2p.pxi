@@ -523,10 +523,26 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
         if spin_until == 0:
             spin_until = now_ns() + ctx.spin_ns
         if now_ns() >= spin_until:
+            _check_sources_live(ctx, source)
             block_poll(ctx, c)
             spin_until = 0
         else:
             pause(ctx)
+
+
+cdef int _check_sources_live(Context ctx, int source) except -1 nogil:
+    """Before a probe sleeps: PeerLostError once `source` has gone with
+    nothing left to read, or (any source) once a rank has died without
+    saying goodbye. (Ranks that left cleanly do not stop a probe of any
+    source: a message to ourselves may still come.)"""
+    cdef int i
+    for i in range(ctx.size):
+        if i == ctx.rank or (source >= 0 and i != source):
+            continue
+        if ((<Pair>ctx._pair_ptrs[i]).exhausted() and
+                (source >= 0 or not (<Pair>ctx._pair_ptrs[i]).peer_said_bye)):
+            return (<Pair>ctx._pair_ptrs[i]).gone()
+    return 0
 
 
 cdef object take_from_self(Context ctx, char *buf, int64_t nbytes, int tag):

@@ -44,6 +44,10 @@ cdef class Pair:
     # What to poll(2) for when blocking: fd and events (0: nothing to wait for).
     cdef int wait_fd(self) noexcept nogil
     cdef short wait_events(self) noexcept nogil
+    # The peer has gone and nothing of it is left to read: a receive from it
+    # can never complete (exhausted); PeerLostError saying so (gone).
+    cdef bint exhausted(self) noexcept nogil
+    cdef int gone(self) except -1 nogil
     # Forget every posted Xfer (after a failure their memory goes away).
     cdef void abandon(self) noexcept nogil
     # Close; say goodbye first when `clean`. Idempotent.

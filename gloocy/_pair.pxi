@@ -32,6 +32,12 @@ cdef class Pair:
     cdef short wait_events(self) noexcept nogil:
         return 0
 
+    cdef bint exhausted(self) noexcept nogil:
+        return False
+
+    cdef int gone(self) except -1 nogil:
+        return 0
+
     cdef void abandon(self) noexcept nogil:
         pass
 

@@ -48,5 +48,4 @@ cdef class StreamPair(Pair):
     cdef int64_t read_into(self, char *dst, int64_t need, bint direct) except -2 nogil
     cdef int start_payload(self) except -1 nogil
     cdef bint any_source_waits(self) noexcept nogil
-    cdef int gone(self) except -1 nogil
     cdef int lost(self, const char *what, int err) except -1 with gil

@@ -63,6 +63,10 @@ cdef class StreamPair(Pair):
         raise PeerLostError(f"rank {self.rank}: lost peer rank {self.peer}"
                             f"{where}: {detail}", rank=self.peer)
 
+    cdef bint exhausted(self) noexcept nogil:
+        return (self.peer_gone and not self.parked and self.in_hdr_got == 0
+                and self.st_lo == self.st_hi)
+
     cdef int gone(self) except -1 nogil:
         """PeerLostError for a call that needs a peer that has gone."""
         if self.peer_said_bye:
@@ -136,8 +140,7 @@ cdef class StreamPair(Pair):
             return 0
         x.next = NULL
         self.check_stash(x)
-        if (self.peer_gone and not self.parked and self.in_hdr_got == 0
-                and self.st_lo == self.st_hi):
+        if self.exhausted():
             return self.gone()
         xfer_append(&self.recv_head, &self.recv_tail, x)
         if self.parked:

@@ -192,6 +192,32 @@ def test_a_peer_that_exits_cleanly_is_not_reported_as_lost(tmp_path, transport):
         assert reports == [dict(rank=reports[0]["rank"], value=6.0)]
 
 
+@pytest.mark.parametrize("call", ["comm.recv(source=1)", "comm.probe(source=1)",
+                                  "comm.mprobe(source=1)",
+                                  "comm.recv(source=gloocy.ANY_SOURCE)"])
+def test_object_receives_and_probes_name_a_peer_that_died(tmp_path, transport, call):
+    # These wait for a whole message rather than into a posted buffer; they
+    # too must name the dead peer at once, not wait for the deadline (60 s).
+    job = Job(tmp_path, 2, f"""
+        comm.Barrier()
+        if rank == 1:
+            comm.send("before", dest=0)
+            time.sleep(0.2)
+            os._exit(0)                  # no goodbye
+        first = comm.recv(source=1)
+        t0 = time.monotonic()
+        try:
+            {call}
+        except gloocy.PeerLostError as e:
+            report(first=first, lost=e.rank, after=time.monotonic() - t0)
+    """, transport)
+    (code, reports, stderr), _ = job.results()
+    assert code == 0, stderr
+    [r] = reports
+    assert r["first"] == "before" and r["lost"] == 1, r
+    assert r["after"] < NAMED_WITHIN, r
+
+
 def _garbage(addr):
     with socket.create_connection(addr, timeout=5) as s:
         s.sendall(os.urandom(200))
