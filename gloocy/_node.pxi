@@ -203,11 +203,14 @@ cdef inline void node_spin_learn(Node nd, int64_t spin_ns, int64_t budget,
 
 
 cdef int node_progress(Context ctx) except -1 nogil:
-    """Move what the pairs can (frames that came or wait to leave)."""
-    cdef int i
+    """Move what the pairs can (frames that came or wait to leave); wake
+    the threads asleep on the links (a frame we stashed may be theirs)."""
+    cdef int i, moved = 0
     for i in range(ctx.size):
         if i != ctx.rank:
-            (<Pair>ctx._pair_ptrs[i]).progress()
+            moved |= (<Pair>ctx._pair_ptrs[i]).progress()
+    if moved and ctx.links.nsleepers:
+        ctx.links.wake()
     return 0
 
 
