@@ -1,7 +1,7 @@
 """Integer handles, as mpi4py's objects have them (``obj.handle``,
 ``Class.fromhandle(h)``, ``toint``/``fromint``, ``py2f``/``f2py``), and the
-handle classes gloocy has only as their null objects: ``Win`` (one-sided
-communication) and ``File`` (MPI-IO) (sessions: gloocy.session). Their
+handle class gloocy has only as its null object: ``File`` (MPI-IO)
+(sessions: gloocy.session; windows: gloocy.rma). Its
 null handles behave as mpi4py's (compare, pickle, free, subclass); every
 operation raises NotImplementedError saying what gloocy lacks.
 
@@ -14,7 +14,7 @@ from gloocy, so any layer may use it.
 
 import itertools
 
-__all__ = ["handle_of", "object_of", "forget", "Handled", "Win", "File", "WIN_NULL",
+__all__ = ["handle_of", "object_of", "forget", "Handled", "File",
            "FILE_NULL", "HANDLE_SIZE"]
 
 HANDLE_SIZE = 8                   # bytes of a handle (what MPI._sizeof says)
@@ -180,29 +180,6 @@ def _operations(cls, names, classmethods=()):
     return cls
 
 
-class Win(_NullHandle):
-    """One-sided communication (RMA windows): only WIN_NULL exists."""
-
-    __slots__ = ()
-    _what = "no one-sided communication (MPI windows)"
-    _null_name = "WIN_NULL"
-
-    def Free(self):
-        self._unsupported("Free")
-
-
-_operations(Win, [
-    "Accumulate", "Attach", "Call_errhandler", "Compare_and_swap", "Complete",
-    "Delete_attr", "Detach", "Fence", "Fetch_and_op", "Flush", "Flush_all",
-    "Flush_local", "Flush_local_all", "Get", "Get_accumulate", "Get_attr",
-    "Get_errhandler", "Get_group", "Get_info", "Get_name", "Lock", "Lock_all",
-    "Post", "Put", "Raccumulate", "Rget", "Rget_accumulate", "Rput", "Set_attr",
-    "Set_errhandler", "Set_info", "Set_name", "Shared_query", "Start", "Sync",
-    "Test", "Unlock", "Unlock_all", "Wait", "tomemory"],
-    ["Create", "Allocate", "Allocate_shared", "Create_dynamic",
-     "Create_keyval", "Free_keyval", "Create_errhandler"])
-
-
 class File(_NullHandle):
     """MPI-IO: only FILE_NULL exists."""
 
@@ -231,5 +208,4 @@ _operations(File, [
     ["Open", "Delete", "Create_errhandler"])
 
 
-WIN_NULL = Win()
 FILE_NULL = File()

@@ -11,6 +11,7 @@ import numpy as np
 from gloocy import bufspec
 from gloocy.constants import BOTTOM
 from gloocy.errors import ArgumentError, ERR_ARG, ERR_TRUNCATE
+from gloocy.memory import buffer
 
 __all__ = ["pack", "unpack", "pack_size", "pack_external", "unpack_external",
            "pack_external_size", "get_address", "aint_add", "aint_diff"]
@@ -216,6 +217,8 @@ def get_address(location):
     """The address of location's first byte (BOTTOM and None: 0)."""
     if location is None or location is BOTTOM:
         return 0
+    if isinstance(location, buffer):    # its own (an empty one's may be NULL)
+        return location.address
     return int(bufspec._buffer(location, "location", True)[0].ctypes.data)
 
 
