@@ -1,100 +1,179 @@
-"""The agent of a window: a daemon thread of each process that serves the
-other ranks' requests on this process's part of the window, so that
-passive-target operations go on while the main thread computes (gloocy's
-point-to-point waits release the GIL).
+"""The agent: one daemon thread per process that receives every message
+of every window of the process (gloocy's point-to-point calls release the
+GIL while they wait): it serves the other ranks' requests on this
+process's part of each window, so that passive-target operations go on
+while the main thread computes, and hands the replies and handshakes
+meant for this process's main thread over through the window's Mailbox.
 
-The wire, on the window's private duplicates of its communicator:
+It never blocks in a receive: it probes each window's communicator
+(Improbe) and sleeps a little longer each time nothing came (up to
+IDLE_MAX), so any number of windows share one thread and no receive of
+another thread of the process waits for its wake-up.
+
+The wire, on each window's private duplicate of its communicator:
 
     requests (origin -> agent), tag REQUEST:
         ("put", disp, count, datatype, data)
         ("get", disp, count, datatype)
         ("acc", disp, count, datatype, data, op, fetch)
         ("cas", disp, count, datatype, value, compare)
-        ("lock", lock_type)   ("unlock",)   ("stop",) (from itself: Free)
+        ("lock", lock_type)   ("unlock",)   ("complete",) (PSCW's Complete)
     replies (agent -> origin), tag REPLY:
         ("ok", value)  or  ("error", error_class, message)
+    Post's handshake (main thread to main thread): tag POSTED
 
 Every request gets its reply, a lock's when it is granted. Pickled
 objects travel (gloocy's lower-case send: out-of-band buffers); a
 derived datatype pickles with its layout.
-
-The agent waits without a deadline (a wait that timed out would poison
-the connections); it ends on Free's "stop", when a peer is lost, or at
-exit (stop_all).
 """
 
 import atexit
+import collections
 import threading
-import weakref
+import time
 
-from gloocy.constants import ANY_SOURCE
-from gloocy.errors import ERR_OTHER
+from gloocy.constants import ANY_SOURCE, ANY_TAG
+from gloocy.errors import ERR_OTHER, CollectiveTimeout, GloocyError
 from gloocy.status import Status
 
-__all__ = ["Agent", "REQUEST", "REPLY", "POSTED", "COMPLETED", "stop_all"]
+__all__ = ["serve", "retire", "Mailbox", "REQUEST", "REPLY", "POSTED", "COMPLETED",
+           "stop"]
 
-# tags: requests on the requests duplicate; replies and the PSCW
-# handshakes (main thread to main thread) on the replies duplicate
-REQUEST = 1
-REPLY, POSTED, COMPLETED = 1, 2, 3
-
-FOREVER = 1e9                     # seconds: an agent waits until told to stop
+REQUEST, REPLY, POSTED, COMPLETED = 1, 2, 3, 4     # tags
+IDLE_MIN, IDLE_MAX = 20e-6, 2e-3   # seconds between probes when nothing comes
 JOIN_SECONDS = 10.0
 
-_live = weakref.WeakSet()         # agents running in this process
 
+class _Agent:
+    """The thread, and the windows it serves."""
 
-class Agent:
-    """The serving thread of one window (`core`: its WindowCore)."""
+    def __init__(self):
+        self.cores = []
+        self.lock = threading.Lock()      # held while a window is served
+        self.thread = None
+        self.stopping = False
 
-    def __init__(self, core):
-        self.core = core
-        self.error = None         # what ended it early (a peer lost...)
-        self.thread = threading.Thread(target=self._serve, daemon=True,
-                                       name=f"gloocy-rma-agent-{core.rank}")
-        self.thread.start()
-        _live.add(self)
+    def add(self, core):
+        with self.lock:
+            self.cores.append(core)
+            if self.thread is None or not self.thread.is_alive():
+                self.stopping = False
+                self.thread = threading.Thread(target=self._run, daemon=True,
+                                               name="gloocy-rma-agent")
+                self.thread.start()
 
-    def _serve(self):
-        core = self.core
+    def remove(self, core):
+        """Stop serving core (the thread ends with the last window)."""
+        with self.lock:
+            if core in self.cores:
+                self.cores.remove(core)
+            thread, last = self.thread, not self.cores
+            if last:
+                self.stopping = True
+        if last and thread is not None and thread is not threading.current_thread():
+            thread.join(JOIN_SECONDS)
+
+    def _run(self):
         status = Status()
+        idle = IDLE_MIN
+        while True:
+            moved = False
+            with self.lock:
+                if self.stopping:
+                    return
+                for core in list(self.cores):
+                    moved |= self._drain(core, status)
+            if moved:
+                idle = IDLE_MIN
+            else:
+                time.sleep(idle)
+                idle = min(idle * 1.5, IDLE_MAX)
+
+    def _drain(self, core, status):
+        """Take and handle what came for one window; whether anything did."""
+        moved = False
         while True:
             try:
-                request = core.requests.recv(source=ANY_SOURCE, tag=REQUEST,
-                                             status=status, timeout=FOREVER)
-            except BaseException as e:          # lost peers, exit
-                self.error = e
-                return
-            source = status.Get_source()
-            if request[0] == "stop" and source == core.rank:
-                return
+                message = core.wire.improbe(ANY_SOURCE, ANY_TAG, status)
+                if message is None:
+                    return moved
+                obj = message.recv()
+            except BaseException as e:           # a lost peer...
+                core.mailbox.fail(e)
+                self.cores.remove(core)
+                return moved
+            moved = True
+            source, tag = status.Get_source(), status.Get_tag()
+            if tag != REQUEST:
+                core.mailbox.put(source, tag, obj)
+                continue
             try:
-                reply = core.serve(source, request)
-            except Exception as e:              # the origin raises it
+                reply = core.serve(source, obj)
+            except Exception as e:               # the origin raises it
                 reply = ("error", getattr(e, "error_class", ERR_OTHER),
                          f"rank {core.rank} (target): {e}")
             if reply is not None:
                 try:
-                    core.replies.send(reply, source, tag=REPLY)
+                    core.wire.send(reply, source, tag=REPLY)
                 except BaseException as e:
-                    self.error = e
-                    return
+                    core.mailbox.fail(e)
+                    self.cores.remove(core)
+                    return moved
 
-    def stop(self):
-        """End the thread (Free; at exit): it takes a message from us."""
-        _live.discard(self)
-        if self.thread.is_alive():
-            try:
-                self.core.requests.send(("stop",), self.core.rank, tag=REQUEST)
-            except Exception:
-                return                          # connections gone: it ends too
-            self.thread.join(JOIN_SECONDS)
+
+_AGENT = _Agent()
+serve = _AGENT.add
+retire = _AGENT.remove
+
+
+class Mailbox:
+    """What came for this process's main thread, by (source, tag), in
+    order; take() waits for it (up to a deadline) and raises the agent's
+    error if the agent ended on one."""
+
+    def __init__(self):
+        self.boxes = collections.defaultdict(collections.deque)
+        self.arrived = threading.Condition()
+        self.error = None
+
+    def put(self, source, tag, message):
+        with self.arrived:
+            self.boxes[source, tag].append(message)
+            self.arrived.notify_all()
+
+    def fail(self, error):
+        with self.arrived:
+            self.error = error
+            self.arrived.notify_all()
+
+    def poll(self, source, tag):
+        """The next message from source with tag, None if none yet."""
+        with self.arrived:
+            box = self.boxes.get((source, tag))
+            return box.popleft() if box else None
+
+    def take(self, source, tag, timeout, what):
+        deadline = time.monotonic() + timeout
+        with self.arrived:
+            while True:
+                box = self.boxes.get((source, tag))
+                if box:
+                    return box.popleft()
+                if self.error is not None:
+                    raise GloocyError(f"{what}: the window's agent stopped: "
+                                      f"{self.error}",
+                                      getattr(self.error, "error_class", ERR_OTHER)
+                                      ) from self.error
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise CollectiveTimeout(f"{what}: nothing from rank {source} "
+                                            f"within {timeout} s")
+                self.arrived.wait(min(left, 1.0))
 
 
 @atexit.register
-def stop_all():
+def stop():
     """At exit, before gloocy closes its connections (atexit runs this
-    first: it was registered later), stop the agents of windows never
-    freed."""
-    for agent in list(_live):
-        agent.stop()
+    first: it was registered later), stop serving windows never freed."""
+    for core in list(_AGENT.cores):
+        _AGENT.remove(core)

@@ -24,7 +24,7 @@ from gloocy.errors import (ERR_ASSERT, ERR_GROUP, ERR_LOCKTYPE, ERR_RANK,
                            GloocyError)
 from gloocy.groups import Group
 from gloocy.rma import agent as _agent
-from gloocy.rma.agent import COMPLETED, POSTED, REPLY, REQUEST
+from gloocy.rma.agent import COMPLETED, POSTED, REPLY, REQUEST, Mailbox
 from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOCHECK,
                                   MODE_NOSUCCEED, WIN_FLAVOR_DYNAMIC,
                                   WIN_FLAVOR_SHARED)
@@ -42,8 +42,8 @@ class WindowCore:
         self.flavor, self.unit = flavor, unit
         self.coll = comm.Dup()                # Fence, Free, creation
         self.rank, self.size = self.coll.Get_rank(), self.coll.Get_size()
-        self.requests = self.replies = None
-        self.agent = None
+        self.wire = None                      # every message (the agent receives)
+        self.mailbox = Mailbox()              # what the agent got for us
         self.segment = None
         try:
             table = self.coll.allgather((int(size), int(unit)))
@@ -62,8 +62,8 @@ class WindowCore:
             self.locked_all = None            # Lock_all: its assertion
             self.exposed = None               # ranks of Post's group yet to Complete
             if self.size > 1:
-                self.requests, self.replies = comm.Dup(), comm.Dup()
-                self.agent = _agent.Agent(self)
+                self.wire = comm.Dup()
+                _agent.serve(self)
         except BaseException:
             self._free_comms()
             raise
@@ -78,6 +78,9 @@ class WindowCore:
             return ("ok", None) if self.locks.request(source, request[1]) else None
         if kind == "unlock":
             self._release(source)
+            return ("ok", None)
+        if kind == "complete":            # acknowledged: a Test after it sees it
+            self.mailbox.put(source, COMPLETED, True)
             return ("ok", None)
         return ("ok", self.apply(request))
 
@@ -103,7 +106,7 @@ class WindowCore:
                                 f"{self.rank}'s window", ERR_RMA_SYNC)
         for rank in granted:              # our own waits on locks.changed
             if rank != self.rank:
-                self.replies.send(("ok", None), rank, tag=REPLY)
+                self.wire.send(("ok", None), rank, tag=REPLY)
 
     # -- at the origin -------------------------------------------------------------
 
@@ -136,11 +139,22 @@ class WindowCore:
 
     def _round_trip(self, rank, request):
         with self.origin_lock:
-            self.requests.send(request, rank, tag=REQUEST)
-            reply = self.replies.recv(source=rank, tag=REPLY)
+            self.wire.send(request, rank, tag=REQUEST)
+            reply = self._take(rank, REPLY, request[0])
         if reply[0] == "error":
             raise ArgumentError(reply[2], reply[1])
         return reply[1]
+
+    def _take(self, rank, tag, what):
+        """The next message rank sent us with tag (the agent got it)."""
+        return self.mailbox.take(rank, tag, self.coll.timeout, what)
+
+    def _tell(self, rank, tag):
+        """A handshake to rank's main thread (ours: straight to the mailbox)."""
+        if rank == self.rank:
+            self.mailbox.put(rank, tag, True)
+        else:
+            self.wire.send(True, rank, tag=tag)
 
     # -- passive target ------------------------------------------------------------
 
@@ -254,7 +268,7 @@ class WindowCore:
                                 ERR_RMA_SYNC)
         if not assertion & MODE_NOCHECK:
             for rank in ranks:          # each target has posted
-                self.replies.recv(source=rank, tag=POSTED)
+                self._take(rank, POSTED, "Start")
         self.access = set(ranks)
 
     def complete(self):
@@ -262,7 +276,10 @@ class WindowCore:
             raise ArgumentError("Complete: no access epoch (Start) to end", ERR_RMA_SYNC)
         ranks, self.access = self.access, None
         for rank in sorted(ranks):      # our operations there are all done
-            self.replies.send(None, rank, tag=COMPLETED)
+            if rank == self.rank:
+                self.mailbox.put(rank, COMPLETED, True)
+            else:
+                self._round_trip(rank, ("complete",))
 
     def post(self, group, assertion):
         ranks = self._group_ranks(group, "Post")
@@ -271,14 +288,14 @@ class WindowCore:
                                 ERR_RMA_SYNC)
         if not assertion & MODE_NOCHECK:
             for rank in ranks:
-                self.replies.send(None, rank, tag=POSTED)
+                self._tell(rank, POSTED)
         self.exposed = set(ranks)
 
     def wait(self):
         if self.exposed is None:
             raise ArgumentError("Wait: no exposure epoch (Post) to end", ERR_RMA_SYNC)
         for rank in sorted(self.exposed):
-            self.replies.recv(source=rank, tag=COMPLETED)
+            self._take(rank, COMPLETED, "Wait")
             self.exposed.discard(rank)
         self.exposed = None
 
@@ -286,8 +303,7 @@ class WindowCore:
         if self.exposed is None:
             raise ArgumentError("Test: no exposure epoch (Post) to end", ERR_RMA_SYNC)
         for rank in sorted(self.exposed):
-            if self.replies.iprobe(source=rank, tag=COMPLETED):
-                self.replies.recv(source=rank, tag=COMPLETED)
+            if self.mailbox.poll(rank, COMPLETED) is not None:
                 self.exposed.discard(rank)
         if self.exposed:
             return False
@@ -301,15 +317,15 @@ class WindowCore:
         the agent stops and the communicators go."""
         if self.size > 1:
             self.coll.Barrier()
-        if self.agent is not None:
-            self.agent.stop()
+        if self.wire is not None:
+            _agent.retire(self)
         self.freed = True
         self._free_comms()
         self.memory = None
         self.segment = None
 
     def _free_comms(self):
-        for name in ("requests", "replies", "coll"):
+        for name in ("wire", "coll"):
             comm = getattr(self, name, None)
             if comm is not None:
                 try:
