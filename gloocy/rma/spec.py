@@ -105,10 +105,15 @@ def _check_signature(acc):
                             f"{want} bytes but the origin has {have}", ERR_TYPE)
 
 
+def _element(datatype):
+    """The predefined datatype a datatype is built from."""
+    return datatype._h.elem
+
+
 def same_elements(acc, what="target"):
     """Accumulate's rule: origin and target are built from one predefined
-    datatype."""
-    if acc.origin.data.dtype != acc.datatype.np_dtype:
+    datatype (LONG and INT64_T are two, as in MPICH)."""
+    if _element(acc.origin.datatype) is not _element(acc.datatype):
         raise ArgumentError(f"{what}: the origin's elements are "
                             f"{acc.origin.datatype!r} but the target's are "
                             f"{acc.datatype!r}: accumulate needs one element "
