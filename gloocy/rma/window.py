@@ -77,7 +77,7 @@ def _fill(message, data):
 class Win(buffer, Handled):
     """A window of memory for one-sided communication."""
 
-    __slots__ = ("_core",)
+    __slots__ = ("_core", "__weakref__")
 
     def __new__(cls, win=None):
         self = buffer.__new__(cls)
