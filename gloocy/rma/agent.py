@@ -42,6 +42,7 @@ __all__ = ["serve", "retire", "Mailbox", "REQUEST", "REPLY", "POSTED", "COMPLETE
 REQUEST, REPLY, POSTED, COMPLETED = 1, 2, 3, 4     # tags
 IDLE_MIN, IDLE_MAX = 20e-6, 2e-3   # seconds between probes when nothing comes
 JOIN_SECONDS = 10.0
+LIVENESS_SECONDS = 0.25           # how often a waiting origin checks on its target
 
 
 class _Agent:
@@ -152,7 +153,10 @@ class Mailbox:
             box = self.boxes.get((source, tag))
             return box.popleft() if box else None
 
-    def take(self, source, tag, timeout, what):
+    def take(self, source, tag, timeout, what, alive=None):
+        """The next message from source with tag; `alive()` (if given) is
+        called between waits of a quarter second: it raises if source is
+        gone."""
         deadline = time.monotonic() + timeout
         with self.arrived:
             while True:
@@ -168,7 +172,8 @@ class Mailbox:
                 if left <= 0:
                     raise CollectiveTimeout(f"{what}: nothing from rank {source} "
                                             f"within {timeout} s")
-                self.arrived.wait(min(left, 1.0))
+                if not self.arrived.wait(min(left, LIVENESS_SECONDS)) and alive:
+                    alive()
 
 
 @atexit.register

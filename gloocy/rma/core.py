@@ -15,13 +15,14 @@ on its target (a Fence not marked MODE_NOSUCCEED, Start, Lock or
 Lock_all), else ERR_RMA_SYNC.
 """
 
+import os
 import threading
 import time
 
 from gloocy.constants import PROC_NULL, UNDEFINED
 from gloocy.errors import (ERR_ASSERT, ERR_GROUP, ERR_LOCKTYPE, ERR_RANK,
                            ERR_RMA_SYNC, ArgumentError, CollectiveTimeout,
-                           GloocyError)
+                           GloocyError, PeerLostError)
 from gloocy.groups import Group
 from gloocy.rma import agent as _agent
 from gloocy.rma.agent import COMPLETED, POSTED, REPLY, REQUEST, Mailbox
@@ -31,12 +32,18 @@ from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED, MODE_NOCHECK,
 from gloocy.rma.locks import LockTable
 from gloocy.rma.regions import Memory
 from gloocy.rma.shared import Segment
+from gloocy.transport.shm import host_identity
 
 __all__ = ["WindowCore"]
 
 
+LIVENESS = 5                      # a tag nothing is ever sent with
+
+
 class WindowCore:
     """One window at this process. Made collectively over `comm`."""
+
+    _probe_buffer = bytearray(1)
 
     def __init__(self, comm, flavor, unit, *, array=None, size=0):
         self.flavor, self.unit = flavor, unit
@@ -46,9 +53,11 @@ class WindowCore:
         self.mailbox = Mailbox()              # what the agent got for us
         self.segment = None
         try:
-            table = self.coll.allgather((int(size), int(unit)))
-            self.sizes = [s for s, _ in table]
-            self.units = [u for _, u in table]
+            table = self.coll.allgather((int(size), int(unit), host_identity(),
+                                         os.getpid()))
+            self.sizes = [t[0] for t in table]
+            self.units = [t[1] for t in table]
+            self.processes = [t[2:] for t in table]   # (host, pid): liveness checks
             if flavor == WIN_FLAVOR_SHARED and self.size > 1:
                 self.segment = Segment(self.coll, self.sizes)
                 array = self.segment.part(self.rank)
@@ -147,7 +156,27 @@ class WindowCore:
 
     def _take(self, rank, tag, what):
         """The next message rank sent us with tag (the agent got it)."""
-        return self.mailbox.take(rank, tag, self.coll.timeout, what)
+        return self.mailbox.take(rank, tag, self.coll.timeout, what,
+                                 lambda: self._alive(rank))
+
+    def _alive(self, rank):
+        """PeerLostError if rank is gone. On our host: its process is gone
+        (or a zombie); elsewhere: posting a receive from a lost peer raises
+        (the agent's probes notice a closed connection)."""
+        if rank == self.rank or self.wire is None:
+            return
+        host, pid = self.processes[rank]
+        if host == self.processes[self.rank][0]:
+            try:
+                with open(f"/proc/{pid}/stat") as f:
+                    state = f.read().rpartition(")")[2].split()[0]
+            except (OSError, IndexError):
+                state = "X"
+            if state in ("Z", "X"):
+                raise PeerLostError(f"rank {self.rank}: lost peer rank {rank} "
+                                    f"(process {pid} is gone)", rank=rank)
+            return
+        self.wire.Irecv(self._probe_buffer, rank, LIVENESS).Cancel()
 
     def _tell(self, rank, tag):
         """A handshake to rank's main thread (ours: straight to the mailbox)."""

@@ -301,3 +301,38 @@ def test_errors_before_anything_is_sent(world):
         assert out["lock type"] == MPI.ERR_LOCKTYPE
         assert out["freed"] == MPI.ERR_WIN
         assert out["total"] == (sum(range(1, size + 1)) if r == 0 else None)
+
+
+def test_a_dead_target_is_an_error_not_a_hang(tmp_path, transport):
+    # Rank 1 dies holding rank 0's lock. Rank 0's lock request to rank 1
+    # fails at once (the peer is lost); rank 2, queued behind the dead
+    # holder at rank 0, gets an error at the communicator's deadline (T).
+    from test_failures import Job
+    job = Job(tmp_path, 3, """
+        from gloocy import MPI
+        win = MPI.Win.Allocate(8, 8, comm=comm)
+        comm.Barrier()
+        if rank == 1:
+            win.Lock(0)
+            comm.Barrier()
+            report(killed_at=time.monotonic())
+            os.kill(os.getpid(), signal.SIGKILL)
+        comm.Barrier()
+        time.sleep(0.5)
+        start = time.monotonic()
+        try:
+            win.Lock(1 if rank == 0 else 0)
+            report(error=None)
+        except MPI.Exception as e:
+            report(error=type(e).__name__, cls=e.Get_error_class(),
+                   took=time.monotonic() - start)
+    """, transport, env={"T": "5"})
+    results = job.results(timeout=60)
+    assert results[1][0] == -9
+    for rank in (0, 2):
+        code, reports, stderr = results[rank]
+        assert code == 0, stderr
+        (r,) = reports
+        assert r["error"] is not None, r
+        assert r["took"] < 5 + 3, r           # the deadline, not a hang
+    assert results[0][1][0]["took"] < 3       # the lost peer: at once
