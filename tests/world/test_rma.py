@@ -214,7 +214,7 @@ def r_errors(comm):
 
 # -- tests -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("size", [1, 3])
 def test_put_get_accumulate_under_fence(world, size):
     for r, (mine, right) in enumerate(world(size).run(r_fence)):
         n = size
@@ -235,21 +235,21 @@ def test_put_get_accumulate_under_fence(world, size):
         assert right == theirs.tolist()
 
 
-@pytest.mark.parametrize("size", [1, 2, 3])
+@pytest.mark.parametrize("size", [1, 3])
 def test_pscw_ring(world, size):
     assert world(size).run(r_pscw) == [(r - 1) % size + 1000 for r in range(size)]
 
 
 @pytest.mark.parametrize("lock_type", [MPI.LOCK_EXCLUSIVE, MPI.LOCK_SHARED])
 def test_counter_under_contention(world, lock_type):
-    size, rounds = 4, 15
+    size, rounds = 4, 8
     got = world(size).run(r_counter, rounds, lock_type)
     assert all(values == sorted(values) for values in got)
     assert sorted(sum(got, [])) == list(range(size * rounds))
 
 
 def test_passive_target_progress_while_target_computes(world):
-    seconds = 1.0
+    seconds = 0.6
     results = world(3).run(r_busy_target, seconds)
     assert results[0] == [0, 7, 14]
     for r in (1, 2):
@@ -303,6 +303,7 @@ def test_errors_before_anything_is_sent(world):
         assert out["total"] == (sum(range(1, size + 1)) if r == 0 else None)
 
 
+@pytest.mark.transports("shm", "tcp")
 def test_a_dead_target_is_an_error_not_a_hang(tmp_path, transport):
     # Rank 1 dies holding rank 0's lock. Rank 0's lock request to rank 1
     # fails at once (the peer is lost); rank 2, queued behind the dead
