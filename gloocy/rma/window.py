@@ -392,44 +392,43 @@ class Win(buffer, Handled):
     def Fetch_and_op(self, origin, result, target_rank, target_disp=0, op=SUM):
         """Get_accumulate of one element at target_disp."""
         op = spec.accumulate_op(op)
-        core = self._live()
-        rank = core.check_rank(target_rank)
-        if rank == PROC_NULL:
-            return
-        value = spec.single(origin, rank, "origin", True)
-        fetched = spec.single(result, rank, "result", False)
-        if value.datatype != fetched.datatype:
-            raise ValueError("mismatch in origin and result datatypes")
-        disp, datatype = self._one(core, rank, target_disp, value, "Fetch_and_op")
-        spec.check_op_type(op, datatype.np_dtype)
-        _fill(fetched, core.run(rank, ("acc", disp, 1, datatype, value.data, op, True)))
+        one = self._one(target_rank, target_disp, "Fetch_and_op",
+                        [("origin", origin, True), ("result", result, False)])
+        if one is not None:
+            core, rank, disp, (value, fetched) = one
+            datatype = value.datatype
+            spec.check_op_type(op, datatype.np_dtype)
+            _fill(fetched, core.run(rank, ("acc", disp, 1, datatype, value.data, op, True)))
 
     def Compare_and_swap(self, origin, compare, result, target_rank, target_disp=0):
         """result = the target element; it becomes origin if it was
         compare (bytewise), in one atomic step."""
+        one = self._one(target_rank, target_disp, "Compare_and_swap",
+                        [("origin", origin, True), ("compare", compare, True),
+                         ("result", result, False)])
+        if one is not None:
+            core, rank, disp, (value, expected, fetched) = one
+            _fill(fetched, core.run(rank, ("cas", disp, 1, value.datatype, value.data,
+                                           expected.data)))
+
+    def _one(self, target_rank, target_disp, what, specs):
+        """(core, rank, disp, messages) of an operation on one element: the
+        (name, spec, readonly) buffers hold one element each, all of one
+        datatype; None for PROC_NULL."""
         core = self._live()
         rank = core.check_rank(target_rank)
         if rank == PROC_NULL:
-            return
-        value = spec.single(origin, rank, "origin", True)
-        expected = spec.single(compare, rank, "compare", True)
-        fetched = spec.single(result, rank, "result", False)
-        if value.datatype != expected.datatype:
-            raise ValueError("mismatch in origin and compare datatypes")
-        if value.datatype != fetched.datatype:
-            raise ValueError("mismatch in origin and result datatypes")
-        disp, datatype = self._one(core, rank, target_disp, value, "Compare_and_swap")
-        _fill(fetched, core.run(rank, ("cas", disp, 1, datatype, value.data,
-                                       expected.data)))
-
-    @staticmethod
-    def _one(core, rank, target_disp, value, what):
+            return None
+        messages = [spec.single(buf, rank, name, readonly) for name, buf, readonly in specs]
+        for (name, _, _), message in zip(specs[1:], messages[1:]):
+            if message.datatype != messages[0].datatype:
+                raise ValueError(f"mismatch in origin and {name} datatypes")
         disp = int(target_disp)
         if disp < 0:
             raise ArgumentError(f"target_disp: negative displacement {disp}", ERR_DISP)
         core.check_epoch(rank, what)
-        _in_range(core, rank, disp, 1, value.datatype)
-        return disp, value.datatype
+        _in_range(core, rank, disp, 1, messages[0].datatype)
+        return core, rank, disp, messages
 
     # the request forms: the operation is complete when they return
     def Rput(self, origin, target_rank, target=None):

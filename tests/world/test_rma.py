@@ -214,25 +214,22 @@ def r_errors(comm):
 
 # -- tests -----------------------------------------------------------------------
 
+def fence_window(n, r):
+    """What r_fence leaves in rank r's window, in a world of n."""
+    expect = np.zeros(4 * n + 5, np.int64)
+    for s in range(n):
+        expect[4 * s:4 * s + 4] = np.arange(4) + 100 * s + 10 * r
+    if r == 0:
+        expect[4 * n:4 * n + 4] = sum(range(1, n + 1))
+        expect[4 * n + 4] = n - 1
+    return expect.tolist()
+
+
 @pytest.mark.parametrize("size", [1, 3])
 def test_put_get_accumulate_under_fence(world, size):
     for r, (mine, right) in enumerate(world(size).run(r_fence)):
-        n = size
-        expect = np.zeros(4 * n + 5, np.int64)
-        for s in range(n):
-            expect[4 * s:4 * s + 4] = np.arange(4) + 100 * s + 10 * r
-        if r == 0:
-            expect[4 * n:4 * n + 4] = sum(range(1, n + 1))
-            expect[4 * n + 4] = n - 1
-        assert mine == expect.tolist()
-        t = (r + 1) % n
-        theirs = np.zeros(4 * n + 5, np.int64)
-        for s in range(n):
-            theirs[4 * s:4 * s + 4] = np.arange(4) + 100 * s + 10 * t
-        if t == 0:
-            theirs[4 * n:4 * n + 4] = sum(range(1, n + 1))
-            theirs[4 * n + 4] = n - 1
-        assert right == theirs.tolist()
+        assert mine == fence_window(size, r)
+        assert right == fence_window(size, (r + 1) % size)
 
 
 @pytest.mark.parametrize("size", [1, 3])
