@@ -20,7 +20,7 @@ import threading
 import time
 
 from gloocy.constants import PROC_NULL, UNDEFINED
-from gloocy.errors import (ERR_ASSERT, ERR_GROUP, ERR_LOCKTYPE, ERR_RANK,
+from gloocy.errors import (ERR_GROUP, ERR_LOCKTYPE, ERR_RANK,
                            ERR_RMA_SYNC, ArgumentError, CollectiveTimeout,
                            GloocyError, PeerLostError)
 from gloocy.groups import Group
@@ -363,10 +363,3 @@ class WindowCore:
                     pass              # a poisoned world: nothing to say goodbye to
                 setattr(self, name, None)
 
-
-def check_assertion(assertion, allowed, what):
-    assertion = int(assertion)
-    if assertion & ~allowed:
-        raise ArgumentError(f"{what}: assertion {assertion:#x} has bits that are "
-                            "not MODE_* assertions of this call", ERR_ASSERT)
-    return assertion
