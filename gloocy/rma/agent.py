@@ -6,8 +6,9 @@ while the main thread computes, and hands the replies and handshakes
 meant for this process's main thread over through the window's Mailbox.
 
 It never blocks in a receive: it probes each window's communicator
-(Improbe) and sleeps a little longer each time nothing came (up to
-IDLE_MAX), so any number of windows share one thread and no receive of
+(Improbe), often while messages flow (and when a request of ours has
+just left), then sleeping a little longer each time nothing came (up to
+IDLE_MAX); so any number of windows share one thread and no receive of
 another thread of the process waits for its wake-up.
 
 The wire, on each window's private duplicate of its communicator:
@@ -41,6 +42,7 @@ __all__ = ["serve", "retire", "Mailbox", "REQUEST", "REPLY", "POSTED", "COMPLETE
 
 REQUEST, REPLY, POSTED, COMPLETED = 1, 2, 3, 4     # tags
 IDLE_MIN, IDLE_MAX = 20e-6, 2e-3   # seconds between probes when nothing comes
+BUSY_SPELL = 0.005                # after traffic, probe at IDLE_MIN this long
 JOIN_SECONDS = 10.0
 LIVENESS_SECONDS = 0.25           # how often a waiting origin checks on its target
 
@@ -53,6 +55,14 @@ class _Agent:
         self.lock = threading.Lock()      # held while a window is served
         self.thread = None
         self.stopping = False
+        self.active = 0.0                 # when something last moved (monotonic)
+        self.kick = threading.Event()     # set: probe now (a reply is due)
+
+    def hurry(self):
+        """A request just left this process: its reply is due, so probe
+        often again."""
+        self.active = time.monotonic()
+        self.kick.set()
 
     def add(self, core):
         with self.lock:
@@ -84,11 +94,16 @@ class _Agent:
                     return
                 for core in list(self.cores):
                     moved |= self._drain(core, status)
+            now = time.monotonic()
             if moved:
+                self.active = now
+            if now - self.active < BUSY_SPELL:    # traffic lately: more may come
                 idle = IDLE_MIN
             else:
-                time.sleep(idle)
                 idle = min(idle * 1.5, IDLE_MAX)
+            if not moved:
+                self.kick.wait(idle)
+                self.kick.clear()
 
     def _drain(self, core, status):
         """Take and handle what came for one window; whether anything did."""
@@ -125,6 +140,7 @@ class _Agent:
 _AGENT = _Agent()
 serve = _AGENT.add
 retire = _AGENT.remove
+hurry = _AGENT.hurry
 
 
 class Mailbox:

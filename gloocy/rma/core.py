@@ -149,6 +149,7 @@ class WindowCore:
     def _round_trip(self, rank, request):
         with self.origin_lock:
             self.wire.send(request, rank, tag=REQUEST)
+            _agent.hurry()
             reply = self._take(rank, REPLY, request[0])
         if reply[0] == "error":
             raise ArgumentError(reply[2], reply[1])
