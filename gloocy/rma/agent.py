@@ -1,15 +1,16 @@
-"""The agent: one daemon thread per process that receives every message
-of every window of the process (gloocy's point-to-point calls release the
-GIL while they wait): it serves the other ranks' requests on this
-process's part of each window, so that passive-target operations go on
-while the main thread computes, and hands the replies and handshakes
-meant for this process's main thread over through the window's Mailbox.
+"""The agent: one daemon thread per process that serves the other ranks'
+requests on this process's part of every window of the process, so that
+passive-target operations go on while the main thread computes (gloocy's
+point-to-point calls release the GIL while they wait).
 
-It never blocks in a receive: it probes each window's communicator
-(Improbe), often while messages flow (and when a request of ours has
-just left), then sleeping a little longer each time nothing came (up to
-IDLE_MAX); so any number of windows share one thread and no receive of
-another thread of the process waits for its wake-up.
+It never blocks in a receive: it probes each window's communicator for
+requests (Improbe), often while they come, then sleeping a little longer
+each time nothing came (up to IDLE_MAX); so any number of windows share
+one thread. The replies and Post's handshake are taken by the thread
+that waits for them (it probes for one rank's message with one tag:
+WindowCore._await), without a detour through the agent; what the agent
+has for the main thread (a Complete that arrived, for Wait and Test)
+goes through the window's Mailbox.
 
 The wire, on each window's private duplicate of its communicator:
 
@@ -33,7 +34,7 @@ import collections
 import threading
 import time
 
-from gloocy.constants import ANY_SOURCE, ANY_TAG
+from gloocy.constants import ANY_SOURCE
 from gloocy.errors import ERR_OTHER, CollectiveTimeout, GloocyError
 from gloocy.status import Status
 
@@ -56,13 +57,7 @@ class _Agent:
         self.thread = None
         self.stopping = False
         self.active = 0.0                 # when something last moved (monotonic)
-        self.kick = threading.Event()     # set: probe now (a reply is due)
 
-    def hurry(self):
-        """A request just left this process: its reply is due, so probe
-        often again."""
-        self.active = time.monotonic()
-        self.kick.set()
 
     def add(self, core):
         with self.lock:
@@ -102,15 +97,14 @@ class _Agent:
             else:
                 idle = min(idle * 1.5, IDLE_MAX)
             if not moved:
-                self.kick.wait(idle)
-                self.kick.clear()
+                time.sleep(idle)
 
     def _drain(self, core, status):
         """Take and handle what came for one window; whether anything did."""
         moved = False
         while True:
             try:
-                message = core.wire.improbe(ANY_SOURCE, ANY_TAG, status)
+                message = core.wire.improbe(ANY_SOURCE, REQUEST, status)
                 if message is None:
                     return moved
                 obj = message.recv()
@@ -119,10 +113,7 @@ class _Agent:
                 self.cores.remove(core)
                 return moved
             moved = True
-            source, tag = status.Get_source(), status.Get_tag()
-            if tag != REQUEST:
-                core.mailbox.put(source, tag, obj)
-                continue
+            source = status.Get_source()
             try:
                 reply = core.serve(source, obj)
             except Exception as e:               # the origin raises it
@@ -140,7 +131,6 @@ class _Agent:
 _AGENT = _Agent()
 serve = _AGENT.add
 retire = _AGENT.remove
-hurry = _AGENT.hurry
 
 
 class Mailbox:

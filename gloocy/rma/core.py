@@ -149,8 +149,7 @@ class WindowCore:
     def _round_trip(self, rank, request):
         with self.origin_lock:
             self.wire.send(request, rank, tag=REQUEST)
-            _agent.hurry()
-            reply = self._take(rank, REPLY, request[0])
+            reply = self._await(rank, REPLY, request[0])
         if reply[0] == "error":
             raise ArgumentError(reply[2], reply[1])
         return reply[1]
@@ -159,6 +158,29 @@ class WindowCore:
         """The next message rank sent us with tag (the agent got it)."""
         return self.mailbox.take(rank, tag, self.coll.timeout, what,
                                  lambda: self._alive(rank))
+
+    def _await(self, rank, tag, what):
+        """The next message from rank with tag, which only this thread
+        takes: probed for (a wait that timed out would poison the
+        connections, and a blocking receive from a lost shared-memory peer
+        would wait for its deadline), more and more lazily (up to 1 ms),
+        checking every quarter second that rank lives."""
+        start = time.monotonic()
+        deadline, check = start + self.coll.timeout, start + _agent.LIVENESS_SECONDS
+        delay = 0.0
+        while True:
+            message = self.wire.improbe(rank, tag)
+            if message is not None:
+                return message.recv()
+            now = time.monotonic()
+            if now >= check:
+                self._alive(rank)
+                check = now + _agent.LIVENESS_SECONDS
+            if now >= deadline:
+                raise CollectiveTimeout(f"{what}: rank {self.rank} heard nothing from "
+                                        f"rank {rank} within {self.coll.timeout} s")
+            time.sleep(delay)
+            delay = min(max(delay * 1.5, 10e-6), 1e-3)
 
     def _alive(self, rank):
         """PeerLostError if rank is gone. On our host: its process is gone
@@ -298,7 +320,10 @@ class WindowCore:
                                 ERR_RMA_SYNC)
         if not assertion & MODE_NOCHECK:
             for rank in ranks:          # each target has posted
-                self._take(rank, POSTED, "Start")
+                if rank == self.rank:
+                    self._take(rank, POSTED, "Start")
+                else:
+                    self._await(rank, POSTED, "Start")
         self.access = set(ranks)
 
     def complete(self):
