@@ -6,7 +6,9 @@ started by ``gloocy-run -n N`` (or torchrun, srun... see gloocy.init) find
 each other; a plain ``python prog.py`` is a world of one.
 """
 
+import os
 import socket
+import sys
 import threading
 import time
 
@@ -24,6 +26,7 @@ from gloocy.constants import (ANY_SOURCE, ANY_TAG, BOTTOM,  # noqa: F401
 from gloocy.status import Status
 from gloocy.datatypes import *  # noqa: F401,F403  (every predefined Datatype)
 from gloocy.datatypes import Datatype, _typedict, _typedict_c, _typedict_f  # noqa: F401
+from gloocy.datatypes import typealign as _typealign  # noqa: F401
 from gloocy.datatypes import typecode as _typecode  # noqa: F401
 from gloocy.errors import GloocyError as Exception  # noqa: A001
 from gloocy.info import INFO_ENV, INFO_NULL, Info  # noqa: F401
@@ -60,8 +63,6 @@ THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 4, 1
 
 
-# -- handles gloocy has only as nulls: File (gloocy.handles) ----------------
-from gloocy.handles import FILE_NULL, File  # noqa: E402,F401
 # -- one-sided communication: windows (gloocy.rma) ----------------------------
 from gloocy.rma import WIN_NULL, Win  # noqa: E402,F401
 from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED,  # noqa: E402,F401
@@ -71,6 +72,8 @@ from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED,  # noqa: E402,F40
                                   WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE,
                                   WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED,
                                   WIN_MODEL, WIN_SEPARATE, WIN_SIZE, WIN_UNIFIED)
+# -- MPI-IO (gloocy.mpiio) ---------------------------------------------------
+from gloocy.mpiio import FILE_NULL, File, Register_datarep  # noqa: E402,F401
 from gloocy.session import SESSION_NULL, Session  # noqa: E402,F401
 # MPI-IO's access modes (MPICH's numbers), for code that names them.
 MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
@@ -91,25 +94,105 @@ _pickling.on_change(_requests._set_pickle)
 
 
 # -- the world ---------------------------------------------------------------
+# Importing MPI joins the job unless the program said not to, as with
+# mpi4py: `from mpi4py import rc; rc.initialize = False` before the import
+# (through a package named mpi4py whose MPI is this module) or
+# MPI4PY_RC_INITIALIZE=false. Then COMM_WORLD and COMM_SELF are null until
+# Init() or Init_thread() makes them the world and this process. (Of rc's
+# other options gloocy needs none: it always has every thread level, and
+# raises exceptions.)
 
-COMM_WORLD = Intracomm(_gloocy.init())     # a second handle, as an Intracomm
-_gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
-COMM_WORLD._predefine("COMM_WORLD")
-COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
-COMM_SELF = Intracomm(_core.Context(0, 1, [None]), procs=[COMM_WORLD.rank])
-COMM_SELF._predefine("COMM_SELF")
-COMM_SELF._errhandler = ERRORS_RETURN
+# mpi4py.rc's options, their defaults and the values each accepts
+# (None: any int >= 0)
+_RC_OPTIONS = {
+    "initialize": (True, (True, False, "yes", "no")),
+    "threads": (True, (True, False, "yes", "no")),
+    "thread_level": ("multiple", ("single", "funneled", "serialized",
+                                  "multiple")),
+    "finalize": (None, (None, True, False, "yes", "no")),
+    "fast_reduce": (True, (True, False, "yes", "no")),
+    "recv_mprobe": (True, (True, False, "yes", "no")),
+    "irecv_bufsz": (32768, None),
+    "errors": ("exception", ("default", "exception", "abort", "fatal")),
+}
+_TRUE_WORDS, _FALSE_WORDS = ("true", "yes", "on", "y", "1"), \
+    ("false", "no", "off", "n", "0")
 
-_state = {"finalized": False}
+
+def _rc_from_environ(text, default):
+    """An MPI4PY_RC_* value: a count for int options, else a boolean word
+    as a bool, else the lower-cased word."""
+    text = text.strip()
+    if type(default) is int and text.isdigit():
+        return int(text)
+    word = text.lower()
+    if word in _TRUE_WORDS or word in _FALSE_WORDS:
+        return word in _TRUE_WORDS
+    return word
+
+
+def _rc_options():
+    """{option: value} of mpi4py's rc (a program's `from mpi4py import rc`,
+    through a package named mpi4py whose MPI is this module), each
+    MPI4PY_RC_<OPTION> variable overriding it and written back into rc, as
+    mpi4py does on import; an unexpected value warns and gives the default."""
+    rc = sys.modules.get("mpi4py.rc")
+    options = {}
+    for name, (default, accepted) in _RC_OPTIONS.items():
+        text = os.environ.get(f"MPI4PY_RC_{name.upper()}")
+        if text is not None:
+            value = _rc_from_environ(text, default)
+            try:
+                setattr(rc, name, value)
+            except AttributeError:      # no rc, or a read-only one
+                pass
+        else:
+            value = getattr(rc, name, default)
+        if (type(value) is int and value >= 0 if accepted is None
+                else value in accepted):
+            options[name] = value
+        else:
+            import warnings
+            warnings.warn(f"mpi4py.rc.{name}: unexpected value {value!r}",
+                          RuntimeWarning, stacklevel=3)
+            options[name] = default
+    return options
+
+
+COMM_WORLD = Intracomm()            # the world (null until initialized)
+COMM_SELF = Intracomm()             # this process alone (likewise)
+_state = {"initialized": False, "finalized": False}
+
+
+def _join():
+    """Join the job: COMM_WORLD and COMM_SELF become live."""
+    Intracomm.__init__(COMM_WORLD, _gloocy.init())  # a second handle
+    _gloocy._world = COMM_WORLD                # what gloocy.init() returns from now
+    COMM_WORLD._predefine("COMM_WORLD")
+    COMM_WORLD._errhandler = ERRORS_RETURN      # mpi4py's: errors raise
+    Intracomm.__init__(COMM_SELF, _core.Context(0, 1, [None]),
+                       procs=[COMM_WORLD.rank])
+    COMM_SELF._predefine("COMM_SELF")
+    COMM_SELF._errhandler = ERRORS_RETURN
+    _state["initialized"] = True
+
+
+if _rc_options()["initialize"] in (True, "yes"):
+    _join()
 
 
 def Init():
-    """MPI is initialized at import: as in MPI, a second Init is an error."""
-    raise Exception("MPI is already initialized (at import)", ERR_OTHER)
+    """Join the job when the import did not (rc.initialize False); a second
+    Init is an error, as in MPI."""
+    if _state["initialized"]:
+        raise Exception("MPI is already initialized", ERR_OTHER)
+    _join()
 
 
 def Init_thread(required=THREAD_MULTIPLE):
+    """Init; the thread level provided (every level: THREAD_MULTIPLE)."""
     Init()
+    return THREAD_MULTIPLE
 
 
 def Query_thread():
@@ -122,7 +205,7 @@ def Is_thread_main():
 
 
 def Is_initialized():
-    return True
+    return _state["initialized"]
 
 
 def Is_finalized():
@@ -131,6 +214,8 @@ def Is_finalized():
 
 def Finalize():
     """Leave the job: the world's connections close."""
+    if not _state["initialized"]:
+        raise Exception("Finalize: MPI is not initialized", ERR_OTHER)
     if not _state["finalized"]:
         _state["finalized"] = True
         COMM_WORLD._leave()
@@ -340,10 +425,6 @@ Close_port = _no_dynamic_processes("Close_port")
 Publish_name = _no_dynamic_processes("Publish_name")
 Unpublish_name = _no_dynamic_processes("Unpublish_name")
 Lookup_name = _no_dynamic_processes("Lookup_name")
-
-
-def Register_datarep(*args, **kwargs):
-    raise NotImplementedError("Register_datarep: gloocy has no MPI-IO")
 
 
 # MPICH's numbers for names gloocy has no use for, so that code naming them runs

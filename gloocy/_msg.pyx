@@ -17,11 +17,14 @@ from gloocy.datatypes cimport Datatype, Typemap
 import operator
 
 from gloocy import bufspec
-from gloocy.constants import IN_PLACE as _IN_PLACE
 from gloocy.datatypes import _typedict
+from gloocy.memory import BOTTOM as _BOTTOM, BUFFER_AUTOMATIC as _AUTOMATIC
+from gloocy.memory import IN_PLACE as _IN_PLACE
 
 # Read on every call: C variables, not module-dict lookups.
 cdef object IN_PLACE = _IN_PLACE
+cdef object BOTTOM = _BOTTOM            # export empty buffers, but are no
+cdef object AUTOMATIC = _AUTOMATIC      # message by themselves (bufspec says why)
 cdef dict TYPECODES = _typedict     # typecode -> predefined Datatype
 
 
@@ -120,6 +123,8 @@ cdef Message message(object spec, str name, bint readonly=False,
             return None
         return _slow(spec, name, readonly, allow_in_place, blocks)
     if not _is_spec_list(spec):
+        if spec is BOTTOM or spec is AUTOMATIC:
+            return _slow(spec, name, readonly, allow_in_place, blocks)
         try:
             b = get_buffer(spec, name, not readonly)
         except Exception:

@@ -27,15 +27,30 @@ def _same_length(a, b, what):
         raise ValueError(f"{what}: expected {len(a)} items, got {len(b)}")
 
 
-MAX_ELEMENTS = 1 << 26     # a derived type keeps one offset per element
+MAX_ELEMENTS = 1 << 26     # offsets spelled out per element (not a run)
 
 
 def _check_elements(n):
     if n > MAX_ELEMENTS:
         raise NotImplementedError(
-            f"a derived datatype of {n} elements (more than {MAX_ELEMENTS}): "
-            "gloocy keeps one offset per element; describe the data with a "
-            "larger element type")
+            f"a derived datatype of {n} elements (more than {MAX_ELEMENTS}) "
+            "that are not one evenly spaced run: gloocy keeps one offset per "
+            "element of such layouts; describe the data with a larger "
+            "element type")
+
+
+def _copies(cls, Typemap h, int64_t count):
+    """`count` copies of h one extent apart from byte 0 (CONTIGUOUS, and a
+    vector without gaps) as one run, in O(1) memory however large count
+    is; None when they do not make one run."""
+    run = h.copies_run(count)
+    if run is None:
+        return None
+    cdef int64_t shift = (count - 1) * (h.ub - h.lb)
+    cdef int64_t low = min(0, shift), high = max(0, shift)
+    return cls._wrap(Typemap(h.elem, run, h.lb + low, h.ub + high,
+                             h.true_lb + low, h.true_ub + high,
+                             align=h.align))
 
 
 def _block_starts(displs, blocklengths, extent):

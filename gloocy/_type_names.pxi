@@ -167,3 +167,18 @@ def typecode(datatype):
         raise TypeError(f"expected a Datatype, got {datatype!r}")
     h = (<Datatype>datatype)._h
     return None if h is None else h.code
+
+
+def typealign(datatype):
+    """The alignment in bytes of a predefined datatype (or of a Dup of one,
+    a Fortran 90 kind, a MAXLOC/MINLOC pair), else None (mpi4py's
+    MPI._typealign, which its util.dtlib reads)."""
+    if not isinstance(datatype, Datatype):
+        raise TypeError(f"expected a Datatype, got {datatype!r}")
+    h = (<Datatype>datatype)._h
+    if h is None:
+        return None
+    if h.code is None and not (h.attr and h.elem.np is not None
+                               and h.elem.np.fields):
+        return None
+    return h.align

@@ -140,8 +140,8 @@ cdef object _f90(int combiner, list args, str base):
     t = _F90.get(key)
     if t is None:
         h = (<Datatype>_BY_NAME[base])._h
-        dup = Typemap(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
-                      h.name, h.code, h.align)
+        dup = Typemap(h.elem, h.placement(), h.lb, h.ub, h.true_lb,
+                      h.true_ub, h.name, h.code, h.align)
         dup.committed = True
         dup.recipe = (combiner, args, [], [])
         t = _F90[key] = Datatype._wrap(dup)

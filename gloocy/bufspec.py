@@ -345,9 +345,10 @@ def _cuda_interface_array(obj, name):
     dtype = np.dtype(typestr[1:2] + str(int(typestr[2:])))  # ValueError: bad size
     if descr is not None and not isinstance(descr, list):
         raise TypeError(f"{what}: descr must be a list")
-    if dtype.kind == "V" and descr and len(descr) > 1:
-        warnings.warn(f"{what}: descr {descr!r} ignored; the typestr "
-                      f"{typestr!r} is taken as bytes", RuntimeWarning,
+    if descr is not None and (len(descr) != 1
+                              or tuple(descr[0]) != ("", typestr)):
+        warnings.warn(f"{what}: ignoring 'descr' {descr!r}; the typestr "
+                      f"{typestr!r} describes the items", RuntimeWarning,
                       stacklevel=4)
     if not isinstance(shape, tuple) or not (strides is None
                                             or isinstance(strides, tuple)):
@@ -364,8 +365,12 @@ def _cuda_interface_array(obj, name):
         raise BufferError(f"{name}: {type(obj).__name__} is in CUDA device "
                           "memory; gloocy moves host memory only (copy it to "
                           "the host first)")
-    host = {"shape": (int(np.prod(shape)),), "typestr": _NATIVE + typestr[1:]
-            if dtype.itemsize > 1 else "|" + typestr[1:],
+    count, typestr = int(np.prod(shape)), (_NATIVE + typestr[1:]
+                                           if dtype.itemsize > 1
+                                           else "|" + typestr[1:])
+    if dtype.kind == "V":           # opaque items: their bytes (as mpi4py)
+        count, typestr = count * dtype.itemsize, "|u1"
+    host = {"shape": (count,), "typestr": typestr,
             "data": (address, bool(readonly)), "version": 3}
     return np.asarray(_HostArray(host, obj))
 
@@ -615,6 +620,9 @@ def message(spec, *, name, readonly=False, allow_in_place=False, blocks=1):
         return Message(np.zeros(0, datatype.np_dtype), 0, datatype)
     extent = datatype.extent
     displ = 0 if displ is None else _nonnegative(displ, name, "displacement")
+    if displ and extent <= 0:
+        raise ValueError(f"{name}: cannot place items at displacement "
+                         f"{displ}: the datatype's extent is {extent}")
     if displ * extent > mem.size:
         raise ValueError(f"{name}: displacement {displ} is past the end of "
                          f"the buffer ({mem.size} bytes)")
@@ -707,17 +715,26 @@ def vector_message(spec, size, *, name, readonly=False):
 
 def w_blocks(spec, size, *, name, readonly=False):
     """(uint8 memory, [(count, byte displacement, datatype)] per rank) of an
-    Alltoallw spec: [buf, (counts, displs), datatypes] or [buf, counts,
-    displs, datatypes]; displacements are in bytes, each rank's block has
-    its own datatype."""
-    if not isinstance(spec, (list, tuple)) or len(spec) not in (3, 4):
+    Alltoallw spec: [buf, (counts, displs), datatypes], [buf, counts,
+    displs, datatypes] or [buf, datatypes]; displacements are in bytes, each
+    rank's block has its own datatype. Without counts and displacements
+    (both None, or the two-item form) every block is one item at byte 0,
+    as in mpi4py."""
+    if not isinstance(spec, (list, tuple)):
         raise TypeError(f"{name}: expected [buffer, (counts, displs), datatypes] "
                         f"or [buffer, counts, displs, datatypes], got {spec!r}")
-    if len(spec) == 3:
+    if len(spec) not in (2, 3, 4):
+        raise ValueError(f"{name}: expected 2 to 4 items ([buffer, (counts, "
+                         f"displs), datatypes]...), got {len(spec)}")
+    if len(spec) == 2:
+        (buf, datatypes), counts, displs = spec, None, None
+    elif len(spec) == 3:
         buf, pair, datatypes = spec
         counts, displs = _pair(pair, name, "counts, displs")
     else:
         buf, counts, displs, datatypes = spec
+    if counts is None and displs is None and buf is not BOTTOM:
+        counts, displs = [1] * size, [0] * size
     counts = _per_rank(counts, size, name, "counts")
     displs = _per_rank(displs, size, name, "displs")
     if counts is None or displs is None:

@@ -9,8 +9,8 @@ core moves; the Context's entry points are called in C.
 
 from libc.stdint cimport int64_t, uint32_t
 from libc.string cimport memcpy
-from cpython.object cimport Py_TPFLAGS_HEAPTYPE, PyObject, PyTypeObject
-from cpython.type cimport PyType_HasFeature
+from cpython.object cimport Py_TPFLAGS_HEAPTYPE, PyObject, PyTypeObject, newfunc
+from cpython.type cimport PyType_HasFeature, PyType_Modified
 
 from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
                            DT_BYTES, DT_INT64)
@@ -382,6 +382,30 @@ class _NullContext:
         raise ArgumentError("communicator: COMM_NULL (or freed) cannot be "
                             "used", ERR_COMM)
 
+
+# -- one allocator for every communicator class -----------------------------
+# mpi4py's subclassing idiom allocates a subclass with its base's __new__:
+# Comm.__new__(cls, comm) with cls a Python subclass of Intercomm, as
+# mpi4py's util.pkl5 does. Python allows it only when cls's nearest class
+# of ours has Comm's tp_new, and each class here has its own (its C fields
+# and vtable). So they all get _comm_tp_new, which allocates with the own
+# tp_new of the class of ours that cls derives from.
+
+cdef dict _OWN_TP_NEW = {}      # class of ours -> address of its own tp_new
+
+
+cdef object _comm_tp_new(type cls, PyObject *args, PyObject *kwargs):
+    native = _native(cls) if _python_class(cls) else cls
+    cdef Py_ssize_t own = _OWN_TP_NEW[native]
+    return (<newfunc><void *>own)(cls, args, kwargs)
+
+
+for _cls in (Comm, Intracomm, Intercomm, Topocomm, Cartcomm, Graphcomm,
+             Distgraphcomm):
+    _OWN_TP_NEW[_cls] = <Py_ssize_t><void *>(<PyTypeObject *>_cls).tp_new
+    (<PyTypeObject *>_cls).tp_new = <newfunc>_comm_tp_new
+    PyType_Modified(_cls)
+del _cls
 
 _NULL_CONTEXT = _NullContext()
 COMM_NULL = Comm()

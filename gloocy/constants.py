@@ -1,5 +1,9 @@
-"""mpi4py's constants and markers that every layer needs (it imports
-nothing from gloocy, so anything may import it)."""
+"""mpi4py's constants and markers that every layer needs (it imports only
+gloocy.memory's address constants, so anything may import it)."""
+
+# BOTTOM: displacements are absolute addresses; IN_PLACE: the receive buffer
+# is also the send buffer (gloocy.memory imports nothing when it is loaded)
+from gloocy.memory import BOTTOM, IN_PLACE
 
 __all__ = ["ANY_SOURCE", "ANY_TAG", "PROC_NULL", "UNDEFINED", "IN_PLACE",
            "BOTTOM", "COMM_TYPE_SHARED", "COMM_TYPE_HW_GUIDED",
@@ -20,21 +24,3 @@ KEYVAL_INVALID = -1
 TAG_UB = 1681915905               # Get_attr key: the largest tag
 LASTUSEDCODE = 1681915915         # Get_attr key: the last error class/code added
 
-
-class _Marker:
-    """A named singleton that pickles as the module attribute it is."""
-
-    __slots__ = ("_name", "_repr")
-
-    def __init__(self, name, shown):
-        self._name, self._repr = name, shown
-
-    def __repr__(self):
-        return self._repr
-
-    def __reduce__(self):
-        return self._name
-
-
-IN_PLACE = _Marker("IN_PLACE", "gloocy.IN_PLACE")    # the receive buffer is also the send buffer
-BOTTOM = _Marker("BOTTOM", "BOTTOM")      # displacements are absolute addresses

@@ -9,7 +9,10 @@ from libc.stdint cimport int64_t
 
 cdef class Typemap:
     cdef readonly Typemap elem       # the element type's (predefined) Typemap
-    cdef readonly object offsets     # int64 array: byte offset of each element, in typemap order
+    cdef object _offsets             # int64 array: byte offset of each element, in
+                                     # typemap order; None: a run not spelled out yet
+    cdef readonly int64_t run_first, run_step  # a run: element i at byte
+                                     # run_first + i * run_step (O(1) memory)
     cdef public object np            # element NumPy dtype (element types; bfloat16: None until asked)
     cdef readonly int64_t itemsize   # bytes of one element as NumPy stores it
     cdef readonly int64_t elem_size  # MPI's size of one element (pair padding excluded)

@@ -20,7 +20,9 @@ class Typemap:
     byte offsets, with MPI's bounds."""
 
     elem: Typemap
-    offsets: ndarray
+    offsets: ndarray            # spelled out from the run when there is one
+    run_first: int              # a run: element i at run_first + i * run_step
+    run_step: int
     np: dtype | None
     itemsize: int
     elem_size: int
@@ -39,9 +41,11 @@ class Typemap:
     code: str | None
     attr: str | None
 
-    def __init__(self, elem: Typemap, offsets: ndarray, lb: int, ub: int,
-                 true_lb: int, true_ub: int, name: str = ...,
-                 code: str | None = ...) -> None: ...
+    def __init__(self, elem: Typemap, offsets: ndarray | range, lb: int,
+                 ub: int, true_lb: int, true_ub: int, name: str = ...,
+                 code: str | None = ..., align: int = ...) -> None: ...
+    def placement(self) -> ndarray | range: ...
+    def copies_run(self, count: int) -> range | None: ...
 
 
 class Datatype:
@@ -123,6 +127,7 @@ class Datatype:
 
 def from_typecode(code: str) -> Datatype: ...
 def typecode(datatype: Datatype) -> str | None: ...
+def typealign(datatype: Datatype) -> int | None: ...
 
 _typedict: dict[str, Datatype]
 _typedict_c: dict[str, Datatype]

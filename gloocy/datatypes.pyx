@@ -28,8 +28,8 @@ from gloocy import handles as _handles
 from gloocy.attributes import Attributes, create_keyval, free_keyval
 from gloocy.errors import ERR_ARG, ERR_COUNT, ERR_TYPE, ArgumentError
 
-__all__ = ["Datatype", "from_typecode", "typecode", "ORDER_C", "ORDER_F",
-           "ORDER_FORTRAN", "DISTRIBUTE_BLOCK", "DISTRIBUTE_CYCLIC",
+__all__ = ["Datatype", "from_typecode", "typecode", "typealign", "ORDER_C",
+           "ORDER_F", "ORDER_FORTRAN", "DISTRIBUTE_BLOCK", "DISTRIBUTE_CYCLIC",
            "DISTRIBUTE_NONE", "DISTRIBUTE_DFLT_DARG"]
 
 # mpi4py's values
@@ -71,7 +71,14 @@ cdef class Typemap:
 
     def __init__(self, Typemap elem, offsets, lb, ub, true_lb, true_ub,
                  name="", code=None, align=0):
-        self.elem, self.offsets = elem, offsets
+        """offsets: an int64 array, or a range of byte offsets (a run,
+        kept as its first offset and step however many elements it has)."""
+        self.elem = elem
+        if isinstance(offsets, range):
+            self._offsets, self.n = None, len(offsets)
+            self.run_first, self.run_step = offsets.start, offsets.step
+        else:
+            self._offsets, self.n = offsets, offsets.size
         self.align = align or elem.align
         self.np, self.attr = None, None
         self.itemsize, self.elem_size = elem.itemsize, elem.elem_size
@@ -79,19 +86,62 @@ cdef class Typemap:
         self.true_lb, self.true_ub = true_lb, true_ub
         self.name, self.code = name, code
         self.committed = False      # derived types need Commit() before use
-        self.n = offsets.size
         self._layout()
+
+    @property
+    def offsets(self):
+        """The byte offset of each element, in typemap order (a run is
+        spelled out each time it is asked, and kept a run: only packing a
+        sparse layout asks, at a cost in proportion to the data)."""
+        if self._offsets is None:
+            _check_elements(self.n)
+            return (self.run_first
+                    + np.arange(self.n, dtype=np.int64) * self.run_step)
+        return self._offsets
+
+    def placement(self):
+        """The offsets as Typemap() takes them: a range for a run (O(1)),
+        else the array."""
+        if self._offsets is not None:
+            return self._offsets
+        step = self.run_step or 1   # (a range's step is never 0)
+        return range(self.run_first, self.run_first + self.n * step, step)
+
+    def copies_run(self, int64_t count):
+        """The range of offsets of `count` copies of this typemap, one
+        extent apart from byte 0, when they make one run; else None."""
+        cdef int64_t extent = self.ub - self.lb
+        if self._offsets is not None or count <= 0 or self.n == 0:
+            return None
+        if count == 1:
+            return self.placement()
+        if self.n == 1 and extent != 0:
+            return range(self.run_first, self.run_first + count * extent,
+                         extent)
+        if self.run_step != 0 and self.n * self.run_step == extent:
+            return range(self.run_first,
+                         self.run_first + count * self.n * self.run_step,
+                         self.run_step)
+        return None
 
     cdef _layout(self):
         """What follows from the offsets and bounds."""
-        cdef int64_t n = self.n, k = self.itemsize
-        self.data_lb, self.data_ub = ((int(self.offsets.min()),
-                                       int(self.offsets.max()) + k)
-                                      if n else (0, 0))
+        cdef int64_t n = self.n, k = self.itemsize, last
+        cdef bint dense
+        self.data_lb = self.data_ub = 0
+        if self._offsets is None:
+            last = (n - 1) * self.run_step
+            if n:
+                self.data_lb = self.run_first + min(0, last)
+                self.data_ub = self.run_first + max(0, last) + k
+            dense = self.run_first == 0 and (n == 1 or self.run_step == k)
+        else:
+            if n:
+                self.data_lb = int(self._offsets.min())
+                self.data_ub = int(self._offsets.max()) + k
+            dense = np.array_equal(self._offsets, np.arange(n) * k)
         # Dense: packing any number of items is a no-op.
-        self.contiguous = n == 0 or (
-            self.ub - self.lb == n * k
-            and np.array_equal(self.offsets, np.arange(n) * k))
+        self.contiguous = n == 0 or (self.ub - self.lb == n * k and dense)
         self.core = self.elem.core if self.elem is not None else -1
         self.dense = (self.core if self.contiguous and n > 0 and self.lb == 0
                       else -1)
@@ -99,7 +149,7 @@ cdef class Typemap:
     def __reduce__(self):
         if self.attr:           # predefined: unpickle to this module's handle
             return _predefined_handle, (self.attr,)
-        return _typemap, (self.elem, self.offsets, self.lb, self.ub,
+        return _typemap, (self.elem, self.placement(), self.lb, self.ub,
                           self.true_lb, self.true_ub, self.name, self.code,
                           self.align, self.recipe, self.committed)
 
@@ -121,8 +171,7 @@ cdef Typemap _predefined(attr, mpi_name, np_dtype, code, size=None,
     h.committed = True
     h.itemsize = np_dtype.itemsize if np_dtype is not None else 2
     h.align = np_dtype.alignment if np_dtype is not None else 2
-    h.offsets = np.zeros(1, np.int64)
-    h.n = 1
+    h.run_first, h.run_step, h.n = 0, h.itemsize, 1   # a run of one
     h.lb, h.ub, h.true_lb = 0, h.itemsize, 0
     h.elem_size = h.itemsize if size is None else size
     h.true_ub = h.itemsize if true_ub is None else true_ub
@@ -193,8 +242,7 @@ cdef class Datatype:
             return NotImplemented
         return self._h is not (<Datatype>other)._h
 
-    def __hash__(self):
-        return id(self._h)
+    __hash__ = None               # as mpi4py's handles
 
     def __bool__(self):
         return self._h is not None
@@ -423,8 +471,8 @@ cdef class Datatype:
 
     def Dup(self):
         h = _handle(self)
-        dup = Typemap(h.elem, h.offsets, h.lb, h.ub, h.true_lb, h.true_ub,
-                      code=h.code, align=h.align)
+        dup = Typemap(h.elem, h.placement(), h.lb, h.ub, h.true_lb,
+                      h.true_ub, code=h.code, align=h.align)
         dup.committed = h.committed
         dup.recipe = (COMBINER_DUP, [], [], [h])
         if h.attrs is not None:
@@ -462,10 +510,12 @@ cdef class Datatype:
     def Create_contiguous(self, count):
         h = _handle(self)
         count = _count(count, "count")
-        _check_elements(count * h.n)
-        return _made(_derive(type(self), [(h, np.arange(count, dtype=np.int64)
-                                              * (h.ub - h.lb))]),
-                     COMBINER_CONTIGUOUS, [], [count], [h])
+        t = _copies(type(self), h, count)
+        if t is None:
+            _check_elements(count * h.n)
+            t = _derive(type(self), [(h, np.arange(count, dtype=np.int64)
+                                      * (h.ub - h.lb))])
+        return _made(t, COMBINER_CONTIGUOUS, [], [count], [h])
 
     def Create_vector(self, count, blocklength, stride):
         """count blocks of blocklength items, block starts `stride` items apart."""
@@ -481,11 +531,16 @@ cdef class Datatype:
         count = _count(count, "count")
         blocklength = _count(blocklength, "blocklength")
         stride = _index(stride, "stride")
-        _check_elements(count * blocklength * h.n)
-        displs = np.arange(count, dtype=np.int64) * stride
-        return _made(_derive(type(self), [(h, _block_starts(
-            displs, [blocklength] * count, h.ub - h.lb))]),
-            COMBINER_HVECTOR, [], [count, blocklength, stride], [h])
+        t = None
+        if count == 1 or stride == blocklength * (h.ub - h.lb):
+            t = _copies(type(self), h, count * blocklength)   # one run
+        if t is None:
+            _check_elements(count * blocklength * h.n)
+            displs = np.arange(count, dtype=np.int64) * stride
+            t = _derive(type(self), [(h, _block_starts(
+                displs, [blocklength] * count, h.ub - h.lb))])
+        return _made(t, COMBINER_HVECTOR, [], [count, blocklength, stride],
+                     [h])
 
     def Create_indexed(self, blocklengths, displacements):
         """Blocks of blocklengths[i] items at displacements[i] items."""
@@ -547,7 +602,7 @@ cdef class Datatype:
         """The same data with lower bound `lb` and extent `extent` (bytes)."""
         h = _handle(self)
         lb, extent = _index(lb, "lb"), _index(extent, "extent")
-        return _made(self._wrap(Typemap(h.elem, h.offsets, lb, lb + extent,
+        return _made(self._wrap(Typemap(h.elem, h.placement(), lb, lb + extent,
                                         h.true_lb, h.true_ub, align=h.align)),
                      COMBINER_RESIZED, [], [lb, extent], [h])
 

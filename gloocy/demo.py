@@ -42,7 +42,9 @@ def allreduce_input(op, rank, n, count, dtype):
     scale = i % 3 + 1
     if op is PROD:                 # bounded at any n: one rank -scale, rest 1
         return np.where(base == 1, -scale, 1).astype(dtype), -scale
-    want = {SUM: scale * (n * (n + 1) // 2), MIN: scale, MAX: scale * n}[op]
+    # ops are unhashable (as mpi4py's): looked up by name
+    want = {SUM.name: scale * (n * (n + 1) // 2), MIN.name: scale,
+            MAX.name: scale * n}[op.name]
     return (base * scale).astype(dtype), want
 
 

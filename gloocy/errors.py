@@ -118,6 +118,19 @@ ERROR_STRINGS = {
     ERR_WIN: "invalid window",
     ERR_SESSION: "invalid session",
     ERR_UNSUPPORTED_OPERATION: "unsupported operation",
+    # MPI-IO (gloocy.mpiio)
+    ERR_FILE: "invalid file handle",
+    ERR_ACCESS: "permission denied",
+    ERR_AMODE: "invalid access mode",
+    ERR_BAD_FILE: "invalid file name",
+    ERR_FILE_EXISTS: "file exists",
+    ERR_NO_SUCH_FILE: "file does not exist",
+    ERR_READ_ONLY: "read-only file or file system",
+    ERR_NO_SPACE: "not enough space",
+    ERR_QUOTA: "quota exceeded",
+    ERR_IO: "I/O error",
+    ERR_UNSUPPORTED_DATAREP: "unsupported data representation",
+    ERR_DUP_DATAREP: "data representation already registered",
 }
 
 

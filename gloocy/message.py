@@ -18,6 +18,7 @@ from gloocy import pickling as _pickling
 
 from gloocy.constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from gloocy.errors import ERR_BUFFER, ERR_REQUEST, GloocyError
+from gloocy.memory import BUFFER_AUTOMATIC, BufferAutomaticType
 
 __all__ = ["Message", "MESSAGE_NULL", "MESSAGE_NO_PROC", "BufferAutomaticType",
            "BUFFER_AUTOMATIC", "BSEND_OVERHEAD", "SendBuffer", "PROCESS_BUFFER"]
@@ -71,8 +72,7 @@ class Message:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self):
-        return object.__hash__(self)
+    __hash__ = None               # as mpi4py's handles
 
     def __bool__(self):
         return self._state != _NULL
@@ -195,24 +195,6 @@ MESSAGE_NO_PROC = Message._no_proc()
 
 BSEND_OVERHEAD = 96     # bytes of the attached buffer each buffered send costs
 
-
-class BufferAutomaticType(int):
-    """BUFFER_AUTOMATIC: attach it to buffer sends without a size limit."""
-
-    def __new__(cls):
-        return int.__new__(cls, 0)
-
-    def __repr__(self):
-        return "BUFFER_AUTOMATIC"
-
-    def __reduce__(self):
-        return "BUFFER_AUTOMATIC"
-
-    def __buffer__(self, flags):
-        return memoryview(b"")
-
-
-BUFFER_AUTOMATIC = BufferAutomaticType()
 
 
 def _readonly(buf):

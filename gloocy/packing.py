@@ -9,9 +9,8 @@ in typemap order, without gaps (bufspec.message gathers and scatters them).
 import numpy as np
 
 from gloocy import bufspec
-from gloocy.constants import BOTTOM
+from gloocy.memory import BottomType, BufferAutomaticType, InPlaceType, buffer
 from gloocy.errors import ArgumentError, ERR_ARG, ERR_TRUNCATE
-from gloocy.memory import buffer
 
 __all__ = ["pack", "unpack", "pack_size", "pack_external", "unpack_external",
            "pack_external_size", "get_address", "aint_add", "aint_diff"]
@@ -214,9 +213,12 @@ def _quad(values, src, dst):
 # -- addresses ---------------------------------------------------------------------
 
 def get_address(location):
-    """The address of location's first byte (BOTTOM and None: 0)."""
-    if location is None or location is BOTTOM:
+    """The address of location's first byte (None: 0; BOTTOM, IN_PLACE,
+    BUFFER_AUTOMATIC: the address they stand for)."""
+    if location is None:
         return 0
+    if isinstance(location, (BottomType, InPlaceType, BufferAutomaticType)):
+        return int(location)
     if isinstance(location, buffer):    # its own (an empty one's may be NULL)
         return location.address
     return int(bufspec._buffer(location, "location", True)[0].ctypes.data)

@@ -71,7 +71,10 @@ class Pickle:
 
     def dumps_oob(self, obj):
         """(stream, buffers): the buffers of at least THRESHOLD bytes inside
-        `obj` travel beside the stream (protocol 5 or more)."""
+        `obj` travel beside the stream (protocol 5 or more), as MPI.buffer
+        objects (mpi4py's type for them)."""
+        # imported here: pickling is imported by the layers gloocy.memory needs
+        from gloocy.memory import buffer
         protocol = DEFAULT_PROTOCOL if self._protocol is None else self._protocol
         if protocol < 0:
             protocol = _std.HIGHEST_PROTOCOL
@@ -81,7 +84,7 @@ class Pickle:
         def aside(picklebuffer):
             view = picklebuffer.raw()
             if view.nbytes >= threshold:
-                buffers.append(view)
+                buffers.append(buffer(view))
                 return False            # out of band
             return True                 # in the stream
 

@@ -35,8 +35,11 @@ RESULT = re.compile(r"^(?:\[(\d+)\]\s*)?(\S+) \(([\w.]+)\).*\.\.\. "
                     r"(ok|FAIL|ERROR|skipped|expected failure|unexpected success)")
 SEVERITY = ["ok", "expected failure", "skipped", "missing", "unexpected success",
             "FAIL", "ERROR"]
-SHIM = '''"""mpi4py's name over gloocy.MPI, to run mpi4py's own tests against it."""
-import importlib
+SHIM = '''"""mpi4py's name over gloocy.MPI, to run mpi4py's own tests against it.
+
+As in mpi4py, importing the package does not import MPI: a program may set
+rc (rc.initialize = False...) first; mpi4py/MPI.py is gloocy.MPI.
+"""
 import sys
 import types
 
@@ -44,8 +47,6 @@ rc = types.SimpleNamespace(initialize=True, threads=True, thread_level="multiple
                            finalize=None, fast_reduce=True, recv_mprobe=True,
                            irecv_bufsz=32768, errors="exception")
 sys.modules["mpi4py.rc"] = rc
-MPI = importlib.import_module("gloocy.MPI")
-sys.modules["mpi4py.MPI"] = MPI
 __version__ = "%s"
 
 
@@ -56,6 +57,13 @@ def get_include():
 def get_config():
     return {}
 ''' % VERSION
+SHIM_MPI = '''"""mpi4py.MPI: gloocy.MPI under mpi4py's name."""
+import sys
+
+import gloocy.MPI
+
+sys.modules[__name__] = gloocy.MPI
+'''
 
 
 def sdist(cache: Path) -> Path:
@@ -80,7 +88,12 @@ def shim(cache: Path, root: Path) -> Path:
         for part in ("util", "futures"):
             shutil.copytree(root / "src" / "mpi4py" / part, package / part,
                             dirs_exist_ok=True)
-        (package / "__init__.py").write_text(SHIM)
+    for name, text in (("__init__.py", SHIM), ("MPI.py", SHIM_MPI)):
+        path = package / name
+        if not path.exists() or path.read_text() != text:
+            fresh = path.with_suffix(".tmp")   # replaced whole: others may be reading
+            fresh.write_text(text)
+            fresh.replace(path)
     return where
 
 

@@ -147,15 +147,31 @@ def test_free_of_constants_and_copies(GM):
     both(GM, facts)
 
 
-def test_file_refuses_clearly(GM):
-    with pytest.raises(NotImplementedError, match="gloocy has no"):
-        GM.File.Open(GM.COMM_SELF, "/dev/null")
-
-
 def test_win_null_refuses_operations(GM):
     with pytest.raises(GM.Exception) as raised:
         GM.WIN_NULL.Fence()
     assert raised.value.Get_error_class() == GM.ERR_WIN
+
+
+def test_file_handles(GM):
+    def facts(M):
+        f = M.File.Open(M.COMM_SELF, "/dev/null")
+        copy = M.File(f)
+        out = [bool(f), copy == f, copy is not f, f != M.FILE_NULL, M.File() == M.FILE_NULL,
+               M.File.fromhandle(f.handle) == f, M.File.f2py(f.py2f()) == f,
+               pickle.loads(pickle.dumps(M.FILE_NULL)) is M.FILE_NULL,
+               f.amode == M.MODE_RDONLY, f.size, f.group_size, f.group_rank, f.atomicity,
+               f.Get_view()[0], f.Get_view()[3], f.Get_type_extent(M.INT),
+               f.Get_byte_offset(3), f.Get_errhandler() == M.ERRORS_RETURN]
+        try:
+            pickle.dumps(f)
+        except ValueError:
+            out.append("ValueError")
+        for _ in range(2):
+            f.free()
+            out.append(bool(f))
+        return out
+    both(GM, facts)
 
 
 # -- Info ------------------------------------------------------------------------
