@@ -63,16 +63,22 @@ THREAD_SINGLE, THREAD_FUNNELED, THREAD_SERIALIZED, THREAD_MULTIPLE = 0, 1, 2, 3
 VERSION, SUBVERSION = 4, 1
 
 
-# -- handles gloocy has only as nulls: Win (gloocy.handles) -------------------
-from gloocy.handles import WIN_NULL, Win  # noqa: E402,F401
+# -- one-sided communication: windows (gloocy.rma) ----------------------------
+from gloocy.rma import WIN_NULL, Win  # noqa: E402,F401
+from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED,  # noqa: E402,F401
+                                  MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOPUT,
+                                  MODE_NOSTORE, MODE_NOSUCCEED, WIN_BASE,
+                                  WIN_CREATE_FLAVOR, WIN_DISP_UNIT, WIN_FLAVOR,
+                                  WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_CREATE,
+                                  WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED,
+                                  WIN_MODEL, WIN_SEPARATE, WIN_SIZE, WIN_UNIFIED)
 # -- MPI-IO (gloocy.mpiio) ---------------------------------------------------
 from gloocy.mpiio import FILE_NULL, File, Register_datarep  # noqa: E402,F401
 from gloocy.session import SESSION_NULL, Session  # noqa: E402,F401
-# MPI-IO's and one-sided access modes (MPICH's numbers), for code that names them.
+# MPI-IO's access modes (MPICH's numbers), for code that names them.
 MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
 MODE_DELETE_ON_CLOSE, MODE_UNIQUE_OPEN, MODE_EXCL, MODE_APPEND = 16, 32, 64, 128
-MODE_SEQUENTIAL, MODE_NOCHECK, MODE_NOSTORE, MODE_NOPUT = 256, 1024, 2048, 4096
-MODE_NOPRECEDE, MODE_NOSUCCEED = 8192, 16384
+MODE_SEQUENTIAL = 256
 SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
 
 
@@ -429,12 +435,6 @@ Lookup_name = _dynamic.lookup_name
 
 
 # MPICH's numbers for names gloocy has no use for, so that code naming them runs
-WIN_BASE, WIN_SIZE, WIN_DISP_UNIT = 1711276033, 1711276035, 1711276037
-WIN_CREATE_FLAVOR = WIN_FLAVOR = 1711276039
-WIN_MODEL = 1711276041
-WIN_FLAVOR_CREATE, WIN_FLAVOR_ALLOCATE, WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED = 1, 2, 3, 4
-WIN_SEPARATE, WIN_UNIFIED = 1, 2
-LOCK_EXCLUSIVE, LOCK_SHARED = 234, 235
 DISPLACEMENT_CURRENT = DISP_CUR = -54278278
 F_SOURCE, F_TAG, F_ERROR, F_STATUS_SIZE = 2, 3, 4, 5
 MAX_PORT_NAME, MAX_INFO_KEY, MAX_INFO_VAL, MAX_OBJECT_NAME = 1024, 255, 1024, 128

@@ -1,9 +1,6 @@
 """Integer handles, as mpi4py's objects have them (``obj.handle``,
-``Class.fromhandle(h)``, ``toint``/``fromint``, ``py2f``/``f2py``), and the
-handle classes gloocy has only as their null objects: ``Win`` (one-sided
-communication) (sessions: gloocy.session; files: gloocy.mpiio). Their
-null handles behave as mpi4py's (compare, pickle, free, subclass); every
-operation raises NotImplementedError saying what gloocy lacks.
+``Class.fromhandle(h)``, ``toint``/``fromint``, ``py2f``/``f2py``), for the
+Python handle classes (Group, Info, Session, Win...).
 
 A handle is a small integer naming an object in this process: 0 is the
 null one, the same number names every copy (``Class(obj)``) of an object.
@@ -14,8 +11,7 @@ from gloocy, so any layer may use it.
 
 import itertools
 
-__all__ = ["handle_of", "object_of", "forget", "Handled", "Win", "WIN_NULL",
-           "HANDLE_SIZE"]
+__all__ = ["handle_of", "object_of", "forget", "Handled", "HANDLE_SIZE"]
 
 HANDLE_SIZE = 8                   # bytes of a handle (what MPI._sizeof says)
 
@@ -90,117 +86,3 @@ def forget(key):
     number = _number_of.pop(key, None)
     if number is not None:
         _object_of.pop(number, None)
-
-
-# -- the null-only handle classes ----------------------------------------------
-
-class _NullHandle:
-    """A handle class of which gloocy has only the null object: it exists,
-    compares, pickles and frees as mpi4py's; operations raise."""
-
-    __slots__ = ("__weakref__",)
-    _what = ""                    # what gloocy lacks, for the messages
-    _null_name = ""               # the null constant's name in this module
-
-    def __new__(cls, handle=None):
-        base = _base(cls)
-        if handle is not None and not isinstance(handle, base):
-            raise TypeError(f"expected a {base.__name__}, got {handle!r}")
-        return object.__new__(cls)
-
-    def __bool__(self):
-        return False
-
-    def __eq__(self, other):
-        if not isinstance(other, _base(type(self))):
-            return NotImplemented
-        return True               # every one of them is the null handle
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None               # as mpi4py's handles
-
-    def __reduce__(self):
-        null = globals()[self._null_name]
-        return self._null_name if self is null else (type(self), (null,))
-
-    def __repr__(self):
-        return f"<{_base(type(self)).__name__} {self._null_name}>"
-
-    @property
-    def handle(self):
-        return 0
-
-    def toint(self):
-        return 0
-
-    py2f = toint
-
-    @classmethod
-    def fromhandle(cls, handle):
-        if int(handle) != 0:
-            raise ValueError(f"handle: {handle} names no {_base(cls).__name__}: "
-                             f"gloocy has {cls._what}")
-        return cls()
-
-    fromint = f2py = fromhandle
-
-    def free(self):
-        """Nothing to free: the null handle."""
-
-    @classmethod
-    def _unsupported(cls, name):
-        raise NotImplementedError(f"{_base(cls).__name__}.{name}: gloocy has "
-                                  f"{cls._what}")
-
-
-def _base(cls):
-    for klass in cls.__mro__:
-        if _NullHandle in klass.__bases__:
-            return klass
-    return cls
-
-
-def _operations(cls, names, classmethods=()):
-    """Give `cls` every name of `names` as an operation that raises
-    NotImplementedError (class methods for `classmethods`)."""
-    def make(name, static):
-        def operation(*args, **kwargs):
-            cls._unsupported(name)
-        operation.__name__ = operation.__qualname__ = name
-        operation.__doc__ = f"Not available: gloocy has {cls._what}."
-        return classmethod(lambda klass, *a, **k: cls._unsupported(name)) \
-            if static else operation
-    for name in names:
-        setattr(cls, name, make(name, False))
-    for name in classmethods:
-        setattr(cls, name, make(name, True))
-    return cls
-
-
-class Win(_NullHandle):
-    """One-sided communication (RMA windows): only WIN_NULL exists."""
-
-    __slots__ = ()
-    _what = "no one-sided communication (MPI windows)"
-    _null_name = "WIN_NULL"
-
-    def Free(self):
-        self._unsupported("Free")
-
-
-_operations(Win, [
-    "Accumulate", "Attach", "Call_errhandler", "Compare_and_swap", "Complete",
-    "Delete_attr", "Detach", "Fence", "Fetch_and_op", "Flush", "Flush_all",
-    "Flush_local", "Flush_local_all", "Get", "Get_accumulate", "Get_attr",
-    "Get_errhandler", "Get_group", "Get_info", "Get_name", "Lock", "Lock_all",
-    "Post", "Put", "Raccumulate", "Rget", "Rget_accumulate", "Rput", "Set_attr",
-    "Set_errhandler", "Set_info", "Set_name", "Shared_query", "Start", "Sync",
-    "Test", "Unlock", "Unlock_all", "Wait", "tomemory"],
-    ["Create", "Allocate", "Allocate_shared", "Create_dynamic",
-     "Create_keyval", "Free_keyval", "Create_errhandler"])
-
-
-WIN_NULL = Win()

@@ -9,7 +9,7 @@ in typemap order, without gaps (bufspec.message gathers and scatters them).
 import numpy as np
 
 from gloocy import bufspec
-from gloocy.memory import BottomType, BufferAutomaticType, InPlaceType
+from gloocy.memory import BottomType, BufferAutomaticType, InPlaceType, buffer
 from gloocy.errors import ArgumentError, ERR_ARG, ERR_TRUNCATE
 
 __all__ = ["pack", "unpack", "pack_size", "pack_external", "unpack_external",
@@ -219,6 +219,8 @@ def get_address(location):
         return 0
     if isinstance(location, (BottomType, InPlaceType, BufferAutomaticType)):
         return int(location)
+    if isinstance(location, buffer):    # its own (an empty one's may be NULL)
+        return location.address
     return int(bufspec._buffer(location, "location", True)[0].ctypes.data)
 
 

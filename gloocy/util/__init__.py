@@ -4,8 +4,8 @@
   (gloocy's own already do: 64-bit lengths, protocol 5, large buffers out
   of band), with ``Request`` and ``Message``;
 * ``dtlib``: NumPy dtypes <-> Datatypes;
-* ``sync``: ``Sequential``, and ``Counter`` and ``Mutex`` served by a
-  thread of the root rank (gloocy has no one-sided windows).
+* ``sync``: ``Sequential``, ``Counter``, ``Mutex``, ``Condition`` and
+  ``Semaphore``, on one-sided windows (MPI.Win).
 """
 
 __all__ = ["pkl5", "dtlib", "sync"]
