@@ -37,3 +37,4 @@ include "_reduce.pxd"         # (call_*) and its algorithms
 include "_gather.pxd"
 include "_node_exchange.pxd"  # node collectives that move blocks
 include "_p2p.pxd"            # send, recv, isend, irecv, probe
+include "_schedule.pxd"       # nonblocking collectives as schedules of steps

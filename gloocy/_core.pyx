@@ -16,6 +16,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBuffer_IsContiguous, PyBUF_FORMAT,
                              PyBUF_STRIDES, PyBUF_WRITABLE)
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.ref cimport Py_INCREF
 
 from gloocy.errors import (ArgumentError, CollectiveTimeout, ContextPoisoned,
                            GloocyError, MismatchError, OpError, PeerLostError,
@@ -47,3 +48,4 @@ include "_gather.pxi"
 include "_p2p.pxi"
 include "_node.pxi"           # through the node segment (one host)
 include "_node_exchange.pxi"
+include "_schedule.pxi"       # nonblocking collectives

@@ -1,6 +1,7 @@
 # Ops as the Communicator meets them: predefined ones are the core's kernels
 # (their code); user ops (Python callables, C functions) are folded here, in
-# rank order, over every rank's input gathered by the core.
+# rank order, over every rank's input gathered by the core (by a schedule,
+# for the nonblocking forms: the fold runs when it is done).
 
 from gloocy.ops cimport Op
 
@@ -95,3 +96,43 @@ cdef object _parse_send(spec):
     """A send buffer spec as bufspec parses it; None for IN_PLACE."""
     return bufspec.message(spec, name="sendbuf", readonly=True,
                            allow_in_place=True)
+
+
+cdef object _start_user(Context ctx, sendbuf, recvbuf, op, root, int upto,
+                        counts):
+    """A nonblocking reduction with a user op: every rank's input is
+    gathered (to root, or to all when root is None) by a schedule, then
+    folded in rank order over ranks [0, upto) when it is done; `counts`:
+    reduce_scatter's blocks (we keep ours)."""
+    at_root = root is None or ctx.rank == root
+    r = bufspec.message(recvbuf, name="recvbuf") if at_root else None
+    s = _parse_send(sendbuf)
+    if r is None and s is None:
+        raise ArgumentError("sendbuf: only the root may reduce in place",
+                            ERR_BUFFER)
+    flat = (r if s is None else s).data
+    blocks = np.empty((ctx.size, flat.size), flat.dtype)
+    sizes = [flat.nbytes] * ctx.size
+    if root is None:
+        h = ctx.iallgatherv(flat, blocks, sizes, None)
+    else:
+        h = ctx.igatherv(flat, blocks if at_root else None, sizes, None, root)
+    return nbc_request(h, (flat, blocks), _folder(ctx.rank, op, blocks, r,
+                                                  upto, counts))
+
+
+def _folder(rank, op, blocks, r, upto, counts):
+    """() -> r = the fold of blocks[:upto] (counts: only our block of it)."""
+    def fold():
+        if r is None or upto == 0:
+            return
+        out = _fold(op, blocks[:upto], r.datatype)
+        if counts is None:
+            r.data[...] = out
+        else:
+            items = r.data.size // r.count if r.count else 1
+            start = sum(counts[:rank]) * items
+            mine = out[start:start + counts[rank] * items]
+            r.data[:mine.size] = mine
+        r.unpack()
+    return fold

@@ -208,6 +208,8 @@ cdef int node_progress(Context ctx) except -1 nogil:
     for i in range(ctx.size):
         if i != ctx.rank:
             (<Pair>ctx._pair_ptrs[i]).progress()
+    if ctx.links.scheds is not NULL:    # a peer may wait for one of ours
+        advance_schedules(ctx.links)
     return 0
 
 

@@ -14,7 +14,7 @@ from cpython.type cimport PyType_HasFeature
 
 from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
                            DT_BYTES, DT_INT64)
-from gloocy.requests cimport p2p_request
+from gloocy.requests cimport nbc_request, p2p_request
 from gloocy._msg cimport Message, memory_buf, message, vector_message
 
 import os
@@ -296,10 +296,10 @@ cdef class Intracomm(Comm):
         return fold_objects(objs[:ctx.rank], op) if ctx.rank else None
 
     def Iscan(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Scan", sendbuf, recvbuf, op)
+        return self._iscan(sendbuf, recvbuf, op, False)
 
     def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Exscan", sendbuf, recvbuf, op)
+        return self._iscan(sendbuf, recvbuf, op, True)
 
     def Scan_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
         return self._persistent("Iscan", sendbuf, recvbuf, op)
