@@ -664,10 +664,10 @@ cdef NbcHandle start_reduce_scatter(Context ctx, object sendbuf,
     cdef int r = ctx.rank, i
     cdef char *acc = h.alloc(total * isz)
     h.copy(acc, sb.ptr, total * isz)
-    if r != 0:
-        h.recv(0, TAG_SCATTER, rb.ptr, lens.v[r] * isz)
     _reduce_tree(h, ctx.size, r, 0, acc, total, total * isz)
-    if r == 0:
+    if r != 0:              # (after the tree's fence, which would wait for it)
+        h.recv(0, TAG_SCATTER, rb.ptr, lens.v[r] * isz)
+    else:
         for i in range(1, ctx.size):
             h.send(i, TAG_SCATTER, acc + offs.v[i] * isz, lens.v[i] * isz)
         h.copy(rb.ptr, acc, lens.v[0] * isz)
