@@ -1,7 +1,7 @@
 # Schedules (_schedule.pxi): a nonblocking collective as a list of steps
 # (sends, receives, waits, local reductions and copies) that the progress
 # engine runs as far as it can on each call, without a thread. Python
-# names: NbcHandle.
+# names: finish_schedules.
 
 # What a step does.
 cdef enum StepKind:

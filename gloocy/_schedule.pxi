@@ -713,3 +713,28 @@ cdef NbcHandle start_scan(Context ctx, object sendbuf, object recvbuf, int op,
     h.launch(KIND_EXSCAN if exclusive else KIND_SCAN, op, rb.dtype, -1,
              rb.count, fn)
     return h
+
+
+def finish_schedules(Context ctx):
+    """Run every unfinished nonblocking collective over ctx's links to its
+    end, each within the timeout (a process that leaves completes what it
+    started, as MPI_Finalize does). A failure poisons the links, as in any
+    call, and ends this quietly: the process is leaving."""
+    cdef Sched *s
+    cdef Context owner
+    cdef Links links = ctx.links
+    while links.scheds is not NULL and not links.failed and not links.closed:
+        s = <Sched *>links.scheds
+        owner = <Context>s.ctx
+        s.c.deadline = now_ns() + <int64_t>min(owner.timeout * 1e9, 4e18)
+        if not links.try_enter():
+            with nogil:
+                links.enter()
+        try:
+            with nogil:
+                _wait_schedule(owner, s)
+        except GloocyError as e:
+            fail(owner, e, &s.c)
+            return
+        finally:
+            links.leave()
