@@ -64,11 +64,15 @@ cdef class _Collectives(_PointToPoint):
         """recvbuf = op(sendbuf of every rank); sendbuf may be IN_PLACE."""
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
-        if code == OP_USER:
-            _reduce_user(ctx, sendbuf, recvbuf, op, None, timeout)
-            return
         cdef Message r = message(recvbuf, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            u = _kernel_op(op, r)
+            if u is None:
+                _reduce_user(ctx, sendbuf, recvbuf, op, None, timeout)
+            else:
+                _reduce_in_core(ctx, s, r, u, False, False, timeout)
+            return
         if op is AVG:
             _core.check_floating(r.buf)
         ctx.allreduce(None if s is None else s.buf, r.buf, code, timeout,
@@ -83,15 +87,21 @@ cdef class _Collectives(_PointToPoint):
         elsewhere; the root's sendbuf may be IN_PLACE."""
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
-        if code == OP_USER:
-            _reduce_user(ctx, sendbuf, recvbuf, op, root, timeout)
-            return
         cdef bint at_root = ctx.rank == root
         cdef Message r = message(recvbuf, "recvbuf") if at_root else None
         cdef Message s = message(sendbuf, "sendbuf", True, True)
         if r is None and s is None:
             raise ArgumentError("sendbuf: only the root may reduce in place",
                                 ERR_BUFFER)
+        if code == OP_USER:
+            ctx._check_root(root)
+            # In the core as an allreduce: every rank folds in rank order.
+            u = _kernel_op(op, r if r is not None else s)
+            if u is None:
+                _reduce_user(ctx, sendbuf, recvbuf, op, root, timeout)
+            else:
+                _reduce_in_core(ctx, s, r, u, False, False, timeout)
+            return
         if op is AVG:
             _core.check_floating((r or s).buf)
         ctx.reduce(None if s is None else s.buf, None if r is None else r.buf,
@@ -373,10 +383,11 @@ cdef class _Collectives(_PointToPoint):
             return self._start("Allreduce", sendbuf, recvbuf, op)
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
-        if code == OP_USER:
-            return _start_user(ctx, sendbuf, recvbuf, op, None, ctx.size, None)
         cdef Message r = message(recvbuf, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            return _start_in_core(ctx, s, r, op, False, False, ctx.size,
+                                  sendbuf, recvbuf, None)
         if op is AVG:
             _core.check_floating(r.buf)
         h = ctx.iallreduce(None if s is None else s.buf, r.buf, code)
@@ -388,14 +399,16 @@ cdef class _Collectives(_PointToPoint):
             return self._start("Reduce", sendbuf, recvbuf, op, root)
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
-        if code == OP_USER:
-            return _start_user(ctx, sendbuf, recvbuf, op, root, ctx.size, None)
         cdef bint at_root = ctx.rank == root
         cdef Message r = message(recvbuf, "recvbuf") if at_root else None
         cdef Message s = message(sendbuf, "sendbuf", True, True)
         if r is None and s is None:
             raise ArgumentError("sendbuf: only the root may reduce in place",
                                 ERR_BUFFER)
+        if code == OP_USER:
+            ctx._check_root(root)
+            return _start_in_core(ctx, s, r, op, False, False, ctx.size,
+                                  sendbuf, recvbuf, root)
         if op is AVG:
             _core.check_floating((r or s).buf)
         h = ctx.ireduce(None if s is None else s.buf,
@@ -564,11 +577,12 @@ cdef class _Collectives(_PointToPoint):
         cdef int code = _op_code(op)
         if op is AVG:
             raise TypeError("op: AVG is not defined for scans")
-        if code == OP_USER:
-            return _start_user(ctx, sendbuf, recvbuf, op, None,
-                               ctx.rank if exclusive else ctx.rank + 1, None)
         cdef Message r = message(recvbuf, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            return _start_in_core(ctx, s, r, op, True, exclusive,
+                                  ctx.rank if exclusive else ctx.rank + 1,
+                                  sendbuf, recvbuf, None)
         h = ctx.iscan(None if s is None else s.buf, r.buf, code, exclusive)
         return nbc_request(h, (r, s), _finish(r))
 

@@ -184,6 +184,17 @@ class NbcHandle:
     def test(self) -> bool: ...
 
 
+class UserOp:
+    """A user op as OP_USER's kernel calls it: fold(acc, src) sets
+    acc = acc <op> src on memoryviews of elements of `itemsize` bytes."""
+    def __init__(self, fold: Any, itemsize: int) -> None: ...
+
+
+def set_user_op(op: UserOp | None = None) -> None:
+    """This thread's user op for OP_USER reductions (None: unset, which
+    raises what it raised meanwhile)."""
+
+
 def finish_schedules(ctx: Context) -> None:
     """Run the unfinished nonblocking collectives over ctx's links to the end."""
 

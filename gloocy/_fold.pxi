@@ -1,9 +1,13 @@
 # Ops as the Communicator meets them: predefined ones are the core's kernels
-# (their code); user ops (Python callables, C functions) are folded here, in
-# rank order, over every rank's input gathered by the core (by a schedule,
-# for the nonblocking forms: the fold runs when it is done).
+# (their code); user ops (Python callables, C functions) run in the core too
+# (allreduce, reduce, scan: OP_USER's kernel calls them, _user_ops.pxi),
+# except where the core has no type for the elements or for
+# reduce_scatter: those are folded here, in rank order, over every rank's
+# input gathered by the core (by a schedule, for the nonblocking forms:
+# the fold runs when it is done).
 
 from gloocy.ops cimport Op
+from gloocy._core cimport UserOp
 
 cdef int OP_USER = _core.OP_CODES["user"]
 cdef object AVG = _ops.AVG
@@ -96,6 +100,87 @@ cdef object _parse_send(spec):
     """A send buffer spec as bufspec parses it; None for IN_PLACE."""
     return bufspec.message(spec, name="sendbuf", readonly=True,
                            allow_in_place=True)
+
+
+cdef object _kernel_op(op, Message m):
+    """The core's UserOp running user op `op` on m's elements (acc = acc
+    <op> src, MPI's inoutvec = invec <op> inoutvec), or None where the
+    core has no type for them (the op is then folded after a gather)."""
+    cdef Buf b = m.buf
+    if b.dtype <= 0:
+        return None
+    data = m.data
+    if data.dtype.itemsize != b.itemsize:
+        return None
+    return _core.UserOp(_user_folder(op, data.dtype, m.datatype), b.itemsize)
+
+
+def _user_folder(op, dtype, datatype):
+    def fold(acc, src):
+        left = np.frombuffer(acc, dtype)
+        inout = np.frombuffer(src, dtype).copy()
+        op.fold(left, inout, datatype)
+        left[...] = inout
+    return fold
+
+
+cdef object _reduce_in_core(Context ctx, Message s, Message r, UserOp u,
+                            bint scan, bint exclusive, timeout):
+    """Allreduce (scan: Scan) of s into r (s None: in place) with user op
+    u, in the core; r None: a reduce's non-root, into scratch."""
+    cdef Buf rb
+    room = None
+    if r is None:
+        room, rb = _scratch_like(s.buf)
+    else:
+        rb = r.buf
+    _core.set_user_op(u)
+    try:
+        if scan:
+            ctx.scan(None if s is None else s.buf, rb, OP_USER, exclusive,
+                     timeout)
+        else:
+            ctx.allreduce(None if s is None else s.buf, rb, OP_USER, timeout,
+                          None)
+    finally:
+        _core.set_user_op(None)       # raises what the op raised
+    if r is not None:
+        r.unpack()
+
+
+cdef tuple _scratch_like(Buf b):
+    """(fresh memory for b's elements, a Buf over it typed as b's): keep
+    the first while the second is used."""
+    room = np.empty(b.nbytes, np.uint8)
+    return room, memory_buf(<void *><size_t>room.ctypes.data, b.nbytes,
+                            b.dtype, b.itemsize, "recvbuf")
+
+
+cdef object _start_in_core(Context ctx, Message s, Message r, op, bint scan,
+                           bint exclusive, int upto, sendbuf, recvbuf, root):
+    """Iallreduce (root None), Ireduce (as an allreduce, into scratch off
+    the root) or Iscan with user op `op`, as a schedule in the core; where
+    the core has no type for the elements, gathered and folded (upto: the
+    ranks a scan folds)."""
+    cdef Buf rb
+    u = _kernel_op(op, r if r is not None else s)
+    if u is None:
+        return _start_user(ctx, sendbuf, recvbuf, op,
+                           None if scan else root, upto, None)
+    room = None
+    if r is None:
+        room, rb = _scratch_like(s.buf)
+    else:
+        rb = r.buf
+    _core.set_user_op(u)             # the schedule keeps it
+    try:
+        if scan:
+            h = ctx.iscan(None if s is None else s.buf, rb, OP_USER, exclusive)
+        else:
+            h = ctx.iallreduce(None if s is None else s.buf, rb, OP_USER)
+    finally:
+        _core.set_user_op(None)
+    return nbc_request(h, (s, r, room, rb), _finish(r))
 
 
 cdef object _start_user(Context ctx, sendbuf, recvbuf, op, root, int upto,

@@ -41,6 +41,8 @@ ctypedef struct Sched:
     int state               # SCHED_BUILDING, _RUNNING, _DONE, _FAILED
     void *ctx               # the Context (borrowed: its handle keeps it)
     void **pairs            # its Pair per rank (borrowed likewise)
+    void *user              # OP_USER: its UserOp (its handle keeps it)
+    void *error             # what the user op raised (a reference), or NULL
     Sched *link             # next unfinished schedule of the same Links
 
 
@@ -85,6 +87,7 @@ cdef class NbcHandle:
                     uint64_t count, reduce_fn fn) except -1
     cdef void _free_steps(self) noexcept
     cdef void _finished(self) noexcept
+    cdef int _raise_user_error(self) except -1
     cdef Step *_add(self, int kind) except NULL
     # One attempt to finish (block: until done or the deadline); 1 if done.
     cdef int _step(self, bint block, object timeout) except -1

@@ -15,7 +15,9 @@
 # The algorithms are the simple ones with few rounds: dissemination
 # barrier, binomial trees (bcast, reduce), recursive doubling or the ring
 # (allreduce), direct exchanges (gather, scatter, allgather, alltoall),
-# reduce to rank 0 + scatter (reduce_scatter), Hillis-Steele (scan).
+# reduce to rank 0 + scatter (reduce_scatter), Hillis-Steele (scan); a
+# user op's left fold along the ranks (allreduce, scan: _user_ops.pxi),
+# each reduction step under the schedule's own user op.
 
 
 cdef inline void _sched_unlinked(Sched *s) noexcept nogil:
@@ -29,6 +31,7 @@ cdef int _run(Sched *s) except -1 nogil:
     cdef Step *st
     cdef int64_t i
     cdef int ran = 0
+    cdef bint user
     while s.next < s.nsteps:
         st = &s.steps[s.next]
         if st.kind == STEP_SEND:
@@ -46,11 +49,16 @@ cdef int _run(Sched *s) except -1 nogil:
             if _pending(&s.steps[st.nbytes]):
                 return ran
         elif st.kind == STEP_REDUCE:
+            user = s.user is not NULL
+            if user:                # under this schedule's user op
+                user_swap(&s.user, &s.error)
             if st.tag:              # src <op> dst: src came from lower ranks
                 s.c.fn(st.src, st.dst, st.nbytes)
                 memcpy(st.dst, st.src, st.nbytes * s.c.itemsize)
             else:
                 s.c.fn(st.dst, st.src, st.nbytes)
+            if user:                # (the thread's own back)
+                user_swap(&s.user, &s.error)
         elif st.kind == STEP_COPY:
             memmove(st.dst, st.src, st.nbytes)
         s.next += 1
@@ -145,6 +153,8 @@ cdef class NbcHandle:
             Py_INCREF(self.keep)
             return
         self._free_steps()
+        if self.s.error is not NULL:
+            Py_DECREF(<object>self.s.error)
         free(self.s)
 
     cdef void _free_steps(self) noexcept:
@@ -237,6 +247,11 @@ cdef class NbcHandle:
         """Take the call's sequence number and run what can run now."""
         cdef Context ctx = self.ctx
         cdef Sched *s = self.s
+        if op == OP_USER:           # the current one (set_user_op), kept
+            if gloocy_user_op is NULL:
+                raise OpError("op: a user op's schedule with no user op set")
+            s.user = gloocy_user_op
+            self.keep = (self.keep or []) + [<object>s.user]
         ctx.begin(&s.c, kind, op, dtype, root, count, None)
         try:
             s.c.fn = fn
@@ -257,7 +272,7 @@ cdef class NbcHandle:
         with nogil:
             _run(s)
         if s.state == SCHED_DONE:
-            self._finished()
+            self._finished()        # (_step raises a user op's error)
             return 0
         at = <Sched **>&links.scheds         # last: runs in the order started
         while at[0] is not NULL:
@@ -272,14 +287,26 @@ cdef class NbcHandle:
         self._free_steps()
         self.keep = None
 
+    cdef int _raise_user_error(self) except -1:
+        """What the schedule's user op raised, if it did."""
+        cdef void *e = self.s.error
+        if e is not NULL:
+            self.s.error = NULL
+            error = <object>e
+            Py_DECREF(error)
+            raise error
+        return 0
+
     cdef int _step(self, bint block, object timeout) except -1:
         cdef Context ctx = self.ctx
         cdef Sched *s = self.s
         if self.finished:
+            self._raise_user_error()
             return 1
         if s.state == SCHED_DONE:
             ctx._requests.discard(self)
             self._finished()
+            self._raise_user_error()
             return 1
         ctx.check_usable()
         if s.state != SCHED_RUNNING:
@@ -305,6 +332,7 @@ cdef class NbcHandle:
             return 0
         ctx._requests.discard(self)
         self._finished()
+        self._raise_user_error()
         return 1
 
 
@@ -407,7 +435,7 @@ cdef NbcHandle start_allreduce(Context ctx, object sendbuf, object recvbuf,
     cdef Buf sb = None
     cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
     rb.require_dtype()
-    cdef reduce_fn fn = kernel_for(op, rb.dtype)
+    cdef reduce_fn fn = kernel_of(op, rb.dtype)
     if sendbuf is not None:
         sb = get_buffer(sendbuf, "sendbuf", False)
         _same_layout(sb, rb)
@@ -415,7 +443,9 @@ cdef NbcHandle start_allreduce(Context ctx, object sendbuf, object recvbuf,
     if sb is not None:
         h.copy(rb.ptr, sb.ptr, rb.nbytes)
     if ctx.size > 1:
-        if rb.nbytes >= ctx.small_allreduce and rb.count >= ctx.size:
+        if op == OP_USER:
+            _allreduce_chain(h, ctx, rb.ptr, rb.count, rb.itemsize)
+        elif rb.nbytes >= ctx.small_allreduce and rb.count >= ctx.size:
             _allreduce_ring(h, ctx, rb.ptr, rb.count, rb.itemsize)
         else:
             _allreduce_doubling(h, ctx, rb.ptr, rb.count, rb.itemsize)
@@ -459,6 +489,27 @@ cdef int _allreduce_doubling(NbcHandle h, Context ctx, char *buf,
         level += 1
     if r < 2 * rem:
         h.send(r - 1, TAG_FOLD_OUT, buf, nbytes)
+    return 0
+
+
+cdef int _allreduce_chain(NbcHandle h, Context ctx, char *buf, int64_t count,
+                          int64_t isz) except -1:
+    """A user op's left fold along the ranks, as allreduce_chain."""
+    cdef int n = ctx.size, r = ctx.rank, i
+    cdef int64_t nbytes = count * isz
+    cdef char *tmp
+    if r > 0:
+        tmp = h.alloc(nbytes)
+        h.recv(r - 1, 0, tmp, nbytes)
+        h.fence()
+        h.reduce(buf, tmp, count, True)
+    if r < n - 1:
+        h.send(r + 1, 0, buf, nbytes)
+        h.fence()
+        h.recv(n - 1, 1, buf, nbytes)
+    else:
+        for i in range(n - 1):
+            h.send(i, 1, buf, nbytes)
     return 0
 
 
@@ -685,7 +736,7 @@ cdef NbcHandle start_scan(Context ctx, object sendbuf, object recvbuf, int op,
     rb.require_dtype()
     if sendbuf is not None:
         _same_layout(sb, rb)
-    cdef reduce_fn fn = kernel_for(op, rb.dtype)
+    cdef reduce_fn fn = kernel_of(op, rb.dtype)
     cdef NbcHandle h = _handle(ctx, [sb, rb])
     cdef int n = ctx.size, r = ctx.rank, k = 1
     cdef int64_t nbytes = rb.nbytes
@@ -693,6 +744,20 @@ cdef NbcHandle start_scan(Context ctx, object sendbuf, object recvbuf, int op,
     cdef char *x = h.alloc(nbytes)
     cdef char *tmp = h.alloc(nbytes)
     h.copy(x, sb.ptr, nbytes)
+    if op == OP_USER:                   # a user op's left fold, as scan_chain
+        if r > 0:
+            h.recv(r - 1, 0, tmp, nbytes)
+            h.fence()
+            if exclusive:
+                h.copy(rb.ptr, tmp, nbytes)
+            h.reduce(x, tmp, rb.count, True)
+        if r < n - 1:
+            h.send(r + 1, 0, x, nbytes)
+        if not exclusive:
+            h.copy(rb.ptr, x, nbytes)
+        h.launch(KIND_EXSCAN if exclusive else KIND_SCAN, op, rb.dtype, -1,
+                 rb.count, fn)
+        return h
     while k < n:
         if r + k < n:
             h.send(r + k, step, x, nbytes)

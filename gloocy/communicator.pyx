@@ -272,11 +272,15 @@ cdef class Intracomm(Comm):
         cdef int code = _op_code(op)
         if op is AVG:
             raise TypeError("op: AVG is not defined for scans")
-        if code == OP_USER:
-            _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
-            return
         cdef Message rm = message(recvbuf, "recvbuf")
         cdef Message sm = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            u = _kernel_op(op, rm)
+            if u is None:
+                _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
+            else:
+                _reduce_in_core(ctx, sm, rm, u, True, exclusive, timeout)
+            return
         ctx.scan(None if sm is None else sm.buf, rm.buf, code, exclusive,
                  timeout)
         rm.unpack()
