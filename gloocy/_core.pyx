@@ -49,4 +49,5 @@ include "_p2p.pxi"
 include "_node.pxi"           # through the node segment (one host)
 include "_node_exchange.pxi"
 include "_user_ops.pxi"       # user ops: OP_USER's kernel, the left-fold chain
-include "_schedule.pxi"       # nonblocking collectives
+include "_schedule.pxi"       # nonblocking collectives: running schedules
+include "_schedule_algorithms.pxi"  # ... and their algorithms, as steps

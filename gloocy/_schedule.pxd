@@ -93,7 +93,8 @@ cdef class NbcHandle:
     cdef int _step(self, bint block, object timeout) except -1
 
 
-# Start a nonblocking collective: the bodies of Context.i<name>.
+# Start a nonblocking collective: the bodies of Context.i<name>
+# (_schedule_algorithms.pxi).
 cdef NbcHandle start_barrier(Context ctx)
 cdef NbcHandle start_bcast(Context ctx, object buf, int root)
 cdef NbcHandle start_allreduce(Context ctx, object sendbuf, object recvbuf,
