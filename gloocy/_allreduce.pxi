@@ -16,8 +16,11 @@ cdef object call_allreduce(Context ctx, object sendbuf, object recvbuf, int op,
     cdef Buf sb = None
     cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
     rb.require_dtype()
-    cdef reduce_fn fn = kernel_for(op, rb.dtype)
+    cdef reduce_fn fn = kernel_of(op, rb.dtype)
     cdef int algo = _algorithm("allreduce", algorithm, ctx.env_algorithms)
+    cdef bint chain = op == OP_USER     # a user op's left fold (_user_ops.pxi)
+    if chain:
+        algo = ALGO_RECURSIVE_DOUBLING  # (not the node segment's)
     cdef bint on_node
     if sendbuf is not None:
         sb = get_buffer(sendbuf, "sendbuf", False)
@@ -31,12 +34,14 @@ cdef object call_allreduce(Context ctx, object sendbuf, object recvbuf, int op,
         else:
             algo = pick_allreduce(ctx, rb.count, c.itemsize,
                                   ALGO_AUTO if algo == ALGO_SHM else algo)
-            ctx.last_algorithm = ALGORITHM_NAMES[algo]
+            ctx.last_algorithm = "chain" if chain else ALGORITHM_NAMES[algo]
         with nogil:
             if sb is not None and sb.ptr != rb.ptr:
                 memmove(rb.ptr, sb.ptr, rb.nbytes)
             if on_node:
                 node_allreduce(ctx, &c, rb.ptr, rb.count)
+            elif chain:
+                allreduce_chain(ctx, &c, rb.ptr, rb.count)
             else:
                 run_allreduce(ctx, &c, rb.ptr, rb.count, algo)
         if on_node:

@@ -35,8 +35,8 @@ cdef class _CommBase:
     cdef public bint _predefined  # COMM_WORLD, COMM_SELF: never freed
     cdef public object _errhandler
     cdef public object _info
-    cdef public object _shadow    # Dup running the nonblocking collectives
-    cdef public object _worker
+    cdef public object _shadow    # Dup the worker runs an intercommunicator's
+    cdef public object _worker    # nonblocking collectives (and Idup) on
     cdef public object _attrs     # Attributes (keyvals), made when first needed
     cdef dict _lock_table         # __dict__["_locks"] once made (_comm_lock)
     cdef dict __dict__            # users may hang attributes on a communicator
@@ -381,6 +381,8 @@ cdef class _CommBase:
         ctx = self._ctx
         if ctx is _NULL_CONTEXT:
             return                      # left already (Finalize, then exit)
+        if isinstance(ctx, _core.Context):
+            _core.finish_schedules(ctx)
         self._close()
         if isinstance(ctx, _core.Context):
             ctx.close_all()

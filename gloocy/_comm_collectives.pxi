@@ -1,6 +1,47 @@
 # Collectives: buffers (the core moves them), objects (the pickle layer,
-# _pickled.pxi) and nonblocking (a worker thread runs them over a shadow
-# communicator, see requests).
+# _pickled.pxi) and nonblocking (schedules in the core, _schedule.pxi; an
+# intercommunicator's on a worker thread over a shadow communicator, see
+# requests).
+
+
+cdef class _Finish:
+    """What a nonblocking collective does once its schedule is done: AVG's
+    division, then unpacking into a non-contiguous datatype's memory."""
+    cdef Message r          # the message received into (None: none here)
+    cdef object avg         # AVG: the buffer to divide (None: not AVG)
+    cdef int size           # ... by the number of ranks
+
+    def __call__(self):
+        if self.avg is not None:
+            _core.divide(self.avg, self.size)
+        if self.r is not None:
+            self.r.unpack()
+
+
+cdef _Finish _finish(Message r, object avg=None, int size=1):
+    cdef _Finish f = _Finish.__new__(_Finish)
+    f.r, f.avg, f.size = r, avg, size
+    return f
+
+
+def _alltoallw_packed(sendbuf, recvbuf, n):
+    """Alltoallw's blocks packed for an alltoallv of bytes: (packed,
+    send sizes, room for what comes, receive sizes, () -> unpack it)."""
+    rmem, rblocks = bufspec.w_blocks(recvbuf, n, name="recvbuf")
+    smem, sblocks = (rmem, rblocks) if sendbuf is IN_PLACE else \
+        bufspec.w_blocks(sendbuf, n, name="sendbuf", readonly=True)
+    packed = np.concatenate([d.pack(smem, c, at).view(np.uint8)
+                             for c, at, d in sblocks])
+    ssizes = [c * d.size for c, _, d in sblocks]
+    rsizes = [c * d.size for c, _, d in rblocks]
+    received = np.empty(sum(rsizes), np.uint8)
+
+    def unpack():
+        start = 0
+        for (c, at, d), k in zip(rblocks, rsizes):
+            d.unpack(received[start:start + k].view(d.np_dtype), rmem, c, at)
+            start += k
+    return packed, ssizes, received, rsizes, unpack
 
 
 cdef class _Collectives(_PointToPoint):
@@ -23,11 +64,15 @@ cdef class _Collectives(_PointToPoint):
         """recvbuf = op(sendbuf of every rank); sendbuf may be IN_PLACE."""
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
-        if code == OP_USER:
-            _reduce_user(ctx, sendbuf, recvbuf, op, None, timeout)
-            return
         cdef Message r = message(recvbuf, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            u = _kernel_op(op, r)
+            if u is None:
+                _reduce_user(ctx, sendbuf, recvbuf, op, None, timeout)
+            else:
+                _reduce_in_core(ctx, s, r, u, False, False, timeout)
+            return
         if op is AVG:
             _core.check_floating(r.buf)
         ctx.allreduce(None if s is None else s.buf, r.buf, code, timeout,
@@ -42,15 +87,21 @@ cdef class _Collectives(_PointToPoint):
         elsewhere; the root's sendbuf may be IN_PLACE."""
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
-        if code == OP_USER:
-            _reduce_user(ctx, sendbuf, recvbuf, op, root, timeout)
-            return
         cdef bint at_root = ctx.rank == root
         cdef Message r = message(recvbuf, "recvbuf") if at_root else None
         cdef Message s = message(sendbuf, "sendbuf", True, True)
         if r is None and s is None:
             raise ArgumentError("sendbuf: only the root may reduce in place",
                                 ERR_BUFFER)
+        if code == OP_USER:
+            ctx._check_root(root)
+            # In the core as an allreduce: every rank folds in rank order.
+            u = _kernel_op(op, r if r is not None else s)
+            if u is None:
+                _reduce_user(ctx, sendbuf, recvbuf, op, root, timeout)
+            else:
+                _reduce_in_core(ctx, s, r, u, False, False, timeout)
+            return
         if op is AVG:
             _core.check_floating((r or s).buf)
         ctx.reduce(None if s is None else s.buf, None if r is None else r.buf,
@@ -170,20 +221,11 @@ cdef class _Collectives(_PointToPoint):
         """Alltoallv with a datatype per block and byte displacements
         ([buf, (counts, displs), datatypes]): the blocks travel packed."""
         n = self.Get_remote_size() if self.Is_inter() else self.live().size
-        rmem, rblocks = bufspec.w_blocks(recvbuf, n, name="recvbuf")
-        smem, sblocks = (rmem, rblocks) if sendbuf is IN_PLACE else \
-            bufspec.w_blocks(sendbuf, n, name="sendbuf", readonly=True)
-        packed = np.concatenate([d.pack(smem, c, at).view(np.uint8)
-                                 for c, at, d in sblocks])
-        ssizes = [c * d.size for c, _, d in sblocks]
-        rsizes = [c * d.size for c, _, d in rblocks]
-        received = np.empty(sum(rsizes), np.uint8)
+        packed, ssizes, received, rsizes, unpack = _alltoallw_packed(
+            sendbuf, recvbuf, n)
         self.Alltoallv([packed, (ssizes, _ends(ssizes)), BYTE],
                        [received, (rsizes, _ends(rsizes)), BYTE], timeout=timeout)
-        start = 0
-        for (c, at, d), k in zip(rblocks, rsizes):
-            d.unpack(received[start:start + k].view(d.np_dtype), rmem, c, at)
-            start += k
+        unpack()
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM, *,
                        timeout=None, algorithm=None):
@@ -300,6 +342,8 @@ cdef class _Collectives(_PointToPoint):
         return None if objs is None else fold_objects(objs, op)
 
     # -- nonblocking collectives ---------------------------------------------------
+    # An intracommunicator's start a schedule in the core (see requests);
+    # an intercommunicator's run on the worker (_start).
 
     def _start(self, method, *args, **kwargs):
         """Run collective `method` of the shadow communicator on the worker.
@@ -317,50 +361,230 @@ cdef class _Collectives(_PointToPoint):
             self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
         return self._shadow
 
+    cdef bint _on_worker(self) except -1:
+        """Whether this communicator's nonblocking collectives run on the
+        worker (intercommunicators) rather than as schedules."""
+        return self.Is_inter()
+
     def Ibarrier(self):
-        return self._start("Barrier")
+        if self._on_worker():
+            return self._start("Barrier")
+        return nbc_request(self.live().ibarrier(), None, None)
 
     def Ibcast(self, buf, root=0):
-        return self._start("Bcast", buf, root)
+        if self._on_worker():
+            return self._start("Bcast", buf, root)
+        cdef Context ctx = self.live()
+        cdef Message m = message(buf, "buf", ctx.rank == root)
+        return nbc_request(ctx.ibcast(m.buf, root), m, _finish(m))
 
     def Iallreduce(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Allreduce", sendbuf, recvbuf, op)
+        if self._on_worker():
+            return self._start("Allreduce", sendbuf, recvbuf, op)
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            return _start_in_core(ctx, s, r, op, False, False, ctx.size,
+                                  sendbuf, recvbuf, None)
+        if op is AVG:
+            _core.check_floating(r.buf)
+        h = ctx.iallreduce(None if s is None else s.buf, r.buf, code)
+        return nbc_request(h, (r, s), _finish(r, r.buf if op is AVG else None,
+                                              ctx.size))
 
     def Ireduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0):
-        return self._start("Reduce", sendbuf, recvbuf, op, root)
+        if self._on_worker():
+            return self._start("Reduce", sendbuf, recvbuf, op, root)
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef bint at_root = ctx.rank == root
+        cdef Message r = message(recvbuf, "recvbuf") if at_root else None
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if r is None and s is None:
+            raise ArgumentError("sendbuf: only the root may reduce in place",
+                                ERR_BUFFER)
+        if code == OP_USER:
+            ctx._check_root(root)
+            return _start_in_core(ctx, s, r, op, False, False, ctx.size,
+                                  sendbuf, recvbuf, root)
+        if op is AVG:
+            _core.check_floating((r or s).buf)
+        h = ctx.ireduce(None if s is None else s.buf,
+                        None if r is None else r.buf, code, root)
+        return nbc_request(h, (r, s), _finish(
+            r, r.buf if op is AVG and r is not None else None, ctx.size))
 
     def Iallgather(self, sendbuf, recvbuf):
-        return self._start("Allgather", sendbuf, recvbuf)
+        if self._on_worker():
+            return self._start("Allgather", sendbuf, recvbuf)
+        cdef Context ctx = self.live()
+        cdef Message r = message(recvbuf, "recvbuf", False, False, ctx.size)
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        h = ctx.iallgatherv(None if s is None else s.buf, r.buf,
+                            _blocks(r, ctx.size, "recvbuf"), None)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Iallgatherv(self, sendbuf, recvbuf):
-        return self._start("Allgatherv", sendbuf, recvbuf)
+        if self._on_worker():
+            return self._start("Allgatherv", sendbuf, recvbuf)
+        cdef Context ctx = self.live()
+        cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        h = ctx.iallgatherv(None if s is None else s.buf, r.buf,
+                            r.block_sizes, r.block_offsets)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Igather(self, sendbuf, recvbuf, root=0):
-        return self._start("Gather", sendbuf, recvbuf, root)
+        if self._on_worker():
+            return self._start("Gather", sendbuf, recvbuf, root)
+        cdef Context ctx = self.live()
+        cdef Message r = None
+        sizes = None
+        if ctx.rank == root:
+            r = message(recvbuf, "recvbuf", False, False, ctx.size)
+            sizes = _blocks(r, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        h = ctx.igatherv(None if s is None else s.buf,
+                         None if r is None else r.buf, sizes, None, root)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Igatherv(self, sendbuf, recvbuf, root=0):
-        return self._start("Gatherv", sendbuf, recvbuf, root)
+        if self._on_worker():
+            return self._start("Gatherv", sendbuf, recvbuf, root)
+        cdef Context ctx = self.live()
+        cdef Message r = None
+        if ctx.rank == root:
+            r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        h = ctx.igatherv(None if s is None else s.buf,
+                         None if r is None else r.buf,
+                         None if r is None else r.block_sizes,
+                         None if r is None else r.block_offsets, root)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Iscatter(self, sendbuf, recvbuf, root=0):
-        return self._start("Scatter", sendbuf, recvbuf, root)
+        if self._on_worker():
+            return self._start("Scatter", sendbuf, recvbuf, root)
+        cdef Context ctx = self.live()
+        cdef Message s = None
+        sizes = None
+        if ctx.rank == root:
+            s = message(sendbuf, "sendbuf", True, False, ctx.size)
+            sizes = _blocks(s, ctx.size, "sendbuf")
+        cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
+        h = ctx.iscatterv(None if s is None else s.buf,
+                          None if r is None else r.buf, sizes, None, root)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Iscatterv(self, sendbuf, recvbuf, root=0):
-        return self._start("Scatterv", sendbuf, recvbuf, root)
+        if self._on_worker():
+            return self._start("Scatterv", sendbuf, recvbuf, root)
+        cdef Context ctx = self.live()
+        cdef Message s = None
+        if ctx.rank == root:
+            s = vector_message(sendbuf, ctx.size, "sendbuf", True)
+        cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
+        h = ctx.iscatterv(None if s is None else s.buf,
+                          None if r is None else r.buf,
+                          None if s is None else s.block_sizes,
+                          None if s is None else s.block_offsets, root)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Ialltoall(self, sendbuf, recvbuf):
-        return self._start("Alltoall", sendbuf, recvbuf)
+        if self._on_worker():
+            return self._start("Alltoall", sendbuf, recvbuf)
+        cdef Context ctx = self.live()
+        cdef int size = ctx.size
+        cdef Message r = message(recvbuf, "recvbuf", False, False, size)
+        cdef Message s = message(sendbuf, "sendbuf", True, True, size)
+        rsizes = _blocks(r, size, "recvbuf")
+        ssizes = None if s is None else _blocks(s, size, "sendbuf")
+        h = ctx.ialltoallv(None if s is None else s.buf, ssizes, None, r.buf,
+                           rsizes, None)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Ialltoallv(self, sendbuf, recvbuf):
-        return self._start("Alltoallv", sendbuf, recvbuf)
+        if self._on_worker():
+            return self._start("Alltoallv", sendbuf, recvbuf)
+        cdef Context ctx = self.live()
+        cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
+        cdef Message s = None
+        if sendbuf is not IN_PLACE and sendbuf is not None:
+            s = vector_message(sendbuf, ctx.size, "sendbuf", True)
+        h = ctx.ialltoallv(None if s is None else s.buf,
+                           None if s is None else s.block_sizes,
+                           None if s is None else s.block_offsets,
+                           r.buf, r.block_sizes, r.block_offsets)
+        return nbc_request(h, (r, s), _finish(r))
 
     def Ialltoallw(self, sendbuf, recvbuf):
-        return self._start("Alltoallw", sendbuf, recvbuf)
+        if self._on_worker():
+            return self._start("Alltoallw", sendbuf, recvbuf)
+        packed, ssizes, received, rsizes, unpack = _alltoallw_packed(
+            sendbuf, recvbuf, self.live().size)
+        h = self.live().ialltoallv(packed, ssizes, _ends(ssizes), received,
+                                   rsizes, _ends(rsizes))
+        return nbc_request(h, (packed, received), unpack)
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM):
-        return self._start("Reduce_scatter", sendbuf, recvbuf, recvcounts, op)
+        if self._on_worker():
+            return self._start("Reduce_scatter", sendbuf, recvbuf,
+                               recvcounts, op)
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if recvcounts is None and s is None:   # recvbuf splits evenly
+            counts = [r.count // ctx.size] * ctx.size
+        elif recvcounts is None:
+            every = np.empty(ctx.size, np.int64)
+            ctx.allgatherv(np.array([r.count], np.int64), every,
+                           [8] * ctx.size, None, None, None)
+            counts = every.tolist()
+        else:
+            counts = [int(n) for n in recvcounts]
+        return self._ireduce_scatter(ctx, r, s, counts, op, code)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
+        if self._on_worker():
+            return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        block = r.count // ctx.size if s is None else r.count
+        return self._ireduce_scatter(ctx, r, s, [block] * ctx.size, op, code)
+
+    cdef _ireduce_scatter(self, Context ctx, Message r, Message s,
+                          list counts, op, int code):
+        if code == OP_USER:
+            return _start_user(ctx, IN_PLACE if s is None else s.spec, r.spec,
+                               op, None, ctx.size, counts)
+        items = r.buf.count // r.count if r.count else 1    # elements per item
+        if op is AVG:
+            _core.check_floating(r.buf)
+        h = ctx.ireduce_scatter(None if s is None else s.buf, r.buf,
+                                [n * items for n in counts], code)
+        return nbc_request(h, (r, s), _finish(
+            r, r.data[:counts[ctx.rank] * items] if op is AVG else None,
+            ctx.size))
+
+    cdef _iscan(self, sendbuf, recvbuf, op, bint exclusive):
+        """Iscan and Iexscan (Intracomm's)."""
+        cdef Context ctx = self.live()
+        cdef int code = _op_code(op)
+        if op is AVG:
+            raise TypeError("op: AVG is not defined for scans")
+        cdef Message r = message(recvbuf, "recvbuf")
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            return _start_in_core(ctx, s, r, op, True, exclusive,
+                                  ctx.rank if exclusive else ctx.rank + 1,
+                                  sendbuf, recvbuf, None)
+        h = ctx.iscan(None if s is None else s.buf, r.buf, code, exclusive)
+        return nbc_request(h, (r, s), _finish(r))
 
     # -- persistent collectives (MPI-4): each Start() runs the nonblocking
     # form again, on the buffers' contents of that moment; `info` is

@@ -81,6 +81,19 @@ cdef class Context:
                    algorithm=*)
     cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
                     recvcounts, recvdispls, timeout=*, algorithm=*)
+    # Nonblocking collectives: each starts a schedule (_schedule.pxi) and
+    # returns its NbcHandle; arguments as the blocking ones'.
+    cpdef ibarrier(self)
+    cpdef ibcast(self, buf, int root)
+    cpdef iallreduce(self, sendbuf, recvbuf, int op)
+    cpdef ireduce(self, sendbuf, recvbuf, int op, int root)
+    cpdef iallgatherv(self, sendbuf, recvbuf, counts, displs=*)
+    cpdef igatherv(self, sendbuf, recvbuf, counts, displs, int root)
+    cpdef iscatterv(self, sendbuf, recvbuf, counts, displs, int root)
+    cpdef ialltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
+                     recvcounts, recvdispls)
+    cpdef ireduce_scatter(self, sendbuf, recvbuf, counts, int op)
+    cpdef iscan(self, sendbuf, recvbuf, int op, bint exclusive=*)
     cpdef send(self, buf, int dest, int tag=*, timeout=*, bint sync=*)
     cpdef recv(self, buf, int source=*, int tag=*, timeout=*)
     cpdef isend(self, buf, int dest, int tag=*, bint sync=*)

@@ -282,6 +282,7 @@ cdef class Context:
         cdef Xfer *stale = NULL
         cdef Header *past
         cdef int peer
+        seq = min(seq, schedules_low_seq(self))   # theirs may wait in the stash
         for peer in range(self.size):
             if peer != self.rank:
                 stale = (<Pair>self._pair_ptrs[peer]).find_stale(self.comm_id, seq)
@@ -421,6 +422,42 @@ cdef class Context:
         send, laid out as recvcounts/recvdispls (in place)."""
         return call_alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
                               recvcounts, recvdispls, timeout, algorithm)
+
+    # Nonblocking collectives (start_* in _schedule.pxi): the same
+    # arguments as the blocking ones (no timeout: the request's Wait has
+    # it); each returns an NbcHandle.
+
+    cpdef ibarrier(self):
+        return start_barrier(self)
+
+    cpdef ibcast(self, buf, int root):
+        return start_bcast(self, buf, root)
+
+    cpdef iallreduce(self, sendbuf, recvbuf, int op):
+        return start_allreduce(self, sendbuf, recvbuf, op)
+
+    cpdef ireduce(self, sendbuf, recvbuf, int op, int root):
+        return start_reduce(self, sendbuf, recvbuf, op, root)
+
+    cpdef iallgatherv(self, sendbuf, recvbuf, counts, displs=None):
+        return start_allgatherv(self, sendbuf, recvbuf, counts, displs)
+
+    cpdef igatherv(self, sendbuf, recvbuf, counts, displs, int root):
+        return start_gatherv(self, sendbuf, recvbuf, counts, displs, root)
+
+    cpdef iscatterv(self, sendbuf, recvbuf, counts, displs, int root):
+        return start_scatterv(self, sendbuf, recvbuf, counts, displs, root)
+
+    cpdef ialltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
+                     recvcounts, recvdispls):
+        return start_alltoallv(self, sendbuf, sendcounts, senddispls,
+                               recvbuf, recvcounts, recvdispls)
+
+    cpdef ireduce_scatter(self, sendbuf, recvbuf, counts, int op):
+        return start_reduce_scatter(self, sendbuf, recvbuf, counts, op)
+
+    cpdef iscan(self, sendbuf, recvbuf, int op, bint exclusive=False):
+        return start_scan(self, sendbuf, recvbuf, op, exclusive)
 
     cpdef send(self, buf, int dest, int tag=0, timeout=None, bint sync=False):
         """Send buf's bytes to rank `dest` with `tag` (>= 0); `sync`: return

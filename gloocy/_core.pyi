@@ -132,6 +132,31 @@ class Context:
     def isend(self, buf: _Buffer, dest: int, tag: int = 0) -> P2PHandle: ...
     def irecv(self, buf: _Buffer, source: int = -1,
               tag: int = -1) -> P2PHandle: ...
+    # Nonblocking collectives: schedules run by any progress call.
+    def ibarrier(self) -> NbcHandle: ...
+    def ibcast(self, buf: _Buffer, root: int) -> NbcHandle: ...
+    def iallreduce(self, sendbuf: _Buffer | None, recvbuf: _Buffer,
+                   op: int) -> NbcHandle: ...
+    def ireduce(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
+                op: int, root: int) -> NbcHandle: ...
+    def iallgatherv(self, sendbuf: _Buffer | None, recvbuf: _Buffer,
+                    counts: Sequence[int],
+                    displs: Sequence[int] | None = None) -> NbcHandle: ...
+    def igatherv(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
+                 counts: Sequence[int] | None, displs: Sequence[int] | None,
+                 root: int) -> NbcHandle: ...
+    def iscatterv(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
+                  counts: Sequence[int] | None, displs: Sequence[int] | None,
+                  root: int) -> NbcHandle: ...
+    def ialltoallv(self, sendbuf: _Buffer | None,
+                   sendcounts: Sequence[int] | None,
+                   senddispls: Sequence[int] | None, recvbuf: _Buffer,
+                   recvcounts: Sequence[int],
+                   recvdispls: Sequence[int] | None) -> NbcHandle: ...
+    def ireduce_scatter(self, sendbuf: _Buffer | None, recvbuf: _Buffer,
+                        counts: Sequence[int], op: int) -> NbcHandle: ...
+    def iscan(self, sendbuf: _Buffer | None, recvbuf: _Buffer, op: int,
+              exclusive: bool = False) -> NbcHandle: ...
 
 
 @disjoint_base
@@ -147,6 +172,31 @@ class P2PHandle:
     def wait(self, timeout: float | None = None) -> tuple[int, int, int] | None: ...
     def test(self) -> tuple[int, int, int] | None: ...
     def cancel(self) -> bool: ...
+
+
+@disjoint_base
+class NbcHandle:
+    """A nonblocking collective in flight (a schedule of steps)."""
+
+    @property
+    def done(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> None: ...
+    def test(self) -> bool: ...
+
+
+class UserOp:
+    """A user op as OP_USER's kernel calls it: fold(acc, src) sets
+    acc = acc <op> src on memoryviews of elements of `itemsize` bytes."""
+    def __init__(self, fold: Any, itemsize: int) -> None: ...
+
+
+def set_user_op(op: UserOp | None = None) -> None:
+    """This thread's user op for OP_USER reductions (None: unset, which
+    raises what it raised meanwhile)."""
+
+
+def finish_schedules(ctx: Context) -> None:
+    """Run the unfinished nonblocking collectives over ctx's links to the end."""
 
 
 def apply_c_op(function: int, ctx: int, src: _Buffer, acc: _Buffer,

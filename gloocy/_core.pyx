@@ -16,6 +16,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
                              PyBuffer_IsContiguous, PyBUF_FORMAT,
                              PyBUF_STRIDES, PyBUF_WRITABLE)
 from cpython.exc cimport PyErr_CheckSignals
+from cpython.ref cimport Py_DECREF, Py_INCREF
 
 from gloocy.errors import (ArgumentError, CollectiveTimeout, ContextPoisoned,
                            GloocyError, MismatchError, OpError, PeerLostError,
@@ -47,3 +48,6 @@ include "_gather.pxi"
 include "_p2p.pxi"
 include "_node.pxi"           # through the node segment (one host)
 include "_node_exchange.pxi"
+include "_user_ops.pxi"       # user ops: OP_USER's kernel, the left-fold chain
+include "_schedule.pxi"       # nonblocking collectives: running schedules
+include "_schedule_algorithms.pxi"  # ... and their algorithms, as steps

@@ -9,6 +9,9 @@ ctypedef struct Coll:
     reduce_fn fn            # kernel for (op, dtype), NULL when none
     int64_t itemsize        # bytes per element
 
+# Fill x to move n bytes at buf as step `tag` of call c (not posted yet).
+cdef void prepare_xfer(Coll *c, Xfer *x, uint64_t tag, char *buf,
+                       int64_t n) noexcept nogil
 # Post a send / receive of n bytes to / from our rank `peer`, step `tag`.
 cdef int post_send(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
                    const char *buf, int64_t n) except -1 nogil
@@ -17,7 +20,8 @@ cdef int post_recv(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
 # Drive every pair until `x` (or all `n` of `xs`) is done or the deadline.
 cdef int wait_xfer(Context ctx, Coll *c, Xfer *x) except -1 nogil
 cdef int waitall(Context ctx, Coll *c, Xfer *xs, int64_t n) except -1 nogil
-# Move what the busy pairs can without blocking; 1 if anything moved.
+# Move what the busy pairs can without blocking, and run the links'
+# unfinished schedules on; 1 if anything moved.
 cdef int progress_all(Context ctx) except -1 nogil
 # Between two spins of a wait: let other threads at the links.
 cdef int pause(Context ctx) except -1 nogil

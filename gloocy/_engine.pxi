@@ -1,26 +1,14 @@
 # The progress engine: post a call's transfers, then drive every pair
 # without the GIL until they are done: spin briefly (cheap when ranks <=
 # cores), then block in poll(2) in slices so Ctrl-C and deadlines work.
+# Each drive also runs the unfinished nonblocking collectives of the links
+# on (_schedule.pxi), so any wait makes progress on them.
 # The links' lock is held throughout, and dropped only to sleep or, between
 # spins, to let other threads at the links.
 
 
-cdef int post_send(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
-                   const char *buf, int64_t n) except -1 nogil:
-    x.buf = <char *>buf
-    x.nbytes = n
-    x.done = 0
-    x.hdr = c.proto
-    x.hdr.tag = tag
-    x.hdr.length = <uint64_t>n
-    x.next = NULL
-    x.flags = 0
-    x.state = XFER_POSTED
-    return (<Pair>ctx._pair_ptrs[peer]).post_send(x)
-
-
-cdef int post_recv(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
-                   char *buf, int64_t n) except -1 nogil:
+cdef void prepare_xfer(Coll *c, Xfer *x, uint64_t tag, char *buf,
+                       int64_t n) noexcept nogil:
     x.buf = buf
     x.nbytes = n
     x.done = 0
@@ -30,6 +18,17 @@ cdef int post_recv(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
     x.next = NULL
     x.flags = 0
     x.state = XFER_POSTED
+
+
+cdef int post_send(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
+                   const char *buf, int64_t n) except -1 nogil:
+    prepare_xfer(c, x, tag, <char *>buf, n)
+    return (<Pair>ctx._pair_ptrs[peer]).post_send(x)
+
+
+cdef int post_recv(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
+                   char *buf, int64_t n) except -1 nogil:
+    prepare_xfer(c, x, tag, buf, n)
     return (<Pair>ctx._pair_ptrs[peer]).post_recv(x)
 
 
@@ -44,6 +43,8 @@ cdef int progress_all(Context ctx) except -1 nogil:
             moved |= (<Pair>ctx._pair_ptrs[i]).progress()
             if (<Pair>ctx._pair_ptrs[i]).acks is not NULL:
                 moved |= (<Pair>ctx._pair_ptrs[i]).flush_acks()   # answer Ssends
+    if ctx.links.scheds is not NULL:    # nonblocking collectives run on
+        moved |= advance_schedules(ctx.links)
     if moved and ctx.links.nsleepers:
         ctx.links.wake()
     return moved

@@ -27,6 +27,7 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
         links.error = exc
     links.failed = True
     links.wild_head = links.wild_tail = NULL
+    drop_schedules(links)                   # their transfers are forgotten too
     told = getattr(exc, "_abort", None)     # why, code, culprit, origin, waits
     if first and c is not NULL and isinstance(exc, CollectiveTimeout):
         trace_timeout(ctx, exc, c, told)

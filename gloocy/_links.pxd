@@ -24,6 +24,8 @@ cdef class Links:
     cdef bint failed                  # error is set (readable without the GIL)
     cdef int sleepers[MAX_SLEEPERS]   # eventfds of threads blocked in poll(2)
     cdef int nsleepers
+    cdef void *scheds                 # unfinished nonblocking collectives (Sched
+                                      # list, _schedule.pxd), run by progress_all
     cdef bint contended               # threads have waited for `lock`: spinners
                                       # drop it between spins, sleepers are woken
 

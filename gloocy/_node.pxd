@@ -36,7 +36,8 @@ cdef class Node:
     cdef char *slot(self, int r) noexcept nogil
 
 
-# Move what the pairs can (frames that came or wait to leave).
+# Move what the pairs can (frames that came or wait to leave), and run the
+# unfinished schedules on.
 cdef int node_progress(Context ctx) except -1 nogil
 # A step: wait what our last step left owed (node_ready), then, our slot
 # written, arrive and wait for all (node_step_in) or arrive and go on, the

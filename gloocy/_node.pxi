@@ -211,6 +211,8 @@ cdef int node_progress(Context ctx) except -1 nogil:
             moved |= (<Pair>ctx._pair_ptrs[i]).progress()
     if moved and ctx.links.nsleepers:
         ctx.links.wake()
+    if ctx.links.scheds is not NULL:    # a peer may wait for one of ours
+        advance_schedules(ctx.links)
     return 0
 
 

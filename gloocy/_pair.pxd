@@ -96,5 +96,6 @@ cdef void xfer_append(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil
 cdef bint xfer_unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil
 # Park (stop reading the stream until its receive is posted) rather than stash
 # a large collective frame that arrived early: only when a receive of the same
-# communicator is posted, so that its call is running and will post it.
+# communicator is posted, so that its call is running and will post it; never
+# while nonblocking collectives run (one may need a frame behind it).
 cdef bint should_park(const Header *h, const Xfer *posted) noexcept nogil

@@ -244,8 +244,15 @@ cdef bint xfer_unlink(Xfer **head, Xfer **tail, Xfer *x) noexcept nogil:
     return True
 
 
+# Unfinished nonblocking collectives in this process (_schedule.pxi):
+# while there are, early frames are stashed, never parked (the frame a
+# schedule needs next may sit behind a parked one, from a call that has
+# not started here).
+cdef int64_t schedules_running = 0
+
+
 cdef bint should_park(const Header *h, const Xfer *posted) noexcept nogil:
-    if h.kind == KIND_P2P or h.length <= EAGER_MAX:
+    if h.kind == KIND_P2P or h.length <= EAGER_MAX or schedules_running:
         return False
     while posted is not NULL:
         if posted.hdr.comm_id == h.comm_id and posted.hdr.kind != KIND_P2P:

@@ -106,7 +106,7 @@ cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
     rb.require_dtype()
     if sendbuf is not None:
         _same_layout(sb, rb)
-    cdef reduce_fn fn = kernel_for(op, rb.dtype)
+    cdef reduce_fn fn = kernel_of(op, rb.dtype)
     cdef char *x
     ctx.begin(&c, KIND_EXSCAN if exclusive else KIND_SCAN, op, rb.dtype,
                -1, rb.count, timeout)
@@ -115,7 +115,10 @@ cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
         with nogil:
             x = ctx.work(rb.nbytes)
             memcpy(x, sb.ptr, rb.nbytes)
-            run_scan(ctx, &c, x, rb.count, rb.ptr, exclusive)
+            if op == OP_USER:           # a user op's left fold
+                scan_chain(ctx, &c, x, rb.count, rb.ptr, exclusive)
+            else:
+                run_scan(ctx, &c, x, rb.count, rb.ptr, exclusive)
     except BaseException as e:
         fail(ctx, e, &c)
         raise

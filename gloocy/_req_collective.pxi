@@ -1,5 +1,42 @@
-# Included by requests.pyx: nonblocking collectives, which run in order on
-# a worker thread of their communicator.
+# Included by requests.pyx: nonblocking collectives. An intracommunicator's
+# run as schedules in the core (NbcRequest); the intercommunicators' and
+# the neighbourhood ones, and Idup, run in order on a worker thread of
+# their communicator (CollectiveRequest).
+
+cdef class NbcRequest(Request):
+    """A nonblocking collective running as a schedule in the core: Test
+    runs it on as far as it can go, Wait until it is done; then `after`
+    (unpacking, AVG's division, a user op's fold) runs, once."""
+
+    cdef int _wait(self, status, object timeout) except -1:
+        while not self._h._step(True, timeout):
+            pass
+        return self._finish()
+
+    cdef int _test(self, status) except -1:
+        if not self._h._step(False, None):
+            return 0
+        return self._finish()
+
+    cdef int _finish(self) except -1:
+        if self._after is not None:
+            after, self._after = self._after, None
+            self._keep = None
+            after()
+        return 1
+
+
+cdef NbcRequest nbc_request(NbcHandle h, object keep, object after):
+    cdef NbcRequest r = NbcRequest.__new__(NbcRequest)
+    r._h, r._keep, r._after = h, keep, after
+    r._active = True
+    return r
+
+
+def start_nbc(NbcHandle h, keep=None, after=None):
+    """The Request of schedule `h` (the communicator's I-methods)."""
+    return nbc_request(h, keep, after)
+
 
 cdef class CollectiveRequest(Request):
     """A collective running on the communicator's worker thread."""

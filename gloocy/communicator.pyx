@@ -14,7 +14,7 @@ from cpython.type cimport PyType_HasFeature, PyType_Modified
 
 from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
                            DT_BYTES, DT_INT64)
-from gloocy.requests cimport p2p_request
+from gloocy.requests cimport nbc_request, p2p_request
 from gloocy._msg cimport Message, memory_buf, message, vector_message
 
 import os
@@ -316,11 +316,15 @@ cdef class Intracomm(Comm):
         cdef int code = _op_code(op)
         if op is AVG:
             raise TypeError("op: AVG is not defined for scans")
-        if code == OP_USER:
-            _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
-            return
         cdef Message rm = message(recvbuf, "recvbuf")
         cdef Message sm = message(sendbuf, "sendbuf", True, True)
+        if code == OP_USER:
+            u = _kernel_op(op, rm)
+            if u is None:
+                _scan_user(ctx, sendbuf, recvbuf, op, exclusive, timeout)
+            else:
+                _reduce_in_core(ctx, sm, rm, u, True, exclusive, timeout)
+            return
         ctx.scan(None if sm is None else sm.buf, rm.buf, code, exclusive,
                  timeout)
         rm.unpack()
@@ -340,10 +344,10 @@ cdef class Intracomm(Comm):
         return fold_objects(objs[:ctx.rank], op) if ctx.rank else None
 
     def Iscan(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Scan", sendbuf, recvbuf, op)
+        return self._iscan(sendbuf, recvbuf, op, False)
 
     def Iexscan(self, sendbuf, recvbuf, op=_ops.SUM):
-        return self._start("Exscan", sendbuf, recvbuf, op)
+        return self._iscan(sendbuf, recvbuf, op, True)
 
     def Scan_init(self, sendbuf, recvbuf, op=_ops.SUM, info=None):
         return self._persistent("Iscan", sendbuf, recvbuf, op)

@@ -3,7 +3,7 @@
 
 from libc.stdint cimport int64_t
 
-from gloocy._core cimport Context, P2PHandle
+from gloocy._core cimport Context, NbcHandle, P2PHandle
 
 
 cdef class Request:
@@ -47,6 +47,17 @@ cdef class Prequest(Request):
     cdef object _start              # () -> a new Request running the operation
     cdef Request _req               # the current run, None before Start
     cdef bint _freed
+
+
+cdef class NbcRequest(Request):
+    cdef NbcHandle _h               # the core's schedule
+    cdef object _keep               # what must live until done (Messages)
+    cdef object _after              # () run once done (unpack...), or None
+    cdef int _finish(self) except -1
+
+
+# A nonblocking collective's request on schedule h.
+cdef NbcRequest nbc_request(NbcHandle h, object keep, object after)
 
 
 cdef class CollectiveRequest(Request):

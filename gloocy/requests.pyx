@@ -3,9 +3,12 @@
 
 Point-to-point requests (Isend, Irecv) are transfers posted on the
 communicator's own connections; any wait on the communicator moves them.
-Nonblocking collectives run, in the order they were started, on a worker
-thread of the communicator over a duplicate of it (its own connections), so
-they progress while the caller computes; the idle worker sleeps on a queue.
+An intracommunicator's nonblocking collectives are schedules in the core
+(_schedule.pxi): their steps run whenever anything drives the connections
+(a Test or Wait of any request, a blocking call), as MPI's weak progress.
+Intercommunicators' and neighbourhood collectives (and Idup) still run, in
+the order they were started, on a worker thread of the communicator over a
+duplicate of it; the idle worker sleeps on a queue.
 
 This file holds the base class and the point-to-point kinds; by role:
 _req_persistent.pxi (Prequest, partitioned requests), _req_generalized.pxi
@@ -15,7 +18,7 @@ _req_persistent.pxi (Prequest, partitioned requests), _req_generalized.pxi
 
 from libc.stdint cimport int64_t
 
-from gloocy._core cimport Context, P2PHandle, call_recv_new
+from gloocy._core cimport Context, NbcHandle, P2PHandle, call_recv_new
 from gloocy.status cimport Status
 
 import pickle

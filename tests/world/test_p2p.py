@@ -442,7 +442,8 @@ def nb_expect(name, n, r, k, root):
 
 def r_nonblocking_collectives(comm, k, root):
     """Each nonblocking collective alone (Wait right away), then all of them
-    in flight at once: they finish in issue order, then Waitall."""
+    in flight at once, driven by Test alone (in any order: MPI does not
+    order their completion), then Waitall."""
     one_by_one = {}
     for name, req, buf in nb_calls(comm, k, root):   # one at a time
         req.Wait()
@@ -450,10 +451,8 @@ def r_nonblocking_collectives(comm, k, root):
     calls = nb_start(comm, k, root)
     reqs = [req for _, req, _ in calls]
     snapshots = []
-    deadline = time.monotonic() + 30
-    while not reqs[-1].Test() and time.monotonic() < deadline:
-        # Read the last request first: if requests finish in issue order,
-        # every snapshot is some Trues followed by Falses.
+    deadline = time.monotonic() + 20
+    while not (snapshots and all(snapshots[-1])) and time.monotonic() < deadline:
         snap = [q.Test() for q in reversed(reqs)][::-1]
         if not snapshots or snap != snapshots[-1]:
             snapshots.append(snap)
@@ -495,10 +494,12 @@ def nb_calls(comm, k, root):
 
 
 def r_progress(comm, nbytes, limit):
-    """Start a large Iallreduce, then compute in pure Python, never calling
-    gloocy, until the sum shows in the buffer (or `limit` s pass): the
-    collective moved meanwhile. (seconds of a blocking Allreduce, whether
-    the sum showed before Wait, whether it is right after Wait)."""
+    """Start a large Iallreduce, then compute in pure Python, calling only
+    Test on another request (a receive nothing is sent to) now and then,
+    until the sum shows in the buffer (or `limit` s pass): any progress
+    call moves every outstanding collective (MPI's weak progress). (seconds
+    of a blocking Allreduce, whether the sum showed before Wait, whether it
+    is right after Wait)."""
     comm.Ibarrier().Wait()              # the nonblocking machinery is built
     want = comm.size * (comm.size + 1) / 2
     x = np.full(nbytes // 4, comm.rank + 1, np.float32)
@@ -508,13 +509,17 @@ def r_progress(comm, nbytes, limit):
     x = np.full(nbytes // 4, comm.rank + 1, np.float32)
     comm.Barrier()
     req = comm.Iallreduce(IN_PLACE, x)
+    other = comm.Irecv(bytearray(8), (comm.rank + 1) % comm.size, 77)
     end = time.monotonic() + limit
     shown = False
     while not shown and time.monotonic() < end:
-        for _ in range(10_000):             # Python's own work
+        for _ in range(1_000):              # Python's own work
             pass
+        other.Test()
         shown = bool(x[-1] == want) and bool((x == want).all())
     req.Wait()
+    other.Cancel()
+    other.Wait()
     return blocking, shown, bool((x == want).all())
 
 
@@ -869,10 +874,8 @@ def check_nonblocking(results, size, k, root):
             want = None if want is None else want.tolist()
             assert one_by_one[name] == want, (name, r, "alone")
             assert together[name] == want, (name, r, "in flight together")
-        for snap in snapshots:
-            first_false = snap.index(False) if False in snap else len(snap)
-            assert not any(snap[first_false:]), f"finished out of order: {snap}"
-        assert all(snapshots[-1])
+        # Test alone finished them all (weak progress), before Waitall.
+        assert all(snapshots[-2] if len(snapshots) > 1 else snapshots[-1]), snapshots
 
 
 @pytest.mark.parametrize("size", SIZES)
@@ -895,15 +898,15 @@ def test_nonblocking_collectives_hypothesis(world, data):
 
 @pytest.mark.parametrize("size", [2, 3])
 def test_iallreduce_progresses_while_python_computes(world, size):
-    # 32 MiB takes ~0.1-0.2 s blocking here. Without progress in the
-    # background the sum could only show after Wait: it must show while the
-    # ranks compute (within 30 s, however loaded the machine).
+    # 32 MiB takes ~0.1-0.2 s blocking here. Without progress from other
+    # requests' Tests the sum could only show after its own Wait: it must
+    # show while the ranks compute (within 30 s, however loaded the machine).
     results = world(size).run(r_progress, 32 * 2**20, 30.0, timeout=90)
     for r, (blocking, shown, ok) in enumerate(results):
         assert ok, f"rank {r}: wrong sum"
         assert shown, (f"rank {r}: the sum did not show in 30 s of computing "
-                       f"(a blocking Allreduce took {blocking:.2f} s): no "
-                       f"progress in the background")
+                       f"and testing another request (a blocking Allreduce "
+                       f"took {blocking:.2f} s): no progress from other calls")
 
 
 @pytest.mark.parametrize("size", SIZES)
