@@ -184,8 +184,7 @@ cdef class Request:
         eq = self.__eq__(other)
         return eq if eq is NotImplemented else not eq
 
-    def __hash__(self):
-        return object.__hash__(self)
+    __hash__ = None     # unhashable, as mpi4py's (== compares handles)
 
     def __bool__(self):
         return not self._is_null()
