@@ -34,13 +34,14 @@ def test_allreduce_closed_forms_match_numpy(n):
     # The demo's expected Allreduce results against NumPy folding every
     # rank's input; and no rank's input is already the answer (for n > 1),
     # so a call that did nothing could not pass.
-    ufuncs = {gloocy.SUM: np.add, gloocy.PROD: np.multiply,
-              gloocy.MIN: np.minimum, gloocy.MAX: np.maximum}
+    ufuncs = {op.name: ufunc for op, ufunc in [     # ops are unhashable, as mpi4py's
+        (gloocy.SUM, np.add), (gloocy.PROD, np.multiply),
+        (gloocy.MIN, np.minimum), (gloocy.MAX, np.maximum)]}
     for op in demo.OPS:
         for dtype in (np.float64, np.int32):
             for count in demo.COUNTS:
                 ins = [demo.allreduce_input(op, r, n, count, dtype) for r in range(n)]
-                folded = ufuncs[op].reduce([x for x, _ in ins])
+                folded = ufuncs[op.name].reduce([x for x, _ in ins])
                 for x, want in ins:
                     assert np.array_equal(folded, np.broadcast_to(want, folded.shape))
                     assert n == 1 or not np.array_equal(x, folded), (op, dtype, count)
