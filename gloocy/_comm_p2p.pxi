@@ -58,6 +58,9 @@ cdef object _send_buffer(comm):
     pool = getattr(comm, "_bsend_buffer", None)
     if pool is not None and pool.attached:
         return pool
+    session = getattr(comm, "_session", None)     # Create_from_group's
+    if session and session.get("buffer") and session["buffer"].attached:
+        return session["buffer"]
     return _message.PROCESS_BUFFER
 
 

@@ -299,6 +299,8 @@ cdef class Intracomm(Comm):
                                   timeout=timeout)
         if comm and errhandler is not None:
             comm.Set_errhandler(errhandler)
+        if comm and group._session is not None:
+            comm._session = group._session    # its buffer for buffered sends
         return comm
 
     # -- scans (only within one group) -------------------------------------------

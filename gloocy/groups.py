@@ -15,14 +15,19 @@ IDENT, CONGRUENT, SIMILAR, UNEQUAL = 0, 1, 2, 3
 class Group(_handles.Handled):
     """An ordered set of processes; `me` is ours (None: not known here)."""
 
-    __slots__ = ("_procs", "_me", "_null", "_token", "__weakref__")
+    # _session: the session's state a group of it (and of groups made from
+    # it) belongs to, None for the world's: communicators made from such a
+    # group take the session's buffer for their buffered sends (MPI-4.1)
+    __slots__ = ("_procs", "_me", "_null", "_token", "_session", "__weakref__")
 
     def __init__(self, procs=None, me=None, *, null=False):
         """Group(): GROUP_NULL; Group(group): a second handle on group (equal
         to it); Group(procs, me): the processes `procs` (world ranks)."""
+        self._session = None
         if isinstance(procs, Group):
             self._procs, self._me = procs._procs, procs._me
             self._null, self._token = procs._null, procs._token
+            self._session = procs._session
             return
         if procs is None:
             procs, null = (), null or me is None
@@ -140,7 +145,14 @@ class Group(_handles.Handled):
     # -- helpers ---------------------------------------------------------------
 
     def _new(self, procs):
-        return Group(tuple(procs), self._me)
+        group = Group(tuple(procs), self._me)
+        group._session = self._session
+        return group
+
+    @classmethod
+    def Create_from_session_pset(cls, session, pset_name):
+        """The group of process set `pset_name` of `session` (MPI-4)."""
+        return session.Create_group(pset_name)
 
     def _rank(self, rank):
         rank = int(rank)
@@ -161,22 +173,6 @@ class Group(_handles.Handled):
         if self._null:
             raise ArgumentError("group: GROUP_NULL (or freed) is not a group",
                                 ERR_GROUP)
-
-    def __eq__(self, other):
-        if not isinstance(other, Group):
-            return NotImplemented
-        if self._null or other._null:
-            return self._null == other._null
-        return self._token is other._token or (not self._procs and not other._procs)
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None               # as mpi4py's handles
-
-    def __bool__(self):
-        return not self._null
 
     def __repr__(self):
         return "<Group NULL>" if self._null else f"<Group {list(self._procs)}>"

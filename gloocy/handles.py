@@ -42,12 +42,27 @@ def object_of(number, kind):
 
 class Handled:
     """mpi4py's integer handles for a Python class: ``handle``,
-    ``toint``/``py2f``, ``fromhandle``/``fromint``/``f2py``. The class
-    names an object's identity with ``_key()`` (None: the null object),
-    makes the null object with ``_null_like()`` and a second handle on an
-    object with ``_handle_on(obj)``."""
+    ``toint``/``py2f``, ``fromhandle``/``fromint``/``f2py``, and its
+    comparisons (handles on one object are equal; null ones are false;
+    none hashes). The class names an object's identity with ``_key()``
+    (None: the null object), makes the null object with ``_null_like()``
+    and a second handle on an object with ``_handle_on(obj)``."""
 
     __slots__ = ()
+
+    def __bool__(self):
+        return self._key() is not None
+
+    def __eq__(self, other):
+        if not isinstance(other, self._handle_kind()):
+            return NotImplemented
+        return self._key() == other._key()
+
+    def __ne__(self, other):
+        eq = self.__eq__(other)
+        return eq if eq is NotImplemented else not eq
+
+    __hash__ = None                   # as mpi4py's handles
 
     @property
     def handle(self):

@@ -190,20 +190,6 @@ class Info(_handles.Handled):
         if self._items is not None and self is not INFO_ENV:
             self.Free()
 
-    def __bool__(self):
-        return self._items is not None
-
-    def __eq__(self, other):
-        if not isinstance(other, Info):
-            return NotImplemented
-        return self._items is other._items
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None               # as mpi4py's handles
-
     def __reduce__(self):
         """INFO_NULL and INFO_ENV unpickle as themselves (handles on them as
         such handles); other hints as new hints with the same items."""

@@ -7,7 +7,8 @@ imported, as mpi4py's import initializes MPI; a session adds no connections.
 
 import gloocy
 from gloocy import errhandler as _errhandlers, handles as _handles
-from gloocy.errors import ERR_ARG, ERR_SESSION, GloocyError
+from gloocy import message as _message, requests as _requests
+from gloocy.errors import ERR_ARG, ERR_BUFFER, ERR_SESSION, GloocyError
 from gloocy.info import Info
 
 __all__ = ["Session", "SESSION_NULL"]
@@ -55,17 +56,6 @@ class Session(_handles.Handled):
     def __bool__(self):
         return bool(self._state)
 
-    def __eq__(self, other):
-        if not isinstance(other, Session):
-            return NotImplemented
-        return self._state is other._state or not (self or other)
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None
-
     def __reduce__(self):
         if self:
             raise ValueError("cannot pickle a live Session")
@@ -111,7 +101,38 @@ class Session(_handles.Handled):
     def Create_group(self, pset_name):
         """The group of a process set (mpi://WORLD or mpi://SELF)."""
         world = gloocy._world.Get_group()
+        world._session = self._live()
         return world.Incl(self._members(pset_name))
+
+    # -- buffered sends (MPI-4.1): communicators made from this session's
+    # groups take their room from its buffer, when they have none of their own
+
+    def _buffer(self):
+        state = self._live()
+        if "buffer" not in state:
+            state["buffer"] = _message.SendBuffer("the session")
+        return state["buffer"]
+
+    def Attach_buffer(self, buf):
+        """A buffer for the buffered sends of this session's communicators
+        (None or BUFFER_AUTOMATIC: no limit)."""
+        self._buffer().attach(buf)
+
+    def Detach_buffer(self):
+        """Wait for the buffered sends in flight; the buffer detached."""
+        pool = self._buffer()
+        if not pool.attached:
+            raise GloocyError("Detach_buffer: no buffer attached to the "
+                              "session", ERR_BUFFER)
+        return pool.detach()
+
+    def Flush_buffer(self):
+        """Wait for the buffered sends in flight from the session's buffer."""
+        self._buffer().flush()
+
+    def Iflush_buffer(self):
+        self.Flush_buffer()
+        return _requests.CollectiveRequest._finished()
 
     def _members(self, pset_name):
         self._live()

@@ -125,20 +125,6 @@ class File(DataAccess, _handles.Handled):
 
     # -- mpi4py's object model ----------------------------------------------------
 
-    def __bool__(self):
-        return self._f is not None
-
-    def __eq__(self, other):
-        if not isinstance(other, File):
-            return NotImplemented
-        return self._f is other._f
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None                   # as mpi4py's handles
-
     def __reduce__(self):
         if self._f is not None:
             raise ValueError(f"cannot pickle {self!r}: an open file")

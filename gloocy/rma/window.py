@@ -121,16 +121,8 @@ class Win(buffer, Handled):
     def __bool__(self):
         return self._core is not None and not self._core.freed
 
-    def __eq__(self, other):
-        if not isinstance(other, Win):
-            return NotImplemented
-        return self._core is other._core
-
-    def __ne__(self, other):
-        eq = self.__eq__(other)
-        return eq if eq is NotImplemented else not eq
-
-    __hash__ = None
+    # Handled's, not those of the buffer a window also is
+    __eq__, __ne__, __hash__ = Handled.__eq__, Handled.__ne__, None
 
     def __reduce__(self):
         if self._core is None:

@@ -2,6 +2,7 @@
 
 import pickle
 
+import numpy as np
 import pytest
 
 from gloocy import MPI
@@ -49,3 +50,33 @@ def test_handles_and_pickling():
         pickle.dumps(s)
     s.free()
     assert not s
+
+
+def test_a_sessions_buffer_serves_its_communicators_buffered_sends():
+    s = MPI.Session.Init()
+    group = MPI.Group.Create_from_session_pset(s, "mpi://SELF")
+    assert group.Get_size() == 1
+    comm = MPI.Intracomm.Create_from_group(group)
+    data = np.arange(1000, dtype=np.uint8)
+    with pytest.raises(MPI.Exception) as e:          # no buffer anywhere yet
+        comm.Bsend(data, dest=0)
+    assert e.value.Get_error_class() == MPI.ERR_BUFFER
+    room = bytearray(data.nbytes + MPI.BSEND_OVERHEAD)
+    s.Attach_buffer(room)
+    with pytest.raises(MPI.Exception) as e:          # more than the room
+        comm.Bsend(np.zeros(data.nbytes + 1, np.uint8), dest=0)
+    assert e.value.Get_error_class() == MPI.ERR_BUFFER
+    comm.Bsend(data, dest=0)
+    out = np.empty_like(data)
+    comm.Recv(out, source=0)
+    assert (out == data).all()
+    s.Flush_buffer()
+    s.Iflush_buffer().Wait()
+    assert s.Detach_buffer() is room
+    with pytest.raises(MPI.Exception):
+        s.Detach_buffer()
+    with pytest.raises(MPI.Exception) as e:          # the world's: no buffer
+        MPI.COMM_SELF.Bsend(data, dest=0)
+    assert e.value.Get_error_class() == MPI.ERR_BUFFER
+    comm.Free()
+    s.Finalize()
