@@ -13,7 +13,7 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
 from gloocy._core cimport (Pair, Xfer, Header, HEADER_SIZE, KIND_BYE,
-                           KIND_ABORT, ABORT_MAX, XFER_DONE, XF_HEAP,
+                           KIND_ABORT, ABORT_MAX, XFER_DONE, XF_HEAP, XF_SELF_ONLY,
                            init_header, should_park, check_header,
                            check_frame, check_unmatched, raise_peer_abort,
                            xfer_append, xfer_unlink)
@@ -273,7 +273,17 @@ cdef class StreamPair(Pair):
                 or self.in_x is not NULL)
 
     cdef bint any_source_waits(self) noexcept nogil:
-        return self.wild_head is not NULL and self.wild_head[0] is not NULL
+        """A receive from any rank is posted (one from ourselves only,
+        XF_SELF_ONLY, waits for nothing this peer sends)."""
+        cdef Xfer *w
+        if self.wild_head is NULL:
+            return False
+        w = self.wild_head[0]
+        while w is not NULL:
+            if (w.flags & XF_SELF_ONLY) == 0:
+                return True
+            w = w.next
+        return False
 
     cdef bint expecting(self) noexcept nogil:
         return self.recv_head is not NULL or self.in_x is not NULL

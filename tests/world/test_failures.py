@@ -218,6 +218,28 @@ def test_object_receives_and_probes_name_a_peer_that_died(tmp_path, transport, c
     assert r["after"] < NAMED_WITHIN, r
 
 
+def test_a_receive_from_itself_outlives_a_peer_that_leaves(tmp_path, transport):
+    # A receive from ourselves waits in the any-source list; a peer that
+    # leaves meanwhile sends nothing it waits for, so must not fail it.
+    job = Job(tmp_path, 2, """
+        comm.Barrier()
+        if rank == 1:
+            comm.Free()                       # leaves cleanly, at once
+        else:
+            got = np.zeros(4)
+            t = threading.Thread(target=comm.Recv, args=(got,),
+                                 kwargs=dict(source=0, tag=5))
+            t.start()
+            time.sleep(0.5)                   # rank 1 has left meanwhile
+            comm.Send(np.arange(4.0), dest=0, tag=5)
+            t.join()
+            report(got=got.tolist())
+    """, transport)
+    results = job.results()
+    assert [code for code, _, _ in results] == [0, 0], results
+    assert results[0][1] == [dict(rank=0, got=[0.0, 1.0, 2.0, 3.0])]
+
+
 def _garbage(addr):
     with socket.create_connection(addr, timeout=5) as s:
         s.sendall(os.urandom(200))
