@@ -28,7 +28,7 @@ from hypothesis import given, settings, strategies as st
 
 import gloocy
 from gloocy import IN_PLACE
-from oracle import DTYPES, FLOATS, UFUNCS
+from gloocy.testing.oracle import DTYPES, FLOATS, UFUNCS
 
 # Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
 # puts ranks on two pretend hosts: shared memory within one, TCP across.

@@ -23,7 +23,7 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import IN_PLACE
 
-import harness
+from gloocy.testing.processes import ProcessWorld
 from conftest import TRANSPORT_ENV
 
 TRANSPORTS = ("shm", "tcp", "mix")      # every test runs over each
@@ -521,7 +521,7 @@ def test_meaningless_op_dtype_pairs_raise_type_error(world, size):
 
 
 def test_reduce_avg_int_raises_everywhere_before_sending(transport):
-    with harness.World(3, env=TRANSPORT_ENV[transport], timeout=20) as w:
+    with ProcessWorld(3, env=TRANSPORT_ENV[transport], timeout=20) as w:
         for out, y in w.run(r_reduce_avg_int):
             assert out == ["TypeError", "ok"] and y == [6.0] * 3
 

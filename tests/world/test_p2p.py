@@ -21,7 +21,7 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import ANY_SOURCE, ANY_TAG, IN_PLACE, PROC_NULL, Status
 
-import harness
+from gloocy.testing.processes import ProcessWorld
 from conftest import TRANSPORT_ENV
 
 TRANSPORTS = ("shm", "tcp", "mix")      # every test runs over each
@@ -737,7 +737,7 @@ def test_proc_null(world, size):
 
 
 def test_probe_proc_null_returns_at_once(transport):
-    with harness.World(2, env=TRANSPORT_ENV[transport], timeout=20) as w:
+    with ProcessWorld(2, env=TRANSPORT_ENV[transport], timeout=20) as w:
         for log in w.run(r_probe_proc_null):
             assert log == [("Iprobe", True, PROC_NULL),
                            ("Probe", "returned", PROC_NULL)]
@@ -855,11 +855,11 @@ def test_cancel_object_irecv(world):
 
 def test_truncated_message_is_a_mismatch(transport):
     env = TRANSPORT_ENV[transport]
-    with harness.World(2, env=env, timeout=20) as w:
+    with ProcessWorld(2, env=env, timeout=20) as w:
         out = w.run(r_truncated)
         assert out == [[("self", "MismatchError", True),
                         ("peer", "MismatchError", True)], ["sent"]]
-    with harness.World(2, env=env, timeout=20) as w:
+    with ProcessWorld(2, env=env, timeout=20) as w:
         assert w.run(r_truncated_irecv) == ["MismatchError", "sent"]
 
 
