@@ -285,7 +285,8 @@ class ThreadWorld(World):
         self._store.close()
         if self in open_worlds:
             open_worlds.remove(self)
-        left = grown(self._before, wait=1.0 if busy else 0.5)
+        left = grown(self._before, lambda new: new - _base.open_worlds_resources(),
+                     wait=1.0 if busy else 0.5)
         if left:
             _base.close_leaks.append(f"{self!r}: after close, this process "
                                      f"holds more than before it: {left}")
