@@ -24,7 +24,7 @@ from hypothesis.extra import numpy as hnp
 
 from . import oracle
 
-__all__ = ["world_sizes", "dtypes", "dtype_op_pairs", "edge_values", "arrays",
+__all__ = ["world_sizes", "per_rank", "dtypes", "dtype_op_pairs", "edge_values", "arrays",
            "rank_arrays", "counts", "counts_and_displs", "roots",
            "buffer_specs", "derived_datatypes", "DerivedType",
            "picklable_objects"]
@@ -67,26 +67,32 @@ def edge_values(dtype):
     raise ValueError(f"dtype: no edge values for {dtype}")
 
 
-def _elements(dtype, edge, finite):
+def _elements(dtype, edge, finite, max_abs):
     dtype = np.dtype(dtype)
     kw = {}
-    if dtype.kind in "fc" and finite:
+    if dtype.kind == "f" and (finite or max_abs is not None):
         kw = dict(allow_nan=False, allow_infinity=False)
+    if max_abs is not None and dtype.kind in "iuf":
+        kw.update(min_value=-max_abs if dtype.kind != "u" else 0, max_value=max_abs)
     values = hnp.from_dtype(dtype, **kw)
     if not edge:
         return values
     edges = [v for v in edge_values(dtype)
-             if not finite or np.isfinite(np.asarray(v, dtype=dtype))]
+             if (not (finite or max_abs is not None)
+                 or np.isfinite(np.asarray(v, dtype=dtype)))
+             and (max_abs is None or abs(v) <= max_abs)]
     return st.one_of(values, st.sampled_from(edges))
 
 
-def arrays(dtype, length=st.integers(0, 16), *, edge=True, finite=False):
+def arrays(dtype, length=st.integers(0, 16), *, edge=True, finite=False,
+           max_abs=None):
     """1-d arrays of `dtype` (length an int or a strategy), edge values mixed
-    in when `edge`; `finite` leaves NaN and infinities out."""
+    in when `edge`; `finite` leaves NaN and infinities out; `max_abs` bounds
+    the magnitudes (finite too)."""
     if isinstance(length, int):
         length = st.just(length)
     return length.flatmap(lambda n: hnp.arrays(
-        np.dtype(dtype), n, elements=_elements(dtype, edge, finite)))
+        np.dtype(dtype), n, elements=_elements(dtype, edge, finite, max_abs)))
 
 
 def rank_arrays(size, dtype, length=st.integers(0, 16), **kw):
@@ -95,6 +101,14 @@ def rank_arrays(size, dtype, length=st.integers(0, 16), **kw):
         length = st.just(length)
     return length.flatmap(lambda n: st.lists(arrays(dtype, n, **kw),
                                              min_size=size, max_size=size))
+
+
+def per_rank(values, min_size=1, max_size=8):
+    """A list of one value of `values` per rank, for a world of
+    ``len(list)`` ranks: the world size is drawn with the data, and a failing
+    example shrinks by dropping ranks (better than drawing the size first,
+    which a shrinker cannot lower without redrawing every rank's data)."""
+    return st.lists(values, min_size=min_size, max_size=max_size)
 
 
 def counts(size, max_count=8):
