@@ -99,12 +99,16 @@ def pytest_generate_tests(metafunc):
                              scope="session")
 
 
-@pytest.fixture(scope="session")
-def world(worlds, transport):
-    """world(size, *, backend="processes", **env) -> a live
-    gloocy.testing World with `env` in its ranks' environment (values are
-    turned into strings), over the module's transport(s)."""
-    def get(size, *, backend="processes", **env):
+@pytest.fixture(scope="module")
+def world(worlds, transport, request):
+    """world(size, *, backend=None, **env) -> a live gloocy.testing World
+    with `env` in its ranks' environment (values are turned into strings),
+    over the module's transport(s). The back end: `backend`, else the
+    module's BACKEND ("threads" or "processes", the default)."""
+    default = getattr(request.module, "BACKEND", "processes")
+
+    def get(size, *, backend=None, **env):
+        backend = backend or default
         if backend == "threads" and transport != "mix":
             return worlds.get(size, env, backend="threads", transport=(
                 "tcp" if transport == "tcp" else "shm" if transport == "shm"

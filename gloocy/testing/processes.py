@@ -127,6 +127,11 @@ class ProcessWorld(World):
 
     def _spawn(self):
         env = {**os.environ, **self.env, "GLOOCY_TESTING_RANK_PROCESS": "1"}
+        # The workers import this gloocy, and the test's modules as this
+        # process does (its sys.path: test folders, conftest's folder).
+        here = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = os.pathsep.join(
+            [here] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
         env.pop("PYTEST_CURRENT_TEST", None)
         hosts = int(env.pop(TEST_HOSTS, 0))
         for rank in range(self.size):
@@ -149,7 +154,7 @@ class ProcessWorld(World):
             self._send(rank, ("init", dict(
                 rank=rank, size=self.size, store=self.store_url,
                 secret=self._secret, job=self.job,
-                comm_timeout=self.comm_timeout,
+                comm_timeout=self.comm_timeout, sys_path=list(sys.path),
                 redirects=self._links.redirects(rank) if self._links else {})))
         results = self._collect(list(range(self.size)), self.timeout,
                                 grace=None, what="start-up (gloocy.connect)")
@@ -474,6 +479,7 @@ def _worker(fd):
 
     kind, cfg = pickle.loads(conn.recv_bytes())
     assert kind == "init", kind
+    sys.path[:0] = [p for p in cfg["sys_path"] if p not in sys.path]
     try:
         import gloocy
         from ._current import use_comm
