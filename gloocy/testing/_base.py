@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import atexit
 
-from ._report import args_for, check_ranks
+from ._report import RankError, args_for, check_ranks, failure, ranks_text
 from ._resources import Resources
 from .faults import check_faults
 
@@ -70,6 +70,44 @@ class World:
         ranks = check_ranks(ranks, self.size, repr(self))
         check_faults(faults, self.size)
         return self._call(fn, argmap, ranks, timeout, check, grace, list(faults))
+
+    def link(self, a, b):
+        """The LinkProxy between ranks a and b (see gloocy.testing.faults)."""
+        if self._links is None:
+            raise ValueError("this world has no link_faults")
+        return self._links.get(a, b)
+
+    def _rank_gone(self, rank):
+        return self._dead[rank]
+
+    def _describe(self):
+        return ""
+
+    def _check_usable(self, ranks):
+        """RuntimeError unless every one of `ranks` can take a call."""
+        if self._closed:
+            raise RuntimeError(f"{self!r} is closed")
+        if self._timed_out:
+            raise RuntimeError(f"{self!r} is dead: an earlier call timed out")
+        dead = [r for r in ranks if self._rank_gone(r)]
+        if dead:
+            raise RuntimeError(f"{ranks_text(dead)} of {self!r} are dead")
+
+    def _settle(self, fn, ranks, results, check):
+        """`results` of a call, or RankFailure when some rank failed and
+        `check`; a failure spoils the world (not handed out again)."""
+        errors = {r: e for r, e in zip(ranks, results) if isinstance(e, RankError)}
+        if errors:
+            self._failed = True
+            if check:
+                raise failure(fn, errors, results)
+        return results
+
+    def __repr__(self):
+        state = ("closed" if self._closed else "alive" if self.alive else "dead")
+        env = f" env={self.env}" if self.env else ""
+        return (f"<{type(self).__name__} size={self.size}{self._describe()}"
+                f"{env} {state}>")
 
     @property
     def reusable(self):

@@ -129,3 +129,26 @@ def failure(fn, errors, results):
     return RankFailure(f"{ranks_text(errors)} failed in {fn_name(fn)}:\n"
                        + "".join(e.describe() for e in errors.values()),
                        errors, results)
+
+
+def timeout_text(hung, ranks, results, waited, timeout, grace, what, fate):
+    """The head of a RankTimeout's message: who hung, who finished, what
+    the failed ranks raised; `fate` says what became of the world."""
+    errors = {r: e for r, e in results.items() if isinstance(e, RankError)}
+    text = (f"{ranks_text(hung)} did not finish {what} within {waited:.3g} s "
+            f"(timeout {timeout:g} s"
+            + (f", grace {grace:g} s after a failure" if errors else "")
+            + f"); {fate}.\n")
+    done = [r for r in ranks if r not in hung]
+    if done:
+        text += f"{ranks_text(done)} finished.\n"
+    return text + "".join(e.describe() for e in errors.values()), errors
+
+
+def check_started(world, results):
+    """RankFailure when some rank's gloocy.connect failed."""
+    errors = {r: e for r, e in enumerate(results) if isinstance(e, RankError)}
+    if errors:
+        raise RankFailure(f"{ranks_text(errors)} of {world!r} failed to start:\n"
+                          + "".join(e.describe() for e in errors.values()),
+                          errors, results)

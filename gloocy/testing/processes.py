@@ -54,8 +54,9 @@ from pathlib import Path
 
 from . import _base
 from ._base import DEFAULT_COMM_TIMEOUT, DEFAULT_TIMEOUT, World, open_worlds
-from ._report import (OUTPUT_TAIL, RankError, RankFailure, RankLeak,
-                      RankTimeout, error_payload, failure, fn_name, ranks_text)
+from ._report import (OUTPUT_TAIL, check_started, RankError, RankLeak,
+                      RankTimeout, error_payload, fn_name,
+                      timeout_text)
 from ._resources import LEAK_WAIT, Resources, grown, resources
 from .faults import LinkFaults, wrap
 
@@ -119,11 +120,6 @@ class ProcessWorld(World):
                           timeout=self.timeout) as store:
             return store.get(f"{self.job}/tcp/{rank}").decode()
 
-    def link(self, a, b):
-        """The LinkProxy between ranks a and b (see gloocy.testing.faults)."""
-        if self._links is None:
-            raise ValueError("this world has no link_faults")
-        return self._links.get(a, b)
 
     def _spawn(self):
         env = {**os.environ, **self.env, "GLOOCY_TESTING_RANK_PROCESS": "1"}
@@ -158,12 +154,7 @@ class ProcessWorld(World):
                 redirects=self._links.redirects(rank) if self._links else {})))
         results = self._collect(list(range(self.size)), self.timeout,
                                 grace=None, what="start-up (gloocy.connect)")
-        errors = {r: e for r, e in enumerate(results) if isinstance(e, RankError)}
-        if errors:
-            raise RankFailure(
-                f"{ranks_text(errors)} of a world of {self.size} failed to "
-                "start:\n" + "".join(e.describe() for e in errors.values()),
-                errors, results)
+        check_started(self, results)
         self._failed = False
 
     def _logpath(self, rank):
@@ -204,21 +195,13 @@ class ProcessWorld(World):
         except OSError:
             return ""
 
-    def __repr__(self):
-        state = ("closed" if self._closed else "alive" if self.alive else "dead")
-        env = f" env={self.env}" if self.env else ""
-        return f"<ProcessWorld size={self.size}{env} {state}>"
+    def _rank_gone(self, rank):
+        return self._dead[rank] or self._procs[rank].poll() is not None
 
     # -- calls ---------------------------------------------------------------
 
     def _call(self, fn, argmap, ranks, timeout, check, grace, faults):
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        if self._timed_out:
-            raise RuntimeError(f"{self!r} is dead: an earlier call timed out")
-        dead = [r for r in ranks if self._dead[r] or self._procs[r].poll() is not None]
-        if dead:
-            raise RuntimeError(f"{ranks_text(dead)} of {self!r} are dead")
+        self._check_usable(ranks)
         ref = _module_ref(fn)
         try:
             blobs = {r: pickle.dumps((fn, a, [f for f in faults if f.rank == r]))
@@ -241,12 +224,7 @@ class ProcessWorld(World):
                 + "".join(f"--- rank {r}: {text}\n"
                           for r, text in sorted(self._leaks.items())),
                 results=results)
-        errors = {r: e for r, e in zip(ranks, results) if isinstance(e, RankError)}
-        if errors:
-            self._failed = True
-            if check:
-                raise failure(fn, errors, results)
-        return results
+        return self._settle(fn, ranks, results, check)
 
     def _send(self, rank, msg):
         try:
@@ -276,15 +254,9 @@ class ProcessWorld(World):
             hung = sorted(pending.values())
             waited = time.monotonic() - start
             self._abort_hung(hung)
-            errors = {r: e for r, e in results.items() if isinstance(e, RankError)}
-            text = (f"{ranks_text(hung)} did not finish {what} within "
-                    f"{waited:.3g} s (timeout {timeout:g} s"
-                    + (f", grace {grace:g} s after a failure" if errors else "")
-                    + f"); every rank of the world of {self.size} was killed.\n")
-            done = [r for r in ranks if r not in hung]
-            if done:
-                text += f"{ranks_text(done)} finished.\n"
-            text += "".join(e.describe() for e in errors.values())
+            text, errors = timeout_text(
+                hung, ranks, results, waited, timeout, grace, what,
+                f"every rank of the world of {self.size} was killed")
             for r in hung:
                 text += (f"--- rank {r} (hung) output and stacks:\n"
                          f"{self._log_since(r, offsets[r])[-OUTPUT_TAIL:].rstrip()}\n")

@@ -41,8 +41,8 @@ import traceback
 from . import _base
 from ._base import DEFAULT_TIMEOUT, World, open_worlds
 from ._current import use_comm
-from ._report import (OUTPUT_TAIL, RankError, RankFailure, RankTimeout,
-                      failure, fn_name, ranks_text)
+from ._report import (OUTPUT_TAIL, check_started, RankError, RankTimeout,
+                      fn_name, timeout_text)
 from ._resources import grown, resources
 from .faults import LinkFaults, wrap
 
@@ -115,12 +115,7 @@ class ThreadWorld(World):
         results = self._start(connect, {r: () for r in range(self.size)},
                               list(range(self.size)), self.timeout, None,
                               "start-up (gloocy.connect)", capture=False)
-        errors = {r: e for r, e in enumerate(results) if isinstance(e, RankError)}
-        if errors:
-            raise RankFailure(
-                f"{ranks_text(errors)} of a thread world of {self.size} failed "
-                "to start:\n" + "".join(e.describe() for e in errors.values()),
-                errors, results)
+        check_started(self, results)
 
     # -- properties ----------------------------------------------------------
 
@@ -137,27 +132,13 @@ class ThreadWorld(World):
         """Everything rank printed during its calls."""
         return "".join(self._logs[rank])
 
-    def link(self, a, b):
-        """The LinkProxy between ranks a and b (see gloocy.testing.faults)."""
-        if self._links is None:
-            raise ValueError("this world has no link_faults")
-        return self._links.get(a, b)
-
-    def __repr__(self):
-        state = ("closed" if self._closed else "alive" if self.alive else "dead")
-        env = f" env={self.env}" if self.env else ""
-        return f"<ThreadWorld size={self.size} {self.transport}{env} {state}>"
+    def _describe(self):
+        return f" {self.transport}"
 
     # -- calls ---------------------------------------------------------------
 
     def _call(self, fn, argmap, ranks, timeout, check, grace, faults):
-        if self._closed:
-            raise RuntimeError(f"{self!r} is closed")
-        if self._timed_out:
-            raise RuntimeError(f"{self!r} is dead: an earlier call timed out")
-        dead = [r for r in ranks if self._dead[r]]
-        if dead:
-            raise RuntimeError(f"{ranks_text(dead)} of {self!r} are dead")
+        self._check_usable(ranks)
         before = resources()
 
         def body(comm, rank, *args):
@@ -169,12 +150,7 @@ class ThreadWorld(World):
         self._parent_resources |= resources() - before
         if any(isinstance(f, _kill_type()) for f in faults):
             self._failed = True
-        errors = {r: e for r, e in zip(ranks, results) if isinstance(e, RankError)}
-        if errors:
-            self._failed = True
-            if check:
-                raise failure(fn, errors, results)
-        return results
+        return self._settle(fn, ranks, results, check)
 
     def _start(self, body, argmap, ranks, timeout, grace, what, capture=True):
         """body(comm, rank, *argmap[rank]) in a new thread per rank; the
@@ -228,15 +204,8 @@ class ThreadWorld(World):
 
     def _timeout(self, hung, ranks, results, ordered, waited, timeout, grace, what):
         frames = sys._current_frames()
-        errors = {r: e for r, e in results.items() if isinstance(e, RankError)}
-        text = (f"{ranks_text(hung)} did not finish {what} within {waited:.3g} s "
-                f"(timeout {timeout:g} s"
-                + (f", grace {grace:g} s after a failure" if errors else "")
-                + f"); the thread world of {self.size} is dead.\n")
-        done = [r for r in ranks if r not in hung]
-        if done:
-            text += f"{ranks_text(done)} finished.\n"
-        text += "".join(e.describe() for e in errors.values())
+        text, errors = timeout_text(hung, ranks, results, waited, timeout, grace,
+                                    what, f"the thread world of {self.size} is dead")
         for r in hung:
             frame = frames.get(self._threads[r].ident)
             stack = "".join(traceback.format_stack(frame)) if frame else "(gone)\n"

@@ -27,6 +27,7 @@ from gloocy.testing.processes import ProcessWorld
 from conftest import TRANSPORT_ENV
 
 TRANSPORTS = ("shm", "tcp", "mix")      # every test runs over each
+BACKEND = "threads"     # ranks as threads (the mixed world stays processes)
 SIZES = [1, 2, 3, 4]
 ALGORITHMS = [None, "ring", "recursive_doubling"]
 OPS = {"SUM": gloocy.SUM, "PROD": gloocy.PROD, "MIN": gloocy.MIN,
