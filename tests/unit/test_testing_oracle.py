@@ -57,3 +57,24 @@ def test_ops_for_follows_mpi():
     assert oracle.ops_for("float32") == ["SUM", "PROD", "MIN", "MAX"]
     assert oracle.ops_for("complex64") == ["SUM", "PROD"]
     assert "BXOR" in oracle.ops_for("uint16")
+
+
+def test_defined_pairs_are_what_gloocy_accepts():
+    """The oracle's table (MPI's rules) against the library: a defined pair
+    reduces, any other is refused with OpError before anything is sent."""
+    import gloocy
+    from gloocy.errors import GloocyError
+    comm = gloocy.connect(0, 1, None)
+    try:
+        for dtype in oracle.DTYPES + oracle.COMPLEX:
+            for op in oracle.OPS:
+                x = np.zeros(2, dtype=dtype)
+                try:
+                    comm.Allreduce(gloocy.IN_PLACE, x, op=getattr(gloocy, op))
+                    accepted = True
+                except (GloocyError, ValueError, TypeError) as e:
+                    assert "not defined" in str(e), e
+                    accepted = False
+                assert accepted == oracle.defined(dtype, op), (dtype, op)
+    finally:
+        comm.Free()
