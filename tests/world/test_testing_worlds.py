@@ -164,3 +164,13 @@ def test_thread_ranks_run_concurrently_and_output_goes_back():
         assert w.run(lambda c: c.Barrier() or c.rank) == [0, 1, 2, 3]
     print("after", file=sys.stdout)
     assert not type(sys.stdout).__name__ == "_Router"
+
+
+def test_thread_world_kill_between_calls():
+    with World(3, timeout=20) as w:
+        w.kill(1)
+        assert not w.alive
+        with pytest.raises(RuntimeError, match="rank 1 of .* are dead"):
+            w.run(total, 1)
+        res = w.run(total, 1, ranks=[0, 2], check=False)
+        assert all(e.is_a(PeerLostError) and "rank 1" in e.message for e in res), res
