@@ -25,6 +25,7 @@ from gloocy.testing.processes import ProcessWorld
 from conftest import TRANSPORT_ENV
 
 TRANSPORTS = ("shm", "tcp", "mix")      # every test runs over each
+BACKEND = "threads"     # ranks as threads (the mixed world stays processes)
 SIZES = [1, 2, 3, 4, 5]
 MULTI = [2, 3, 4, 5]            # tests that need a peer
 I8 = np.dtype(np.int64)
