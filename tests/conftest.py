@@ -4,15 +4,15 @@
         w = world(3, GLOOCY_SEGMENT_BYTES=64)    # a live World, cached per (size, env)
         assert w.run(some_module_level_fn, 10) == [...]
 
-The worlds are gloocy.testing's: rank processes by default;
-``world(size, backend="threads", **env)`` gives a world of rank threads
-(over the module's transport; "mix" stays processes: pretend hosts are
-per process). gloocy.testing's pytest plugin (its ``world`` fixture, which
+The worlds are gloocy.testing's: rank processes by default; a module
+that sets ``BACKEND = "threads"`` (or a call ``world(size,
+backend="threads", **env)``) gets worlds of rank threads, over the
+module's transport ("mix" stays processes: pretend hosts are per process). gloocy.testing's pytest plugin (its ``world`` fixture, which
 this one replaces in the suite, and ``@pytest.mark.world``) is loaded
 below when gloocy is not installed (the entry point loads it otherwise).
 
-`world` and `worlds` are session-scoped (usable from hypothesis tests without
-health-check warnings). A world is handed out again only while it is
+`worlds` is session-scoped and `world` module-scoped (both usable from
+hypothesis tests without health-check warnings). A world is handed out again only while it is
 ``reusable``; after a failure, a timeout or a kill the next request starts a
 fresh one. Every test has a hard timeout (default 120 s; per test
 ``@pytest.mark.hard_timeout(seconds)``; globally GLOOCY_TEST_HARD_TIMEOUT)
@@ -85,8 +85,8 @@ TRANSPORT_ENV = {
     "auto": {},                               # shared memory: one host
     "shm": {"GLOOCY_TRANSPORT": "shm"},
     "tcp": {"GLOOCY_TRANSPORT": "tcp"},
-    # Ranks alternate between two pretend hosts (gloocy.testing.processes.TEST_HOSTS): shared
-    # memory between ranks of one, TCP across.
+    # Ranks alternate between two pretend hosts (processes.TEST_HOSTS):
+    # shared memory between ranks of one, TCP across.
     "mix": {TEST_HOSTS: "2"},
 }
 
