@@ -1,11 +1,18 @@
-"""Shared fixtures: cached worlds of rank processes and a hard timeout.
+"""Shared fixtures: cached worlds of ranks (gloocy.testing) and a hard timeout.
 
     def test_sum(world):
         w = world(3, GLOOCY_SEGMENT_BYTES=64)    # a live World, cached per (size, env)
         assert w.run(some_module_level_fn, 10) == [...]
 
-`world` and `worlds` are session-scoped (usable from hypothesis tests without
-health-check warnings). A world is handed out again only while it is
+The worlds are gloocy.testing's: rank processes by default; a module
+that sets ``BACKEND = "threads"`` (or a call ``world(size,
+backend="threads", **env)``) gets worlds of rank threads, over the
+module's transport ("mix" stays processes: pretend hosts are per process). gloocy.testing's pytest plugin (its ``world`` fixture, which
+this one replaces in the suite, and ``@pytest.mark.world``) is loaded
+below when gloocy is not installed (the entry point loads it otherwise).
+
+`worlds` is session-scoped and `world` module-scoped (both usable from
+hypothesis tests without health-check warnings). A world is handed out again only while it is
 ``reusable``; after a failure, a timeout or a kill the next request starts a
 fresh one. Every test has a hard timeout (default 120 s; per test
 ``@pytest.mark.hard_timeout(seconds)``; globally GLOOCY_TEST_HARD_TIMEOUT)
@@ -13,8 +20,8 @@ after which every rank of every world is SIGKILLed and the test fails.
 After every test, open worlds that are no longer ``reusable`` (a rank
 killed, timed out or failed) are closed, so no zombie outlives the test
 that made it. Every test is checked for leaks: in this process by
-`_nothing_leaks`, in the ranks of every world by the harness (see
-harness.py, "Leak checks").
+`_nothing_leaks`, in the ranks of every world by gloocy.testing (see
+gloocy/testing/processes.py).
 """
 
 import os
@@ -25,7 +32,10 @@ import threading
 
 import pytest
 
-import harness
+from gloocy import testing
+from gloocy.testing.processes import TEST_HOSTS
+
+pytest_plugins = ["gloocy.testing.plugin"]
 
 HARD_TIMEOUT = float(os.environ.get("GLOOCY_TEST_HARD_TIMEOUT", "120"))
 
@@ -59,11 +69,12 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def worlds():
-    """The session's cache of worlds (harness.Worlds); all closed at the end."""
-    cache = harness.Worlds()
+    """The session's cache of worlds (gloocy.testing.Worlds, rank processes
+    unless asked otherwise); all closed at the end."""
+    cache = testing.Worlds(backend="processes")
     yield cache
     cache.close()
-    closed, harness.close_leaks[:] = list(harness.close_leaks), []
+    closed, testing.close_leaks[:] = list(testing.close_leaks), []
     assert not closed, "\n".join(closed)
 
 
@@ -74,9 +85,9 @@ TRANSPORT_ENV = {
     "auto": {},                               # shared memory: one host
     "shm": {"GLOOCY_TRANSPORT": "shm"},
     "tcp": {"GLOOCY_TRANSPORT": "tcp"},
-    # Ranks alternate between two pretend hosts (harness.TEST_HOSTS): shared
-    # memory between ranks of one, TCP across.
-    "mix": {harness.TEST_HOSTS: "2"},
+    # Ranks alternate between two pretend hosts (processes.TEST_HOSTS):
+    # shared memory between ranks of one, TCP across.
+    "mix": {TEST_HOSTS: "2"},
 }
 
 
@@ -88,13 +99,22 @@ def pytest_generate_tests(metafunc):
                              scope="session")
 
 
-@pytest.fixture(scope="session")
-def world(worlds, transport):
-    """world(size, **env) -> a live harness.World with `env` in its ranks'
-    environment (values are turned into strings), over the module's
-    transport(s)."""
-    def get(size, **env):
-        return worlds.get(size, {**TRANSPORT_ENV[transport], **env})
+@pytest.fixture(scope="module")
+def world(worlds, transport, request):
+    """world(size, *, backend=None, **env) -> a live gloocy.testing World
+    with `env` in its ranks' environment (values are turned into strings),
+    over the module's transport(s). The back end: `backend`, else the
+    module's BACKEND ("threads" or "processes", the default)."""
+    default = getattr(request.module, "BACKEND", "processes")
+
+    def get(size, *, backend=None, **env):
+        backend = backend or default
+        if backend == "threads" and transport != "mix":
+            return worlds.get(size, env, backend="threads", transport=(
+                "tcp" if transport == "tcp" else "shm" if transport == "shm"
+                else "auto"))
+        return worlds.get(size, {**TRANSPORT_ENV[transport], **env},
+                          backend="processes")
     return get
 
 
@@ -125,18 +145,18 @@ def _not_kept_by_libraries(new):
 def _nothing_leaks():
     """Every test leaves this process as it found it: no new file
     descriptor, Python thread or child process (beyond what the open
-    worlds of rank processes hold: harness.open_worlds_resources), and
+    worlds of rank processes hold: testing.open_worlds_resources), and
     nothing in /dev/shm (gloocy's shared memory is never named: a killed
-    rank included). The ranks of the worlds check themselves (harness:
+    rank included). The ranks of the worlds check themselves (gloocy.testing:
     RankLeak after a call, close_leaks after Free)."""
-    before, shm = harness.resources(), _dev_shm()
+    before, shm = testing.resources(), _dev_shm()
     yield
-    harness.close_spoiled()  # spoiled worlds go now: their leaks are this test's
-    grown = harness.grown(before, lambda new: _not_kept_by_libraries(
-        new - harness.open_worlds_resources()))
+    testing.close_spoiled()  # spoiled worlds go now: their leaks are this test's
+    grown = testing.grown(before, lambda new: _not_kept_by_libraries(
+        new - testing.open_worlds_resources()))
     left = sorted(_dev_shm() - shm)
-    closed = list(harness.close_leaks)
-    harness.close_leaks.clear()
+    closed = list(testing.close_leaks)
+    testing.close_leaks.clear()
     assert not grown, f"this test left behind in the test process: {grown}"
     assert not left, f"left behind in /dev/shm: {left}"
     assert not closed, "\n".join(closed)
@@ -155,7 +175,7 @@ def _hard_timeout(request, _nothing_leaks):   # the leak check comes after
         return
 
     def expire(signum, frame):
-        harness.abort_all()
+        testing.abort_all()
         raise HardTimeout(f"{request.node.nodeid} ran longer than its hard "
                           f"timeout of {seconds:g} s; every rank was killed")
 
@@ -166,4 +186,4 @@ def _hard_timeout(request, _nothing_leaks):   # the leak check comes after
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-        harness.reap_dead()      # no zombies left behind by a dead world
+        testing.reap_dead()      # no zombies left behind by a dead world

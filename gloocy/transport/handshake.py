@@ -165,7 +165,9 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
                           _fmt(addr)))
             except (OSError, ProtocolError, struct.error):
                 sock.close()              # a stranger; the job goes on
+                done.put(None)
 
+        in_flight = 0                     # accepted, handshake not finished
         try:
             while missing:
                 left = deadline - time.monotonic()
@@ -178,10 +180,20 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
                     sock, addr = listener.accept()
                     threading.Thread(target=handshake, args=(sock, addr),
                                      daemon=True).start()
+                    in_flight += 1
                 except socket.timeout:
                     pass
-                while not done.empty():
-                    peer, sock, address = done.get()
+                # Once every missing peer has connected, wait for their
+                # handshakes rather than for the next accept's timeout.
+                while in_flight and (in_flight >= len(missing) or not done.empty()):
+                    try:
+                        item = done.get(timeout=min(left, 0.05))
+                    except queue.Empty:
+                        break
+                    in_flight -= 1
+                    if item is None:
+                        continue
+                    peer, sock, address = item
                     if peer in missing:
                         missing.discard(peer)
                         socks[peer] = (sock, address)

@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import gloocy
-import harness
+from gloocy.testing.processes import ProcessWorld
 from gloocy.bench.collectives import make_case
 from gloocy.bench.impls import GloocyImpl
 from gloocy.bench.worker import verified_call
@@ -351,7 +351,7 @@ def test_spin_us_spins_before_sleeping():
     # wait here, on a 2-core machine loaded 3x over).
     for spin_us, check in ((0, lambda cpu: cpu < 0.02),
                            (10_000_000, lambda cpu: cpu > 0.05)):
-        with harness.World(2, env={"GLOOCY_SPIN_US": spin_us}) as w:
+        with ProcessWorld(2, env={"GLOOCY_SPIN_US": spin_us}) as w:
             spin_ns, *cpus = w.run(r_wait_cpu, 0.5)[0]
         assert spin_ns == spin_us * 1000
         assert all(check(c) for c in cpus), (spin_us, cpus)
@@ -371,7 +371,7 @@ def test_small_allreduce_bytes_moves_the_switch(world):
     # then the ring. small = 64 KiB by default, 1 KiB here.
     sizes = [4096, 4100, 256 << 10, (256 << 10) + 4]
     default = world(2, GLOOCY_TRANSPORT="tcp").run(r_allreduce_algorithms, sizes)[0]
-    with harness.World(2, env={"GLOOCY_TRANSPORT": "tcp",
+    with ProcessWorld(2, env={"GLOOCY_TRANSPORT": "tcp",
                                "GLOOCY_SMALL_ALLREDUCE_BYTES": 1024}) as w:
         small = w.run(r_allreduce_algorithms, sizes)[0]
     rd, ring = "recursive_doubling", "ring"
@@ -415,7 +415,7 @@ def test_shm_ring_and_chunk_bytes(world):
     size, nbytes, page = 3, 4 << 20, 4096
     want_ok = [True, ("shm", True), ("ring", True), True]
     default = world(size).run(r_shm_maps, nbytes)
-    with harness.World(size, env={"GLOOCY_SHM_RING_BYTES": 5000,
+    with ProcessWorld(size, env={"GLOOCY_SHM_RING_BYTES": 5000,
                                   "GLOOCY_SHM_CHUNK_BYTES": 4096}) as w:
         tiny = w.run(r_shm_maps, nbytes)
     for (ring, chunk), results in (((1 << 18, 1 << 18), default), ((8192, 4096), tiny)):

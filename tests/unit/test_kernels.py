@@ -21,7 +21,7 @@ from hypothesis.extra import numpy as hnp
 
 import peers
 from gloocy import _core
-from oracle import ARITH, BITS, FLOATS, INTS, UFUNCS
+from gloocy.testing.oracle import ARITH, BITS, FLOATS, INTS, UFUNCS
 
 OP_CODES = _core.OP_CODES
 DTYPE_CODES = _core.DTYPE_CODES

@@ -17,7 +17,7 @@ from hypothesis import given, settings, strategies as st
 
 import gloocy
 from gloocy import IN_PLACE
-from oracle import DTYPES, FLOATS, INTS, UFUNCS
+from gloocy.testing.oracle import DTYPES, FLOATS, INTS, UFUNCS
 
 # Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
 # puts ranks on two pretend hosts: shared memory within one, TCP across.
@@ -566,11 +566,12 @@ def gone(pid):
 
 
 def test_harness_reports_failures_timeouts_and_leaves_nothing():
-    import harness
+    from gloocy.testing import RankFailure, RankTimeout
+    from gloocy.testing.processes import ProcessWorld
 
-    with harness.World(3, timeout=20) as w:
+    with ProcessWorld(3, timeout=20) as w:
         pids = w.pids
-        with pytest.raises(harness.RankFailure) as info:
+        with pytest.raises(RankFailure) as info:
             w.run(r_fail_on, 1, False)
         assert set(info.value.errors) == {1}
         err = info.value.errors[1]
@@ -584,7 +585,7 @@ def test_harness_reports_failures_timeouts_and_leaves_nothing():
         # A rank that fails while the others block: they are killed after
         # `grace`, and the timeout names them.
         t0 = time.monotonic()
-        with pytest.raises(harness.RankTimeout) as info:
+        with pytest.raises(RankTimeout) as info:
             w.run(r_fail_on, 0, True, grace=0.5)
         assert time.monotonic() - t0 < 5
         assert info.value.hung == [1, 2] and set(info.value.errors) == {0}
@@ -596,15 +597,15 @@ def test_harness_reports_failures_timeouts_and_leaves_nothing():
             w.run(r_world)
     assert all(gone(p) for p in pids)
 
-    w = harness.World(2, timeout=20)
+    w = ProcessWorld(2, timeout=20)
     pids = w.pids
-    with pytest.raises(harness.RankTimeout, match="ranks 0,1 did not finish"):
+    with pytest.raises(RankTimeout, match="ranks 0,1 did not finish"):
         w.run(r_sleep, 30, timeout=0.5)
     assert w.returncode(0) == -9 and w.returncode(1) == -9
     w.close()
     assert all(gone(p) for p in pids)
 
-    w = harness.World(3, timeout=20)
+    w = ProcessWorld(3, timeout=20)
     pids = w.pids
     w.kill(1)
     assert gone(pids[1]) and w.returncode(1) == -9 and not w.alive

@@ -28,11 +28,12 @@ from hypothesis import given, settings, strategies as st
 
 import gloocy
 from gloocy import IN_PLACE
-from oracle import DTYPES, FLOATS, UFUNCS
+from gloocy.testing.oracle import DTYPES, FLOATS, UFUNCS
 
 # Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
 # puts ranks on two pretend hosts: shared memory within one, TCP across.
 TRANSPORTS = ("shm", "tcp", "mix")
+BACKEND = "threads"     # ranks as threads (the mixed world stays processes)
 
 SIZES = [1, 2, 3, 4, 5]
 TINY_SEGMENT = {"GLOOCY_SEGMENT_BYTES": 8}      # pipelining worlds

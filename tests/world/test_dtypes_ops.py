@@ -23,10 +23,11 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import IN_PLACE
 
-import harness
+from gloocy.testing.processes import ProcessWorld
 from conftest import TRANSPORT_ENV
 
 TRANSPORTS = ("shm", "tcp", "mix")      # every test runs over each
+BACKEND = "threads"     # ranks as threads (the mixed world stays processes)
 SIZES = [1, 2, 3, 4]
 ALGORITHMS = [None, "ring", "recursive_doubling"]
 OPS = {"SUM": gloocy.SUM, "PROD": gloocy.PROD, "MIN": gloocy.MIN,
@@ -521,7 +522,7 @@ def test_meaningless_op_dtype_pairs_raise_type_error(world, size):
 
 
 def test_reduce_avg_int_raises_everywhere_before_sending(transport):
-    with harness.World(3, env=TRANSPORT_ENV[transport], timeout=20) as w:
+    with ProcessWorld(3, env=TRANSPORT_ENV[transport], timeout=20) as w:
         for out, y in w.run(r_reduce_avg_int):
             assert out == ["TypeError", "ok"] and y == [6.0] * 3
 

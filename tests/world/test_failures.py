@@ -26,7 +26,7 @@ from gloocy.rendezvous import TCPStore, TCPStoreServer
 from gloocy.transport.handshake import _HANDSHAKE_TIMEOUT
 
 from conftest import TRANSPORT_ENV
-from harness import TEST_HOSTS, World
+from gloocy.testing.processes import TEST_HOSTS, ProcessWorld as World
 from test_shm import kill_the_last_rank
 
 TRANSPORTS = ("shm", "tcp", "mix")

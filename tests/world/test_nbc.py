@@ -17,7 +17,7 @@ import gloocy
 from gloocy import IN_PLACE
 from gloocy.errors import PeerLostError
 
-import harness
+from gloocy.testing.processes import ProcessWorld
 from conftest import TRANSPORT_ENV
 
 TRANSPORTS = ("shm", "tcp", "mix")
@@ -237,7 +237,7 @@ def r_barrier(comm):
 
 def test_peer_killed_during_iallreduce_is_named(transport):
     size = 3
-    with harness.World(size, env=TRANSPORT_ENV[transport]) as w:
+    with ProcessWorld(size, env=TRANSPORT_ENV[transport]) as w:
         w.run(r_barrier)                        # connected, then killed
         timer = threading.Timer(0.5, w.kill, (size - 1,))
         timer.start()

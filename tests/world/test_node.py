@@ -23,8 +23,8 @@ import pytest
 import gloocy
 from gloocy import IN_PLACE
 from gloocy import _core
-from harness import World
-from oracle import UFUNCS
+from gloocy.testing.processes import ProcessWorld as World
+from gloocy.testing.oracle import UFUNCS
 
 TRANSPORTS = ("shm", "tcp", "mix")
 

@@ -21,10 +21,11 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import ANY_SOURCE, ANY_TAG, IN_PLACE, PROC_NULL, Status
 
-import harness
+from gloocy.testing.processes import ProcessWorld
 from conftest import TRANSPORT_ENV
 
 TRANSPORTS = ("shm", "tcp", "mix")      # every test runs over each
+BACKEND = "threads"     # ranks as threads (the mixed world stays processes)
 SIZES = [1, 2, 3, 4, 5]
 MULTI = [2, 3, 4, 5]            # tests that need a peer
 I8 = np.dtype(np.int64)
@@ -737,7 +738,7 @@ def test_proc_null(world, size):
 
 
 def test_probe_proc_null_returns_at_once(transport):
-    with harness.World(2, env=TRANSPORT_ENV[transport], timeout=20) as w:
+    with ProcessWorld(2, env=TRANSPORT_ENV[transport], timeout=20) as w:
         for log in w.run(r_probe_proc_null):
             assert log == [("Iprobe", True, PROC_NULL),
                            ("Probe", "returned", PROC_NULL)]
@@ -855,11 +856,11 @@ def test_cancel_object_irecv(world):
 
 def test_truncated_message_is_a_mismatch(transport):
     env = TRANSPORT_ENV[transport]
-    with harness.World(2, env=env, timeout=20) as w:
+    with ProcessWorld(2, env=env, timeout=20) as w:
         out = w.run(r_truncated)
         assert out == [[("self", "MismatchError", True),
                         ("peer", "MismatchError", True)], ["sent"]]
-    with harness.World(2, env=env, timeout=20) as w:
+    with ProcessWorld(2, env=env, timeout=20) as w:
         assert w.run(r_truncated_irecv) == ["MismatchError", "sent"]
 
 

@@ -14,7 +14,7 @@ import pytest
 import gloocy
 from gloocy import MPI
 from conftest import TRANSPORT_ENV
-from harness import World
+from gloocy.testing.processes import ProcessWorld as World
 
 TRANSPORTS = ("shm", "tcp", "mix")
 

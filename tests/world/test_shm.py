@@ -15,7 +15,7 @@ import pytest
 import gloocy
 from gloocy.errors import PeerLostError, ProtocolError
 from gloocy.rendezvous import HashStore
-from harness import World
+from gloocy.testing.processes import ProcessWorld as World
 
 
 def pair_kinds(comm):
