@@ -9,7 +9,8 @@
 # /dev/shm and nothing is left behind if a rank dies. The pages go with
 # the last mapping: Free drops the context, and the mapping with it.
 # Where a member cannot open it, every member goes on without a segment
-# (the pair algorithms), agreed by one allreduce.
+# (the pair algorithms), agreed by one allreduce. Both calls name their
+# algorithm: a bad GLOOCY_ALGORITHM_* must fail the user's call, not Dup.
 
 from array import array as _array
 
@@ -35,14 +36,14 @@ def share_node_segment(Context ctx, timeout=None):
     cdef Node node = None
     ok = _array("q", [0])
     try:
-        ctx.bcast(info, 0, timeout)
+        ctx.bcast(info, 0, timeout, "binomial")
         if local and info[0] > 0:
             try:
                 node = _open_shared_node(ctx, fd, info[0], info[1])
                 ok[0] = 1
             except (OSError, ValueError):
                 node = None
-        ctx.allreduce(None, ok, OP_MIN, timeout)
+        ctx.allreduce(None, ok, OP_MIN, timeout, "recursive_doubling")
     finally:
         if fd >= 0:
             os.close(fd)
