@@ -27,3 +27,10 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
                        const int64_t *rsizes) except -1 nogil
+# node_gatherv's rest (the root reads every block), node_scatterv's
+# (each rank reads its block from the root).
+cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,
+                     const int64_t *bases, int64_t stride, char *recv,
+                     const int64_t *offs, const int64_t *sizes) except -1 nogil
+cdef int cma_scatterv(Context ctx, Coll *c, int64_t pid, int64_t addr,
+                      char *recv, int64_t recvn) except -1 nogil

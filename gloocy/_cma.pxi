@@ -163,6 +163,32 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
     return _cma_finish(ctx, c)
 
 
+cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,
+                     const int64_t *bases, int64_t stride, char *recv,
+                     const int64_t *offs, const int64_t *sizes) except -1 nogil:
+    """node_gatherv after its first step (heads: each rank's pid at
+    pids[j * stride], its send buffer at bases[j * stride]): the root
+    reads every block. 1 if done; 0: go on through the slots."""
+    cdef int j, r = ctx.node.rank
+    _cma_clear(ctx)
+    if r == c.proto.root:
+        for j in range(ctx.node.size):
+            if j != r and sizes[j] > 0:
+                _cma_note(ctx, j, cma_read(pids[j * stride], bases[j * stride],
+                                           recv + offs[j], sizes[j]))
+    return _cma_finish(ctx, c)
+
+
+cdef int cma_scatterv(Context ctx, Coll *c, int64_t pid, int64_t addr,
+                      char *recv, int64_t recvn) except -1 nogil:
+    """node_scatterv after its first step: a non-root reads its block
+    (at `addr` in the root, process `pid`). 1 if done; 0: the slots."""
+    _cma_clear(ctx)
+    if ctx.node.rank != c.proto.root and recvn > 0:
+        _cma_note(ctx, c.proto.root, cma_read(pid, addr, recv, recvn))
+    return _cma_finish(ctx, c)
+
+
 cdef int _raise_cma(Context ctx, Coll *c, int err, int who,
                     int peer) except -1 with gil:
     import os

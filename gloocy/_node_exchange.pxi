@@ -173,7 +173,7 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
     a root's send NULL: its block is in place). Heads: each rank's block
     size; the root's also holds the sizes it expects."""
     cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
-    cdef int64_t head = _head_bytes(n), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(n + 3), room = ctx.node.chunk - head
     cdef int64_t longest = 0, lo = 0
     cdef int64_t *h
     cdef char *slot
@@ -189,6 +189,9 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
             h[0] = sendn
             if r == root:
                 memcpy(h + 1, sizes, n * sizeof(int64_t))
+            h[1 + n] = getpid()           # for single copies (_cma.pxi)
+            h[2 + n] = <int64_t><intptr_t>send
+            h[3 + n] = ctx.node.cma_willing
         if r != root:
             _put(slot + head, lo, lo + room, 0, send, sendn)
         node_step_in(ctx, c)
@@ -203,6 +206,18 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
             for j in range(n):
                 if j != r:
                     _get(recv + offs[j], 0, sizes[j], ctx.node.slot(j) + head, lo, lo + room)
+        if (lo == 0 and longest > room and longest >= ctx.node.cma_min
+                and ctx.node.cma > 0):
+            # The rest by single copy: the root reads every block.
+            if not _all_willing(ctx.node, 3 + n):
+                ctx.node.cma = -1
+            else:
+                h = _head(ctx.node, 0)
+                if cma_gatherv(ctx, c, h + 1 + n, h + 2 + n, ctx.node.chunk // 8,
+                               recv, offs, sizes):
+                    return 0
+                lo += room            # refused (every rank saw it): the slots
+                continue
         ctx.node.step += 1
         lo += room
         if lo >= longest:
@@ -217,7 +232,7 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
     Heads: the root's stream length and block sizes; each other rank's
     recvn."""
     cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
-    cdef int64_t head = _head_bytes(n), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(2 * n + 3), room = ctx.node.chunk - head
     cdef int64_t total = 0, longest = 0, lo = 0, at, mine = 0
     cdef int64_t *h
     cdef char *slot
@@ -235,8 +250,12 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
             h[0] = total
             if r == root:
                 memcpy(h + 1, sizes, n * sizeof(int64_t))
+                memcpy(h + 1 + n, offs, n * sizeof(int64_t))
             else:
                 h[1] = recvn
+            h[1 + 2 * n] = getpid()       # for single copies (_cma.pxi)
+            h[2 + 2 * n] = <int64_t><intptr_t>send
+            h[3 + 2 * n] = ctx.node.cma_willing
         if r == root:
             at = 0
             for j in range(n):
@@ -260,6 +279,18 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
                     mine += h[1 + j]
         if r != root:
             _get(recv, mine, recvn, ctx.node.slot(root) + head, lo, lo + room)
+        if (lo == 0 and longest > room and longest >= ctx.node.cma_min
+                and ctx.node.cma > 0):
+            # The rest by single copy: each rank reads its block.
+            if not _all_willing(ctx.node, 3 + 2 * n):
+                ctx.node.cma = -1
+            else:
+                h = _head(ctx.node, root)
+                if cma_scatterv(ctx, c, h[1 + 2 * n], h[2 + 2 * n] + h[1 + n + r],
+                                recv, recvn):
+                    return 0
+                lo += room            # refused (every rank saw it): the slots
+                continue
         ctx.node.step += 1
         lo += room
         if lo >= longest:

@@ -221,9 +221,9 @@ def test_node_scan_forced_and_in_place(world):
 # -- single-copy transfers (cross-memory attach) ---------------------------------
 
 def r_large(comm, nbytes, how):
-    """Large bcasts (every root), allgathers and alltoalls on the world or
-    a derived communicator: (all right, node.cma, calls done by single
-    copy)."""
+    """Large bcasts (every root), an allgather, an alltoall, a gather and
+    a scatter on the world or a derived communicator: (all right,
+    node.cma, calls done by single copy, communicator size)."""
     c = comm if how == "world" else _derived(comm, how)
     if c == MPI.COMM_NULL:
         return None
@@ -246,8 +246,18 @@ def r_large(comm, nbytes, how):
         c.Alltoall(send, out)
         ok &= all((out[s * k:(s + 1) * k] == np.arange(k) + s * 1000 + c.rank).all()
                   for s in range(c.size))
+        root = c.size - 1
+        out = np.zeros(k * c.size, np.int64) if c.rank == root else None
+        c.Gather(np.arange(k, dtype=np.int64) * (c.rank + 2), out, root=root)
+        if c.rank == root:
+            ok &= all((out[j * k:(j + 1) * k] == np.arange(k) * (j + 2)).all()
+                      for j in range(c.size))
+        whole = np.arange(k * c.size, dtype=np.int64) * 3
+        out = np.zeros(k, np.int64)
+        c.Scatter(whole if c.rank == root else None, out, root=root)
+        ok &= bool((out == whole[c.rank * k:(c.rank + 1) * k]).all())
         node = c._ctx.node
-        return ok, node.cma, node.cma_calls
+        return ok, node.cma, node.cma_calls, c.size
     finally:
         if c is not comm:
             c.Free()
@@ -257,12 +267,13 @@ def r_large(comm, nbytes, how):
 @pytest.mark.parametrize("how", ["world", "parity"])
 def test_large_calls_move_by_single_copy(world, how):
     size, nbytes = 4, 1 << 20      # parity: two communicators of 2
-    for got in world(size, **CMA_SMALL).run(r_large, nbytes, how):
+    # gather and scatter take the node segment only when forced
+    for got in world(size, **CMA_SMALL, **FORCE_ROOTED).run(r_large, nbytes, how):
         if got is None:
             continue
-        ok, cma, calls = got
-        # every bcast, the allgather and the alltoall
-        assert ok and cma == 1 and calls >= 3, got
+        ok, cma, calls, n = got
+        # every bcast, the allgather, alltoall, gather and scatter
+        assert ok and cma == 1 and calls == n + 4, got
 
 
 @pytest.mark.transports("shm")
@@ -271,7 +282,7 @@ def test_forced_fallback_runs_through_the_slots():
     with World(3, env={"GLOOCY_TRANSPORT": "shm", **CMA_SMALL}) as w:
         w.run(_set_env, "GLOOCY_CMA", "0", ranks=[2])
         got = w.run(r_large, 1 << 20, "dup")     # the Dup's node reads it
-    for ok, cma, calls in got:
+    for ok, cma, calls, _ in got:
         assert ok and cma == -1 and calls == 0
 
 
@@ -316,7 +327,7 @@ def test_refused_cross_memory_attach_falls_back_on_every_rank():
     # Only rank 1 is refused; every rank must learn it and take the slots.
     with World(3, env={"GLOOCY_TRANSPORT": "shm", **CMA_SMALL}) as w:
         got = w.run(r_refused, 1 << 20, timeout=60)
-    for ok, cma, calls in got:
+    for ok, cma, calls, _ in got:
         assert ok and cma == -1 and calls == 0, got
 
 
