@@ -29,6 +29,7 @@ from hypothesis import given, settings, strategies as st
 
 import gloocy
 from gloocy import MPI
+from conftest import long_runs
 from harness import World
 
 TRANSPORTS = ("shm", "mix")
@@ -168,7 +169,7 @@ def r_every_collective(world, how, n, seed):
         comm.Free()
 
 
-@settings(max_examples=4, deadline=None)
+@settings(max_examples=20 if long_runs() else 2, deadline=None)   # --long: more
 @given(n=st.integers(0, 1500), seed=st.integers(0, 2**20))
 @pytest.mark.parametrize("how", ["dup", "parity", "shared", "group"])
 @pytest.mark.parametrize("env", [{}, {**FORCE_ROOTED, **TINY_SLOTS}],
