@@ -74,7 +74,8 @@ cdef class Context:
                  algorithm=*)
     cpdef reduce_scatter(self, sendbuf, recvbuf, counts, int op, timeout=*,
                          algorithm=*)
-    cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=*, timeout=*)
+    cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=*, timeout=*,
+               algorithm=*)
     cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,
                   algorithm=*)
     cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,

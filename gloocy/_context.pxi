@@ -394,10 +394,10 @@ cdef class Context:
                                    algorithm)
 
     cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=False,
-             timeout=None):
+             timeout=None, algorithm=None):
         """recvbuf on rank r = op over ranks 0..r (exclusive: 0..r-1; rank
         0's recvbuf is left as it is). sendbuf None: in place."""
-        return call_scan(self, sendbuf, recvbuf, op, exclusive, timeout)
+        return call_scan(self, sendbuf, recvbuf, op, exclusive, timeout, algorithm)
 
     cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root,
                   timeout=None, algorithm=None):

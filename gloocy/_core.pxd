@@ -37,5 +37,8 @@ include "_allreduce.pxd"      # the body of its Context entry points
 include "_reduce.pxd"         # (call_*) and its algorithms
 include "_gather.pxd"
 include "_node_exchange.pxd"  # node collectives that move blocks
+include "_node_scan.pxd"      # scan and exscan through the node segment
+include "_cma.pxd"            # single-copy transfers (process_vm_readv)
+include "_node_derive.pxd"    # node segments of derived communicators
 include "_p2p.pxd"            # send, recv, isend, irecv, probe
 include "_schedule.pxd"       # nonblocking collectives as schedules of steps

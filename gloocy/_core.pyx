@@ -48,6 +48,9 @@ include "_gather.pxi"
 include "_p2p.pxi"
 include "_node.pxi"           # through the node segment (one host)
 include "_node_exchange.pxi"
+include "_node_scan.pxi"        # scan, exscan
+include "_cma.pxi"              # single-copy transfers between local ranks
+include "_node_derive.pxi"      # segments of derived communicators
 include "_user_ops.pxi"       # user ops: OP_USER's kernel, the left-fold chain
 include "_schedule.pxi"       # nonblocking collectives: running schedules
 include "_schedule_algorithms.pxi"  # ... and their algorithms, as steps

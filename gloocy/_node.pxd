@@ -7,13 +7,16 @@
 
 ctypedef struct NodeHead:
     uint64_t chunk                    # bytes of one rank's slot
+    uint64_t cma_min                  # bytes from which calls copy once (_cma.pxi)
     uint32_t nranks
-    char _pad[52]
+    char _pad[44]
 
 ctypedef struct NodeCtl:              # one rank's
     uint64_t phase                    # last phase it arrived at
     uint32_t sleeping                 # it sleeps: poke it through its pair
-    char _pad0[52]
+    int32_t cma_err[2]                # errno of its failed single copy, and
+    int32_t cma_peer[2]               # from whom, at steps of each parity
+    char _pad0[36]
     Header fp[2]                      # its call at steps of each parity
     char _pad1[32]
 
@@ -30,6 +33,12 @@ cdef class Node:
                                       # (adapts: see node_spin_budget)
     cdef uint32_t misses              # waits that slept since the last probe
     cdef uint32_t probe_every         # misses before a wait spins the full spin_ns
+    cdef readonly int cma             # single-copy transfers (_cma.pxi): 1 in
+                                      # use, -1 refused (agreed by all ranks)
+    cdef readonly bint cma_willing    # ours are allowed (GLOOCY_CMA is not 0)
+    cdef readonly int64_t cma_min     # bytes from which calls use them (the
+                                      # segment's: alike on every rank)
+    cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data

@@ -25,7 +25,7 @@ cdef int node_choice(Context ctx, int algo, int64_t nbytes,
     automatic and at least `auto_min` bytes (which every rank must know
     alike; -1: never automatic). Else `algo` (a forced "shm" where there
     is no segment: the automatic pair choice)."""
-    if ctx.node is None or ctx.node.chunk - _head_bytes(2 * ctx.size) < NODE_MIN_ROOM:
+    if ctx.node is None or ctx.node.chunk - _head_bytes(_A2A_WORDS(ctx.size)) < NODE_MIN_ROOM:
         return ALGO_AUTO if algo == ALGO_SHM else algo
     if algo == ALGO_SHM or (algo == ALGO_AUTO and 0 <= auto_min <= nbytes):
         return ALGO_SHM
@@ -55,6 +55,11 @@ cdef inline void _get(char *dst, int64_t at, int64_t n, const char *room,
         memcpy(dst + (a - at), room + (a - lo), b - a)
 
 
+cdef inline int _A2A_WORDS(int n) noexcept nogil:
+    """Sizes in an alltoallv head (see node_alltoallv), less the first."""
+    return 3 * n + 3
+
+
 cdef inline int64_t *_head(Node nd, int r) noexcept nogil:
     return <int64_t *>nd.slot(r)
 
@@ -73,9 +78,11 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
                         const int64_t *roffs, const int64_t *rsizes) except -1 nogil:
     """Block j of our send buffer goes to rank j, rank j's block for us
     lands at recv + roffs[j]. Heads carry the sizes each rank sends and
-    the sizes it expects, so every rank checks every pair."""
+    the sizes it expects, so every rank checks every pair; and where its
+    blocks are (pid, send buffer, offsets), so that a call longer than a
+    step can read the rest straight from the senders (_cma.pxi)."""
     cdef int n = ctx.node.size, r = ctx.node.rank, j, i
-    cdef int64_t head = _head_bytes(2 * n), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(_A2A_WORDS(n)), room = ctx.node.chunk - head
     cdef int64_t total = 0, longest = 0, lo = 0, at
     cdef int64_t *h
     cdef int64_t *theirs = <int64_t *>ctx.scratch(n * sizeof(int64_t))
@@ -89,11 +96,16 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
         slot = ctx.node.slot(r)
         if lo == 0:
             # Head: [our stream's length, what we send each rank, what we
-            # expect from each rank].
+            # expect from each rank, where in `send` each block starts,
+            # our pid, `send`, whether we allow single copies].
             h = <int64_t *>slot
             h[0] = total
             memcpy(h + 1, ssizes, n * sizeof(int64_t))
             memcpy(h + 1 + n, rsizes, n * sizeof(int64_t))
+            memcpy(h + 1 + 2 * n, soffs, n * sizeof(int64_t))
+            h[1 + 3 * n] = getpid()
+            h[2 + 3 * n] = <int64_t><intptr_t>send
+            h[3 + 3 * n] = ctx.node.cma_willing
         at = 0
         for j in range(n):
             if j != r:
@@ -113,10 +125,30 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             if j != r:
                 _get(recv + roffs[j], theirs[j], rsizes[j], ctx.node.slot(j) + head,
                      lo, lo + room)
+        if (lo == 0 and longest > room and longest >= ctx.node.cma_min
+                and ctx.node.cma > 0):
+            # The rest by single copy (every rank decides alike: the heads).
+            if not _all_willing(ctx.node, 3 + 3 * n):
+                ctx.node.cma = -1
+            else:
+                h = _head(ctx.node, 0)
+                if cma_alltoallv(ctx, c, h + 1 + 3 * n, h + 2 + 3 * n,
+                                 h + 1 + 2 * n, ctx.node.chunk // 8, recv, roffs, rsizes):
+                    return 0
+                lo += room            # refused (every rank saw it): the slots
+                continue
         ctx.node.step += 1
         lo += room
         if lo >= longest:
             return 0
+
+
+cdef bint _all_willing(Node nd, int word) noexcept nogil:
+    cdef int j
+    for j in range(nd.size):
+        if not _head(nd, j)[word]:
+            return False
+    return True
 
 
 cdef int _check_pairs(Context ctx, Coll *c) except -1 nogil:
@@ -141,7 +173,7 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
     a root's send NULL: its block is in place). Heads: each rank's block
     size; the root's also holds the sizes it expects."""
     cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
-    cdef int64_t head = _head_bytes(n), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(n + 3), room = ctx.node.chunk - head
     cdef int64_t longest = 0, lo = 0
     cdef int64_t *h
     cdef char *slot
@@ -157,6 +189,9 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
             h[0] = sendn
             if r == root:
                 memcpy(h + 1, sizes, n * sizeof(int64_t))
+            h[1 + n] = getpid()           # for single copies (_cma.pxi)
+            h[2 + n] = <int64_t><intptr_t>send
+            h[3 + n] = ctx.node.cma_willing
         if r != root:
             _put(slot + head, lo, lo + room, 0, send, sendn)
         node_step_in(ctx, c)
@@ -171,6 +206,18 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
             for j in range(n):
                 if j != r:
                     _get(recv + offs[j], 0, sizes[j], ctx.node.slot(j) + head, lo, lo + room)
+        if (lo == 0 and longest > room and longest >= ctx.node.cma_min
+                and ctx.node.cma > 0):
+            # The rest by single copy: the root reads every block.
+            if not _all_willing(ctx.node, 3 + n):
+                ctx.node.cma = -1
+            else:
+                h = _head(ctx.node, 0)
+                if cma_gatherv(ctx, c, h + 1 + n, h + 2 + n, ctx.node.chunk // 8,
+                               recv, offs, sizes):
+                    return 0
+                lo += room            # refused (every rank saw it): the slots
+                continue
         ctx.node.step += 1
         lo += room
         if lo >= longest:
@@ -185,7 +232,7 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
     Heads: the root's stream length and block sizes; each other rank's
     recvn."""
     cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
-    cdef int64_t head = _head_bytes(n), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(2 * n + 3), room = ctx.node.chunk - head
     cdef int64_t total = 0, longest = 0, lo = 0, at, mine = 0
     cdef int64_t *h
     cdef char *slot
@@ -203,8 +250,12 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
             h[0] = total
             if r == root:
                 memcpy(h + 1, sizes, n * sizeof(int64_t))
+                memcpy(h + 1 + n, offs, n * sizeof(int64_t))
             else:
                 h[1] = recvn
+            h[1 + 2 * n] = getpid()       # for single copies (_cma.pxi)
+            h[2 + 2 * n] = <int64_t><intptr_t>send
+            h[3 + 2 * n] = ctx.node.cma_willing
         if r == root:
             at = 0
             for j in range(n):
@@ -228,6 +279,18 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
                     mine += h[1 + j]
         if r != root:
             _get(recv, mine, recvn, ctx.node.slot(root) + head, lo, lo + room)
+        if (lo == 0 and longest > room and longest >= ctx.node.cma_min
+                and ctx.node.cma > 0):
+            # The rest by single copy: each rank reads its block.
+            if not _all_willing(ctx.node, 3 + 2 * n):
+                ctx.node.cma = -1
+            else:
+                h = _head(ctx.node, root)
+                if cma_scatterv(ctx, c, h[1 + 2 * n], h[2 + 2 * n] + h[1 + n + r],
+                                recv, recvn):
+                    return 0
+                lo += room            # refused (every rank saw it): the slots
+                continue
         ctx.node.step += 1
         lo += room
         if lo >= longest:

@@ -7,4 +7,4 @@ cdef object call_reduce_scatter(Context ctx, object sendbuf, object recvbuf,
                                 object counts, int op, object timeout,
                                 object algorithm)
 cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
-                      bint exclusive, object timeout)
+                      bint exclusive, object timeout, object algorithm=*)

@@ -98,7 +98,7 @@ cdef object call_reduce_scatter(Context ctx, object sendbuf, object recvbuf,
 
 
 cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
-                      bint exclusive, object timeout):
+                      bint exclusive, object timeout, object algorithm=None):
     cdef Coll c
     cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
     cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
@@ -107,18 +107,30 @@ cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
     if sendbuf is not None:
         _same_layout(sb, rb)
     cdef reduce_fn fn = kernel_of(op, rb.dtype)
+    cdef int algo = _algorithm("scan", algorithm, ctx.env_algorithms)
     cdef char *x
     ctx.begin(&c, KIND_EXSCAN if exclusive else KIND_SCAN, op, rb.dtype,
                -1, rb.count, timeout)
     try:
         c.fn = fn
+        # A user op folds left over the pairs (scan_chain); built-in ones
+        # take the node segment wherever there is one.
+        algo = (ALGO_RECURSIVE_DOUBLING if op == OP_USER else
+                node_choice(ctx, algo, rb.nbytes, NODE_ALWAYS))
+        if algo == ALGO_AUTO:
+            algo = ALGO_RECURSIVE_DOUBLING
+        ctx.last_algorithm = ALGORITHM_NAMES[algo]
         with nogil:
             x = ctx.work(rb.nbytes)
             memcpy(x, sb.ptr, rb.nbytes)
             if op == OP_USER:           # a user op's left fold
                 scan_chain(ctx, &c, x, rb.count, rb.ptr, exclusive)
+            elif algo == ALGO_SHM:
+                node_scan(ctx, &c, x, rb.count, rb.ptr, exclusive)
             else:
                 run_scan(ctx, &c, x, rb.count, rb.ptr, exclusive)
+        if algo == ALGO_SHM:
+            ctx.sweep(&c)
     except BaseException as e:
         fail(ctx, e, &c)
         raise

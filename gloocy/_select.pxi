@@ -69,6 +69,9 @@ REDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
 GATHER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
+# scan and exscan: Hillis-Steele over the pairs, or the node segment.
+SCAN_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
+                   "shm": ALGO_SHM}
 ALGORITHMS = ALLREDUCE_ALGORITHMS      # the name before there were others
 ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
                     "bcast": BCAST_ALGORITHMS,
@@ -77,7 +80,8 @@ ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
                     "reduce": REDUCE_ALGORITHMS,
                     "gather": GATHER_ALGORITHMS,
                     "scatter": SCATTER_ALGORITHMS,
-                    "alltoall": ALLTOALL_ALGORITHMS}
+                    "alltoall": ALLTOALL_ALGORITHMS,
+                    "scan": SCAN_ALGORITHMS}
 ALGORITHM_ENV = {name: f"GLOOCY_ALGORITHM_{name.upper()}"
                  for name in ALGORITHM_TABLES}
 # code -> the name Context.last_algorithm reports

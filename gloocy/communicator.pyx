@@ -219,8 +219,9 @@ cdef class Comm(_Collectives):
         cls = type(self)
         if _python_class(cls):      # a user's subclass: Split, Create... give
             cls = _native(cls)      # our class (Dup: its own, above)
-        return _new_comm(cls, self.live().derive_ranks(ranks, comm_id),
-                         tuple([self._procs[m] for m in ranks]))
+        cdef Context ctx = self.live().derive_ranks(ranks, comm_id)
+        _core.share_node_segment(ctx)   # collective: every member derives it
+        return _new_comm(cls, ctx, tuple([self._procs[m] for m in ranks]))
 
 
 cdef class Intracomm(Comm):

@@ -1,0 +1,36 @@
+# Single-copy transfers between local ranks (_cma.pxi): process_vm_readv
+# straight from the owner's buffer. Each returns 1 when the call is done,
+# 0 when the kernel refused (the node is marked; the caller runs the
+# ordinary node algorithm).
+
+from libc.stdint cimport intptr_t
+from libc.errno cimport EPERM, EACCES, ESRCH, ENOSYS, EFAULT
+
+cdef extern from "<sys/uio.h>" nogil:
+    struct iovec:
+        void *iov_base
+        size_t iov_len
+    ssize_t process_vm_readv(int pid, const iovec *local_iov,
+                             unsigned long liovcnt, const iovec *remote_iov,
+                             unsigned long riovcnt, unsigned long flags)
+
+cdef extern from "<unistd.h>" nogil:
+    int getpid()
+
+cdef int node_bcast_cma(Context ctx, Coll *c, char *buf, int64_t nbytes,
+                        int root) except -1 nogil
+cdef int node_allgatherv_cma(Context ctx, Coll *c, char *buf,
+                             const int64_t *offs,
+                             const int64_t *sizes) except -1 nogil
+# node_alltoallv's rest after its first step (heads: see there).
+cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
+                       const int64_t *bases, const int64_t *soffs,
+                       int64_t stride, char *recv, const int64_t *roffs,
+                       const int64_t *rsizes) except -1 nogil
+# node_gatherv's rest (the root reads every block), node_scatterv's
+# (each rank reads its block from the root).
+cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,
+                     const int64_t *bases, int64_t stride, char *recv,
+                     const int64_t *offs, const int64_t *sizes) except -1 nogil
+cdef int cma_scatterv(Context ctx, Coll *c, int64_t pid, int64_t addr,
+                      char *recv, int64_t recvn) except -1 nogil

@@ -1,0 +1,197 @@
+# Single-copy transfers between the ranks of one host (Linux cross-memory
+# attach: process_vm_readv). A large node bcast or allgather moves each
+# byte once, from the owner's buffer straight into the reader's, where the
+# slots of the node segment copy it twice (in, then out).
+#
+# One node step carries the addresses: each rank writes a head in its slot
+# (pid, address and length of what it exposes, and whether it is willing),
+# arrives at phase A and waits for all; the readers then copy with
+# process_vm_readv, note any failure in their control line (per step
+# parity, as the fingerprints: a rank a step ahead never overwrites what a
+# slower one still reads), and every rank arrives
+# at phase B and waits for all (the owners' buffers must stay put until
+# every reader is done, and all must see every failure alike).
+#
+# The kernel may refuse (EPERM: Yama ptrace_scope, a container without
+# CAP_SYS_PTRACE, seccomp; ESRCH: a pid namespace of its own). Then every
+# rank learns it from the control lines at phase B, marks the node
+# (Node.cma = -1) and the call runs through the slots; later calls go there
+# at once. GLOOCY_CMA=0 on any rank marks it at the first call that could
+# copy once (its head says it is unwilling). Every rank enters a single-copy
+# call alike: Node.cma changes only where all see it change, and the size
+# threshold is the segment's. A rank that dies mid-copy is named by the
+# phase-B wait (its connection hangs up).
+
+cdef enum:
+    # int64 words of a slot's head in a single-copy bcast or allgather
+    CMA_PID = 0
+    CMA_ADDR = 1
+    CMA_LEN = 2
+    CMA_WILLING = 3
+
+
+cdef int cma_read(int64_t pid, int64_t addr, char *dst,
+                  int64_t n) noexcept nogil:
+    """n bytes at `addr` in process `pid` to dst: 0, or the errno."""
+    cdef iovec mine, theirs
+    cdef ssize_t got
+    while n > 0:
+        mine.iov_base = dst
+        mine.iov_len = <size_t>n
+        theirs.iov_base = <void *><intptr_t>addr
+        theirs.iov_len = <size_t>n
+        got = process_vm_readv(<int>pid, &mine, 1, &theirs, 1, 0)
+        if got < 0:
+            if errno == EINTR:
+                continue
+            return errno
+        if got == 0:
+            return EFAULT
+        dst += got
+        addr += got
+        n -= got
+    return 0
+
+
+cdef inline int64_t *_cma_head(Node nd, int r) noexcept nogil:
+    return <int64_t *>nd.slot(r)
+
+
+cdef int _cma_publish(Context ctx, Coll *c, const char *addr,
+                      int64_t n) except -1 nogil:
+    """The address step's first half: our head written, all arrived at A.
+    1 if every rank is willing; else 0, the step done and the node marked
+    (every rank saw the same heads)."""
+    cdef int64_t *h
+    cdef int j
+    node_ready(ctx, c)
+    h = _cma_head(ctx.node, ctx.rank)
+    h[CMA_PID] = getpid()
+    h[CMA_ADDR] = <int64_t><intptr_t>addr
+    h[CMA_LEN] = n
+    h[CMA_WILLING] = ctx.node.cma_willing
+    _cma_clear(ctx)
+    node_step_in(ctx, c)
+    for j in range(ctx.node.size):
+        if not _cma_head(ctx.node, j)[CMA_WILLING]:
+            ctx.node.cma = -1
+            ctx.node.step += 1
+            return 0
+    return 1
+
+
+cdef inline void _cma_clear(Context ctx) noexcept nogil:
+    """No failure yet in this step (before we arrive at its phase A)."""
+    cdef int p = ctx.node.step & 1
+    ctx.node.ctl[ctx.rank].cma_err[p] = 0
+    ctx.node.ctl[ctx.rank].cma_peer[p] = -1
+
+
+cdef inline void _cma_note(Context ctx, int peer, int err) noexcept nogil:
+    """Record a failed read from `peer` (the first one) in our line."""
+    cdef int p = ctx.node.step & 1
+    if err and not ctx.node.ctl[ctx.rank].cma_err[p]:
+        ctx.node.ctl[ctx.rank].cma_err[p] = err
+        ctx.node.ctl[ctx.rank].cma_peer[p] = peer
+
+
+cdef int _cma_finish(Context ctx, Coll *c) except -1 nogil:
+    """The address step's second half: arrive at B, wait for all. 1 if
+    every read worked; 0 if the kernel refused one (the node is marked:
+    the caller runs the call through the slots); raises on other errors."""
+    cdef int j, err = 0, who = -1, peer = -1, p = ctx.node.step & 1
+    node_arrive(ctx, phase_b(ctx.node), c)
+    node_wait(ctx, c, phase_b(ctx.node))
+    for j in range(ctx.node.size):
+        if ctx.node.ctl[j].cma_err[p]:
+            err, who, peer = ctx.node.ctl[j].cma_err[p], j, ctx.node.ctl[j].cma_peer[p]
+            break
+    ctx.node.step += 1
+    if err == 0:
+        ctx.node.cma_calls += 1
+        return 1
+    if err in (EPERM, EACCES, ESRCH, ENOSYS):
+        ctx.node.cma = -1             # every rank saw it: all fall back
+        return 0
+    return _raise_cma(ctx, c, err, who, peer)
+
+
+cdef int node_bcast_cma(Context ctx, Coll *c, char *buf, int64_t nbytes,
+                        int root) except -1 nogil:
+    """The non-roots read the root's buf. 1 if done; 0: run node_bcast."""
+    cdef int64_t *h
+    if not _cma_publish(ctx, c, buf, nbytes):
+        return 0
+    if ctx.rank != root:
+        h = _cma_head(ctx.node, root)
+        _cma_note(ctx, root, cma_read(h[CMA_PID], h[CMA_ADDR], buf, nbytes))
+    return _cma_finish(ctx, c)
+
+
+cdef int node_allgatherv_cma(Context ctx, Coll *c, char *buf,
+                             const int64_t *offs,
+                             const int64_t *sizes) except -1 nogil:
+    """Ours already at buf + offs[rank]; each rank reads the others'
+    blocks from their buffers. 1 if done; 0: run node_allgatherv."""
+    cdef int64_t *h
+    cdef int j, r = ctx.node.rank
+    if not _cma_publish(ctx, c, buf + offs[r], sizes[r]):
+        return 0
+    for j in range(ctx.node.size):
+        if j != r and sizes[j] > 0:
+            h = _cma_head(ctx.node, j)
+            _cma_note(ctx, j, cma_read(h[CMA_PID], h[CMA_ADDR], buf + offs[j],
+                                       min(sizes[j], h[CMA_LEN])))
+    return _cma_finish(ctx, c)
+
+
+cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
+                       const int64_t *bases, const int64_t *soffs,
+                       int64_t stride, char *recv, const int64_t *roffs,
+                       const int64_t *rsizes) except -1 nogil:
+    """node_alltoallv after its first step, whose heads held each rank's
+    pid (pids[j * stride]), send buffer (bases[j * stride]) and send
+    offsets (soffs[j * stride + d]): each rank reads its block from every
+    other's send buffer. 1 if done; 0: go on through the slots."""
+    cdef int j, r = ctx.node.rank
+    _cma_clear(ctx)
+    for j in range(ctx.node.size):
+        if j != r and rsizes[j] > 0:
+            _cma_note(ctx, j, cma_read(pids[j * stride],
+                                       bases[j * stride] + soffs[j * stride + r],
+                                       recv + roffs[j], rsizes[j]))
+    return _cma_finish(ctx, c)
+
+
+cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,
+                     const int64_t *bases, int64_t stride, char *recv,
+                     const int64_t *offs, const int64_t *sizes) except -1 nogil:
+    """node_gatherv after its first step (heads: each rank's pid at
+    pids[j * stride], its send buffer at bases[j * stride]): the root
+    reads every block. 1 if done; 0: go on through the slots."""
+    cdef int j, r = ctx.node.rank
+    _cma_clear(ctx)
+    if r == c.proto.root:
+        for j in range(ctx.node.size):
+            if j != r and sizes[j] > 0:
+                _cma_note(ctx, j, cma_read(pids[j * stride], bases[j * stride],
+                                           recv + offs[j], sizes[j]))
+    return _cma_finish(ctx, c)
+
+
+cdef int cma_scatterv(Context ctx, Coll *c, int64_t pid, int64_t addr,
+                      char *recv, int64_t recvn) except -1 nogil:
+    """node_scatterv after its first step: a non-root reads its block
+    (at `addr` in the root, process `pid`). 1 if done; 0: the slots."""
+    _cma_clear(ctx)
+    if ctx.node.rank != c.proto.root and recvn > 0:
+        _cma_note(ctx, c.proto.root, cma_read(pid, addr, recv, recvn))
+    return _cma_finish(ctx, c)
+
+
+cdef int _raise_cma(Context ctx, Coll *c, int err, int who,
+                    int peer) except -1 with gil:
+    import os
+    raise OSError(err, f"rank {ctx.rank}: in {describe_call(&c.proto)} rank "
+                  f"{who} could not read rank {peer}'s memory "
+                  f"(process_vm_readv): {os.strerror(err)}")
