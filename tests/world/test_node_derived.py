@@ -30,7 +30,7 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import MPI
 from conftest import long_runs
-from harness import World
+from gloocy.testing.processes import ProcessWorld as World
 
 TRANSPORTS = ("shm", "mix")
 # gather and scatter take the node segment only when forced (see
