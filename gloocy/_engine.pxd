@@ -23,6 +23,9 @@ cdef int waitall(Context ctx, Coll *c, Xfer *xs, int64_t n) except -1 nogil
 # Move what the busy pairs can without blocking, and run the links'
 # unfinished schedules on; 1 if anything moved.
 cdef int progress_all(Context ctx) except -1 nogil
+# A wait that found nothing to move since `since`: 1 after a spin or a yield
+# of the CPU (look again), 0 once its spin and yield time are spent (sleep).
+cdef int keep_looking(Context ctx, int64_t since) except -1 nogil
 # Between two spins of a wait: let other threads at the links.
 cdef int pause(Context ctx) except -1 nogil
 # Sleep in poll(2) for one slice (the links' lock dropped meanwhile).

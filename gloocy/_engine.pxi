@@ -1,6 +1,8 @@
 # The progress engine: post a call's transfers, then drive every pair
-# without the GIL until they are done: spin briefly (cheap when ranks <=
-# cores), then block in poll(2) in slices so Ctrl-C and deadlines work.
+# without the GIL until they are done: look again and again for a while
+# (keep_looking: spin where ranks <= CPUs, yield the CPU between looks
+# where they outnumber them), then block in poll(2) in slices so Ctrl-C
+# and deadlines work.
 # Each drive also runs the unfinished nonblocking collectives of the links
 # on (_schedule.pxi), so any wait makes progress on them.
 # The links' lock is held throughout, and dropped only to sleep or, between
@@ -51,21 +53,40 @@ cdef int progress_all(Context ctx) except -1 nogil:
 
 
 cdef int wait_xfer(Context ctx, Coll *c, Xfer *x) except -1 nogil:
-    cdef int64_t spin_until = 0
+    cdef int64_t since = 0
     while x.state != XFER_DONE:
         if progress_all(ctx):
-            spin_until = 0
+            since = 0
             continue
         if x.state == XFER_DONE:
             break
-        if spin_until == 0:
-            spin_until = now_ns() + ctx.spin_ns
-        if now_ns() < spin_until:
-            pause(ctx)
+        if since == 0:
+            since = now_ns()
+        if keep_looking(ctx, since):
             continue
         block_poll(ctx, c)
-        spin_until = 0
+        since = 0
     return 0
+
+
+cdef int keep_looking(Context ctx, int64_t since) except -1 nogil:
+    """A wait that has found nothing to move since `since` (ns): 1 after a
+    spin (the first spin_ns) or a yield of the CPU (the links' yield_ns
+    after that), to look again; 0 once both are spent: sleep now."""
+    cdef int64_t t = now_ns() - since
+    if t < ctx.spin_ns:
+        return pause(ctx) + 1
+    if t >= ctx.spin_ns + ctx.links.yield_ns:
+        return 0
+    if ctx.links.users > 1 or ctx.links.contended:
+        ctx.links.leave()
+        sched_yield()             # a rank queued on our CPU runs now
+        ctx.links.enter()
+    else:
+        sched_yield()
+    if ctx.links.failed:
+        return _raise_links_failed(ctx)
+    return 1
 
 
 cdef int waitall(Context ctx, Coll *c, Xfer *xs, int64_t n) except -1 nogil:

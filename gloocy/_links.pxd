@@ -28,6 +28,9 @@ cdef class Links:
                                       # list, _schedule.pxd), run by progress_all
     cdef bint contended               # threads have waited for `lock`: spinners
                                       # drop it between spins, sleepers are woken
+    cdef public int64_t yield_ns      # after its spin, how long a wait keeps looking
+                                      # with sched_yield() between looks before it
+                                      # sleeps (> 0 where ranks outnumber CPUs)
 
     cdef void enter(self) noexcept nogil
     cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free
