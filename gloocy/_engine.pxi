@@ -64,8 +64,7 @@ cdef int wait_xfer(Context ctx, Coll *c, Xfer *x) except -1 nogil:
             since = now_ns()
         if keep_looking(ctx, since):
             continue
-        block_poll(ctx, c)
-        since = 0
+        block_poll(ctx, c)        # (still nothing moved: sleep again)
     return 0
 
 

@@ -525,7 +525,6 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
         if not keep_looking(ctx, since):
             _check_sources_live(ctx, source)
             block_poll(ctx, c)
-            since = 0
 
 
 cdef int _check_sources_live(Context ctx, int source) except -1 nogil:
