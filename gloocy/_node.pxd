@@ -26,10 +26,8 @@ cdef class Node:
     cdef int64_t chunk
     cdef uint64_t step                # steps so far; slots alternate by parity
     cdef uint64_t owed                # phase A we left without waiting for all (0: none)
-    cdef readonly int64_t spin_now    # ns the next wait spins before it sleeps
-                                      # (adapts: see node_spin_budget)
-    cdef uint32_t misses              # waits that slept since the last probe
-    cdef uint32_t probe_every         # misses before a wait spins the full spin_ns
+    cdef Looks looks                  # how long the next wait looks before it
+                                      # sleeps (adapts: see node_spin_budget)
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data

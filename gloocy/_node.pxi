@@ -72,9 +72,6 @@ cdef extern from "<sys/mman.h>" nogil:
 cdef enum:
     NODE_SMALL = 16384        # allreduce up to this: every rank reduces it all
     NODE_SPIN_ALONE = 2000    # ns a wait spins before it yields between looks
-    NODE_SPIN_FLOOR = 2000    # ns: the least an adapted wait spins
-    NODE_PROBE_MIN = 8        # sleeps in a row before a full spin is tried,
-    NODE_PROBE_MAX = 1024     # doubled (up to this) each time it sleeps too
     NODE_AWAKE = 0            # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1         # asleep on the word itself (futex_wake it),
     NODE_IN_POLL = 2          # asleep in poll(2) on its pairs (poke it)
@@ -123,14 +120,19 @@ cdef class Node:
         if (self.head.nranks != size or self.chunk < 4096
                 or node_segment_bytes(size, self.chunk) != self.nbytes):
             raise ValueError("the node segment does not fit this world")
-        self.spin_now = (<int64_t>1) << 62  # no wait seen yet: all of spin_ns
-        self.probe_every = NODE_PROBE_MIN
+        self.looks.now_ns = (<int64_t>1) << 62  # no wait seen yet: look fully
+        self.looks.probe_every = LOOK_PROBE_MIN
         self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
         self.data = self.base + sizeof(NodeHead) + size * sizeof(NodeCtl)
 
     def __dealloc__(self):
         if self.base is not NULL:
             munmap(self.base, self.nbytes)
+
+    @property
+    def spin_now(self):
+        """ns the next wait looks before it sleeps (adapts)."""
+        return self.looks.now_ns
 
     cdef char *slot(self, int r) noexcept nogil:
         return self.data + ((self.step & 1) * self.size + r) * self.chunk
@@ -208,29 +210,17 @@ cdef inline int64_t node_look_ns(Context ctx) noexcept nogil:
 cdef inline int64_t node_spin_budget(Context ctx) noexcept nogil:
     """How long the next wait looks: node_look_ns on a probe (see the top
     of this file), else what the last waits left (at most that)."""
-    if ctx.node.misses >= ctx.node.probe_every:
-        return node_look_ns(ctx)
-    return min(ctx.node.spin_now, node_look_ns(ctx))
+    return looks_budget(&ctx.node.looks, node_look_ns(ctx))
 
 
 cdef inline void node_spin_learn(Node nd, int64_t spin_ns, int64_t budget,
                                  bint slept) noexcept nogil:
-    """A wait that looked `budget` ns ended in its look (doubles the next
-    ones', up to spin_ns: the most a wait may look) or slept (halves it,
-    down to the floor; a probe that slept only makes the next probe wait
-    twice as long). Waits that found every rank there do not count: when
-    two ranks take turns to sleep, each finds the other there every other
-    call, and counting those would keep both looks short and never probe."""
-    if not slept:
-        nd.spin_now = min(2 * max(budget, NODE_SPIN_FLOOR), spin_ns)
-        nd.misses = 0
-        nd.probe_every = NODE_PROBE_MIN
-    elif nd.misses >= nd.probe_every:
-        nd.misses = 0
-        nd.probe_every = min(2 * nd.probe_every, NODE_PROBE_MAX)
-    else:
-        nd.spin_now = max(budget // 2, NODE_SPIN_FLOOR)
-        nd.misses += 1
+    """A wait that looked `budget` ns ended in its look or slept (see
+    learn_looks; `spin_ns` is the most a wait may look). Waits that found
+    every rank there do not count: when two ranks take turns to sleep, each
+    finds the other there every other call, and counting those would keep
+    both looks short and never probe."""
+    learn_looks(&nd.looks, spin_ns, budget, slept)
 
 
 cdef int node_progress(Context ctx) except -1 nogil:

@@ -522,7 +522,7 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
             return 0
         if since == 0:
             since = now_ns()
-        if not keep_looking(ctx, since):
+        if not keep_looking(ctx, since, ctx.spin_ns + ctx.links.yield_ns):
             _check_sources_live(ctx, source)
             block_poll(ctx, c)
 

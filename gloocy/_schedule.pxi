@@ -112,7 +112,7 @@ cdef uint64_t schedules_low_seq(Context ctx) noexcept nogil:
 cdef int _wait_schedule(Context ctx, Sched *s) except -1 nogil:
     """Drive every pair (and so every schedule) until s is done, spinning
     then sleeping as wait_xfer does."""
-    cdef int64_t since = 0
+    cdef int64_t since = 0, budget = look_budget(ctx)
     while s.state == SCHED_RUNNING:
         if progress_all(ctx):
             since = 0
@@ -121,7 +121,7 @@ cdef int _wait_schedule(Context ctx, Sched *s) except -1 nogil:
             break
         if since == 0:
             since = now_ns()
-        if keep_looking(ctx, since):
+        if keep_looking(ctx, since, budget):
             continue
         block_poll(ctx, &s.c)
     return 0

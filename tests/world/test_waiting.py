@@ -29,7 +29,7 @@ TRANSPORTS = ("shm", "tcp")
 # Waits forced each way: sleep at once (the node futex, poll on the pairs),
 # yield between looks (where ranks outnumber CPUs), spin (where they do not).
 SLEEP_AT_ONCE = {"GLOOCY_SPIN_US": "0", "GLOOCY_YIELD_US": "0"}
-YIELDING = {"GLOOCY_SPIN_US": "0", "GLOOCY_YIELD_US": "1000"}
+YIELDING = {"GLOOCY_SPIN_US": "0", "GLOOCY_YIELD_US": "200"}
 SPINNING = {"GLOOCY_SPIN_US": "50", "GLOOCY_YIELD_US": "0"}
 IDLE_BOUND = 0.30           # of a core, over a wait of WAIT seconds
 WAIT = 1.0
