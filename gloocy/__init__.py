@@ -69,19 +69,14 @@ def _secret_bytes(secret, job):
     return secret
 
 
-def _default_spin_us(local_size):
-    """Spinning before sleeping pays only while every local rank has a core
-    of its own; oversubscribed, it steals the core a peer needs."""
-    return 50 if local_size <= len(os.sched_getaffinity(0)) else 0
-
-
 def _tuning(size, local_size=None):
-    """Knobs for tests and benchmarks (environment variables)."""
+    """Knobs for tests and benchmarks (environment variables); how a wait
+    spins and yields follows from the host (gloocy/waiting.py)."""
+    from gloocy.waiting import wait_tuning
     return dict(
         segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 20),
-        spin_us=_env_int("GLOOCY_SPIN_US", _default_spin_us(
-            local_size or _env_int("GLOOCY_LOCAL_SIZE", size))),
         small_allreduce=_env_int("GLOOCY_SMALL_ALLREDUCE_BYTES", 1 << 16),
+        **wait_tuning(local_size or _env_int("GLOOCY_LOCAL_SIZE", size)),
     )
 
 

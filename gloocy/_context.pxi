@@ -43,11 +43,14 @@ cdef class Context:
                  Links links=None, world=None, uint32_t comm_id=0,
                  double timeout=300.0, int64_t segment=1 << 20,
                  int64_t spin_us=50, int64_t small_allreduce=1 << 16,
-                 int node_fd=-1):
+                 int node_fd=-1, int64_t yield_us=0):
         """A context over `pairs` (one per rank, None at `rank`), or over
         some of the `links` of another context: our rank i is their rank
         world[i] (see derive()). `node_fd`: the node segment every rank
-        maps when all are on one host (see _node.pxi)."""
+        maps when all are on one host (see _node.pxi). A wait spins
+        `spin_us`, then looks `yield_us` more yielding the CPU between
+        looks, then sleeps (gloocy/waiting.py chooses both for the host);
+        `yield_us` is the links', so it counts only when they are made here."""
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"rank {rank} is not in a world of size {size}")
         if segment < 1:
@@ -64,6 +67,7 @@ cdef class Context:
                 elif not isinstance(p, Pair) or (<Pair>p).peer != i:
                     raise ValueError(f"pairs[{i}] is not a Pair to rank {i}")
             links = Links(rank, size, list(pairs))
+            links.yield_ns = max(yield_us, 0) * 1000
             world = range(size)
         self._setup(rank, size, links, world, comm_id, timeout, segment,
                     spin_us * 1000, small_allreduce)

@@ -60,13 +60,14 @@ class Context:
 
     timeout: float          # default deadline of a call, seconds
     segment: int            # pipeline segment size in bytes
-    spin_ns: int            # how long to spin before blocking in poll(2)
+    spin_ns: int            # how long a wait spins before it yields or sleeps
     small_allreduce: int    # bytes up to which "auto" picks recursive doubling
 
     def __new__(cls, rank: int, size: int, pairs: list[_P], *,
                 comm_id: int = 0, timeout: float = 300.0,
                 segment: int = 1 << 18, spin_us: int = 50,
-                small_allreduce: int = 1 << 16) -> Self: ...
+                small_allreduce: int = 1 << 16, node_fd: int = -1,
+                yield_us: int = 0) -> Self: ...
     @property
     def rank(self) -> int: ...
     @property

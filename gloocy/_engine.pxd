@@ -23,6 +23,20 @@ cdef int waitall(Context ctx, Coll *c, Xfer *xs, int64_t n) except -1 nogil
 # Move what the busy pairs can without blocking, and run the links'
 # unfinished schedules on; 1 if anything moved.
 cdef int progress_all(Context ctx) except -1 nogil
+cdef enum:
+    LOOK_FLOOR_NS = 2000          # the least an adapted wait looks
+    LOOK_PROBE_MIN = 8            # sleeps in a row before a full look is tried,
+    LOOK_PROBE_MAX = 1024         # doubled (up to this) each time it sleeps too
+
+# A wait that found nothing to move since `since`: 1 after a spin or a yield
+# of the CPU (look again), 0 once `budget` ns are spent (sleep).
+cdef int keep_looking(Context ctx, int64_t since, int64_t budget) except -1 nogil
+# How long the next wait on the pairs looks, and what it learnt (learn_looks).
+cdef int64_t look_budget(Context ctx) noexcept nogil
+cdef void look_learn(Context ctx, int64_t budget, bint slept) noexcept nogil
+# The adapting rule, for any wait: `most` is the longest a wait may look.
+cdef int64_t looks_budget(Looks *k, int64_t most) noexcept nogil
+cdef void learn_looks(Looks *k, int64_t most, int64_t budget, bint slept) noexcept nogil
 # Between two spins of a wait: let other threads at the links.
 cdef int pause(Context ctx) except -1 nogil
 # Sleep in poll(2) for one slice (the links' lock dropped meanwhile).

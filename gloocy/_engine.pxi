@@ -1,6 +1,8 @@
 # The progress engine: post a call's transfers, then drive every pair
-# without the GIL until they are done: spin briefly (cheap when ranks <=
-# cores), then block in poll(2) in slices so Ctrl-C and deadlines work.
+# without the GIL until they are done: look again and again for a while
+# (keep_looking: spin where ranks <= CPUs, yield the CPU between looks
+# where they outnumber them), then block in poll(2) in slices so Ctrl-C
+# and deadlines work.
 # Each drive also runs the unfinished nonblocking collectives of the links
 # on (_schedule.pxi), so any wait makes progress on them.
 # The links' lock is held throughout, and dropped only to sleep or, between
@@ -51,21 +53,84 @@ cdef int progress_all(Context ctx) except -1 nogil:
 
 
 cdef int wait_xfer(Context ctx, Coll *c, Xfer *x) except -1 nogil:
-    cdef int64_t spin_until = 0
+    cdef int64_t since = 0, budget = -1
+    cdef bint slept = False
     while x.state != XFER_DONE:
         if progress_all(ctx):
-            spin_until = 0
+            since = 0
             continue
         if x.state == XFER_DONE:
             break
-        if spin_until == 0:
-            spin_until = now_ns() + ctx.spin_ns
-        if now_ns() < spin_until:
-            pause(ctx)
+        if since == 0:
+            since = now_ns()
+            if budget < 0:
+                budget = look_budget(ctx)
+        if keep_looking(ctx, since, budget):
             continue
-        block_poll(ctx, c)
-        spin_until = 0
+        block_poll(ctx, c)        # (still nothing moved: sleep again)
+        slept = True
+    if budget >= 0:
+        look_learn(ctx, budget, slept)
     return 0
+
+
+cdef int keep_looking(Context ctx, int64_t since, int64_t budget) except -1 nogil:
+    """A wait that has found nothing to move since `since` (ns): 1 after a
+    spin (within spin_ns) or a yield of the CPU (after it), to look again;
+    0 once `budget` ns are spent: sleep now."""
+    cdef int64_t t = now_ns() - since
+    if t >= budget:
+        return 0
+    if t < ctx.spin_ns:
+        return pause(ctx) + 1
+    if ctx.links.users > 1 or ctx.links.contended:
+        ctx.links.leave()
+        sched_yield()             # a rank queued on our CPU runs now
+        ctx.links.enter()
+    else:
+        sched_yield()
+    if ctx.links.failed:
+        return _raise_links_failed(ctx)
+    return 1
+
+
+cdef int64_t look_budget(Context ctx) noexcept nogil:
+    return looks_budget(&ctx.links.looks, ctx.spin_ns + ctx.links.yield_ns)
+
+
+cdef void look_learn(Context ctx, int64_t budget, bint slept) noexcept nogil:
+    learn_looks(&ctx.links.looks, ctx.spin_ns + ctx.links.yield_ns, budget, slept)
+
+
+# Looking pays while peers answer within the look; when the host is busier
+# than its ranks (other processes hold the CPUs), a rank that looks keeps a
+# CPU from the peer it waits for, and a sleeper, which the kernel runs as
+# soon as it is woken, gets its answer sooner. So how long a wait looks
+# adapts: doubled (up to `most`) each time a wait ends within its look,
+# halved (down to LOOK_FLOOR_NS) each time one has to sleep; after
+# `probe_every` sleeps in a row, one wait looks the whole time, to see
+# whether the CPUs are free again. (Measured for the node waits: see the
+# top of _node.pxi.)
+
+cdef int64_t looks_budget(Looks *k, int64_t most) noexcept nogil:
+    if k.misses >= k.probe_every:
+        return most
+    return min(k.now_ns, most)
+
+
+cdef void learn_looks(Looks *k, int64_t most, int64_t budget, bint slept) noexcept nogil:
+    """A wait that looked `budget` ns ended in its look, or slept (a probe
+    that slept only makes the next probe wait twice as long)."""
+    if not slept:
+        k.now_ns = min(2 * max(budget, LOOK_FLOOR_NS), most)
+        k.misses = 0
+        k.probe_every = LOOK_PROBE_MIN
+    elif k.misses >= k.probe_every:
+        k.misses = 0
+        k.probe_every = min(2 * k.probe_every, LOOK_PROBE_MAX)
+    else:
+        k.now_ns = max(budget // 2, LOOK_FLOOR_NS)
+        k.misses += 1
 
 
 cdef int waitall(Context ctx, Coll *c, Xfer *xs, int64_t n) except -1 nogil:

@@ -5,6 +5,13 @@ cdef enum:
     MAX_SLEEPERS = 64             # threads blocked at once that can be woken
 
 
+# What waits learn of how long looking pays (see learn_looks, _engine.pxi).
+ctypedef struct Looks:
+    int64_t now_ns                # the next wait looks this long before it sleeps
+    uint32_t misses               # waits that slept since the last probe
+    uint32_t probe_every          # misses before a wait looks the whole time
+
+
 # The connections of one process to the others, shared by every communicator
 # derived from them (frames carry their communicator's id). Threads take
 # `lock` to touch the pairs, and drop it to block; whoever moves bytes wakes
@@ -28,6 +35,10 @@ cdef class Links:
                                       # list, _schedule.pxd), run by progress_all
     cdef bint contended               # threads have waited for `lock`: spinners
                                       # drop it between spins, sleepers are woken
+    cdef public int64_t yield_ns      # after its spin, how long a wait keeps looking
+                                      # with sched_yield() between looks before it
+                                      # sleeps (> 0 where ranks outnumber CPUs)
+    cdef Looks looks                  # how long waits on the pairs look (learnt)
 
     cdef void enter(self) noexcept nogil
     cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free

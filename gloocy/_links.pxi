@@ -11,6 +11,8 @@ cdef class Links:
         self.size = size
         self.pairs = pairs
         self.next_id = 1              # 0 is the first context's
+        self.looks.now_ns = (<int64_t>1) << 62    # no wait seen yet: look fully
+        self.looks.probe_every = LOOK_PROBE_MIN
         pthread_mutex_init(&self.lock, NULL)
         for p in pairs:
             if p is not None:

@@ -29,16 +29,14 @@ cdef class Node:
     cdef int64_t chunk
     cdef uint64_t step                # steps so far; slots alternate by parity
     cdef uint64_t owed                # phase A we left without waiting for all (0: none)
-    cdef readonly int64_t spin_now    # ns the next wait spins before it sleeps
-                                      # (adapts: see node_spin_budget)
-    cdef uint32_t misses              # waits that slept since the last probe
-    cdef uint32_t probe_every         # misses before a wait spins the full spin_ns
     cdef readonly int cma             # single-copy transfers (_cma.pxi): 1 in
                                       # use, -1 refused (agreed by all ranks)
     cdef readonly bint cma_willing    # ours are allowed (GLOOCY_CMA is not 0)
     cdef readonly int64_t cma_min     # bytes from which calls use them (the
                                       # segment's: alike on every rank)
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
+    cdef Looks looks                  # how long the next wait looks before it
+                                      # sleeps (adapts: see node_spin_budget)
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data

@@ -16,18 +16,28 @@
 # is owed: node_ready, which starts every step, waits for it before the
 # next write and checks that step's fingerprints against its own.
 #
-# Waiting spins, then sleeps in poll(2) on the pairs' sockets with its
-# `sleeping` flag up; an arriving rank pokes the sleepers through their
-# pairs. A peer that dies hangs up its sockets, which wakes the sleepers at
-# once; every slice of sleep also looks at the deadline and Ctrl-C.
+# Waiting looks, then sleeps. While it looks it spins (spin_ns, where every
+# rank has a CPU of its own), then yields the CPU between looks (the links'
+# yield_ns, where ranks outnumber CPUs: a peer queued on our CPU runs at
+# once); gloocy/waiting.py chooses both at set-up. Then it sleeps on a futex
+# in its own control line (its `sleeping` word): an arriving rank that finds
+# it asleep clears the word and wakes it, one system call. A rank whose
+# pairs carry frames meanwhile (a send or receive posted, a nonblocking
+# collective running) sleeps in poll(2) on the pairs instead, so that frames
+# wake it too, and is poked through its pairs. A dead peer never wakes a
+# futex: the sleep lasts one slice (POLL_SLICE_MS), after which the wait
+# looks at the deadline, Ctrl-C (which also ends the sleep at once: EINTR)
+# and at the sockets of the peers not there yet, which a dead process has
+# hung up. Keeping those sockets in a poll set instead would cost the
+# wake-up its send, poll and recv again.
 #
 # When other processes hold the cores, a rank that spins may hold the very
 # core its peer waits for. So a wait spins alone for 2 us, then yields the
 # core between looks (sched_yield: a peer queued on our core runs at once,
 # where it would otherwise wait for our slice to end), and how long it
-# spins adapts (node_spin_budget): up to spin_ns while waits end within
-# their spin, halved (down to 2 us) each time one has to sleep. A wait
-# that has slept `probe_every` times in a row spins the whole spin_ns
+# looks adapts (node_spin_budget): up to spin_ns + yield_ns while waits end
+# within their look, halved (down to 2 us) each time one has to sleep. A
+# wait that has slept `probe_every` times in a row looks the whole time
 # once, to see whether the cores are free again. Measured at N = 2 on the
 # project's 2-core machine (allgather, allreduce, alltoall, 8 B and 4 KiB)
 # with one or two busy processes beside the ranks: a plain 50 us spin made
@@ -42,6 +52,13 @@ cdef extern from "_atomics.h" nogil:
     void ring_fence()
     uint32_t u32_load(const uint32_t *p)
     void flag_set(uint32_t *p, uint32_t v)
+
+cdef extern from "_futex.h" nogil:
+    int futex_sleep(uint32_t *p, uint32_t v, int64_t ns)
+    void futex_wake(uint32_t *p, int n)
+    uint32_t flag_swap_zero(uint32_t *p)
+    enum:
+        ETIMEDOUT
 
 cdef extern from "<sys/mman.h>" nogil:
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long off)
@@ -61,9 +78,9 @@ cdef enum:
     # 760-900 vs 640-830 us, 16 MiB 5.2-8.7 vs 1.8-2.7 ms.
     NODE_CMA_MIN = 2 << 20
     NODE_SPIN_ALONE = 2000    # ns a wait spins before it yields between looks
-    NODE_SPIN_FLOOR = 2000    # ns: the least an adapted wait spins
-    NODE_PROBE_MIN = 8        # sleeps in a row before a full spin is tried,
-    NODE_PROBE_MAX = 1024     # doubled (up to this) each time it sleeps too
+    NODE_AWAKE = 0            # values of a rank's `sleeping` word: awake,
+    NODE_ON_FUTEX = 1         # asleep on the word itself (futex_wake it),
+    NODE_IN_POLL = 2          # asleep in poll(2) on its pairs (poke it)
 
 
 def node_segment_bytes(int size, int64_t chunk):
@@ -125,17 +142,22 @@ cdef class Node:
         if (self.head.nranks != size or self.chunk < 4096
                 or node_segment_bytes(size, self.chunk) != self.nbytes):
             raise ValueError("the node segment does not fit this world")
-        self.spin_now = (<int64_t>1) << 62  # no wait seen yet: all of spin_ns
         self.cma = 1
         self.cma_willing = os.environ.get("GLOOCY_CMA", "1") != "0"
         self.cma_min = <int64_t>self.head.cma_min
-        self.probe_every = NODE_PROBE_MIN
+        self.looks.now_ns = (<int64_t>1) << 62  # no wait seen yet: look fully
+        self.looks.probe_every = LOOK_PROBE_MIN
         self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
         self.data = self.base + sizeof(NodeHead) + size * sizeof(NodeCtl)
 
     def __dealloc__(self):
         if self.base is not NULL:
             munmap(self.base, self.nbytes)
+
+    @property
+    def spin_now(self):
+        """ns the next wait looks before it sleeps (adapts)."""
+        return self.looks.now_ns
 
     cdef char *slot(self, int r) noexcept nogil:
         return self.data + ((self.step & 1) * self.size + r) * self.chunk
@@ -151,12 +173,17 @@ cdef inline uint64_t phase_b(Node nd) noexcept nogil:
 
 cdef int node_arrive(Context ctx, uint64_t phase, Coll *c) noexcept nogil:
     cdef int j
+    cdef uint32_t how
     ctx.node.ctl[ctx.node.rank].fp[ctx.node.step & 1] = c.proto
     ring_store(&ctx.node.ctl[ctx.node.rank].phase, phase)
     ring_fence()
     for j in range(ctx.node.size):
-        if j != ctx.node.rank and u32_load(&ctx.node.ctl[j].sleeping):
-            (<Pair>ctx._pair_ptrs[j]).wake_peer()
+        if j != ctx.node.rank:
+            how = flag_swap_zero(&ctx.node.ctl[j].sleeping)
+            if how == NODE_ON_FUTEX:
+                futex_wake(&ctx.node.ctl[j].sleeping, 1)
+            elif how != NODE_AWAKE:
+                (<Pair>ctx._pair_ptrs[j]).wake_peer()
     return 0
 
 
@@ -170,7 +197,7 @@ cdef int node_behind(Node nd, uint64_t phase) noexcept nogil:
 
 
 cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
-    """Until every rank has reached `phase` (spin, then sleep). Frames keep
+    """Until every rank has reached `phase` (look, then sleep). Frames keep
     moving meanwhile: a peer may be sending to us before this call."""
     cdef int64_t budget, start, t, left
     cdef bint slept = False
@@ -180,9 +207,9 @@ cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
     start = now_ns()
     while node_behind(ctx.node, phase) >= 0:
         node_progress(ctx)
-        t = now_ns()
-        if t < start + budget:
-            if t - start > NODE_SPIN_ALONE:
+        t = now_ns() - start
+        if t < budget:
+            if t > NODE_SPIN_ALONE or t >= ctx.spin_ns:
                 sched_yield()         # a peer that shares our core runs now
             pause(ctx)
             continue
@@ -190,41 +217,35 @@ cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
         if left <= 0:
             return _raise_node_timeout(ctx, c, phase)
         slept = True
-        node_sleep(ctx, phase, min(POLL_SLICE_MS, left // 1000000 + 1))
-        node_check_peers(ctx, phase)
-        _check_signals()
+        if node_sleep(ctx, phase, min(POLL_SLICE_MS, left // 1000000 + 1)):
+            node_check_peers(ctx, phase)
+            _check_signals()
         if ctx.links.failed:
             return _raise_links_failed(ctx)
-    node_spin_learn(ctx.node, ctx.spin_ns, budget, slept)
+    node_spin_learn(ctx.node, node_look_ns(ctx), budget, slept)
     return 0
 
 
+cdef inline int64_t node_look_ns(Context ctx) noexcept nogil:
+    """The longest a wait looks before it sleeps: its spin, then its
+    yielding looks."""
+    return ctx.spin_ns + ctx.links.yield_ns
+
+
 cdef inline int64_t node_spin_budget(Context ctx) noexcept nogil:
-    """How long the next wait spins: spin_ns on a probe (see the top of
-    this file), else what the last waits left (at most spin_ns)."""
-    if ctx.node.misses >= ctx.node.probe_every:
-        return ctx.spin_ns
-    return min(ctx.node.spin_now, ctx.spin_ns)
+    """How long the next wait looks: node_look_ns on a probe (see the top
+    of this file), else what the last waits left (at most that)."""
+    return looks_budget(&ctx.node.looks, node_look_ns(ctx))
 
 
 cdef inline void node_spin_learn(Node nd, int64_t spin_ns, int64_t budget,
                                  bint slept) noexcept nogil:
-    """A wait that spun `budget` ns ended in its spin (doubles the next
-    ones' spin, up to spin_ns) or slept (halves it, down to the floor; a
-    probe that slept only makes the next probe wait twice as long). Waits
-    that found every rank there do not count: when two ranks take turns
-    to sleep, each finds the other there every other call, and counting
-    those would keep both spins short and never probe."""
-    if not slept:
-        nd.spin_now = min(2 * max(budget, NODE_SPIN_FLOOR), spin_ns)
-        nd.misses = 0
-        nd.probe_every = NODE_PROBE_MIN
-    elif nd.misses >= nd.probe_every:
-        nd.misses = 0
-        nd.probe_every = min(2 * nd.probe_every, NODE_PROBE_MAX)
-    else:
-        nd.spin_now = max(budget // 2, NODE_SPIN_FLOOR)
-        nd.misses += 1
+    """A wait that looked `budget` ns ended in its look or slept (see
+    learn_looks; `spin_ns` is the most a wait may look). Waits that found
+    every rank there do not count: when two ranks take turns to sleep, each
+    finds the other there every other call, and counting those would keep
+    both looks short and never probe."""
+    learn_looks(&nd.looks, spin_ns, budget, slept)
 
 
 cdef int node_progress(Context ctx) except -1 nogil:
@@ -241,14 +262,41 @@ cdef int node_progress(Context ctx) except -1 nogil:
     return 0
 
 
+cdef bint node_frames_move(Context ctx) noexcept nogil:
+    """Frames may come or go for us during this wait (a transfer posted, a
+    receive from anyone, a nonblocking collective, acks owed): then the
+    wait sleeps where they wake it, in poll(2) on the pairs."""
+    cdef int i
+    if ctx.links.wild_head is not NULL or ctx.links.scheds is not NULL:
+        return True
+    for i in range(ctx.size):
+        if i != ctx.rank and ((<Pair>ctx._pair_ptrs[i]).busy()
+                              or (<Pair>ctx._pair_ptrs[i]).acks is not NULL):
+            return True
+    return False
+
+
 cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
-    """poll(2) the pairs as block_poll() does, with our `sleeping` flag up so
-    that arriving ranks poke us. The flag goes up after the pairs drained
-    their pokes, so a poke that comes before the poll still wakes it."""
+    """Sleep up to `ms` with our `sleeping` word up, so that arriving ranks
+    wake us: on the word itself (a futex) or, while frames move for us, in
+    poll(2) on the pairs as block_poll() does. The word goes up before we
+    look at the phases once more, so an arrival in between still wakes us.
+    0 when an arrival woke us, 1 when the slice passed, a signal came or a
+    pair stirred: look at the peers and Ctrl-C then."""
     cdef pollfd fds[64]
-    cdef int i, n = 0
+    cdef int i, n = 0, r = 0
     cdef short ev
     cdef uint32_t *sleeping = &ctx.node.ctl[ctx.rank].sleeping
+    if not node_frames_move(ctx):
+        flag_set(sleeping, NODE_ON_FUTEX)
+        ring_fence()
+        if node_behind(ctx.node, phase) >= 0:
+            ctx.links.leave()
+            r = futex_sleep(sleeping, NODE_ON_FUTEX, <int64_t>ms * 1000000)
+            r = errno if r < 0 else 0
+            ctx.links.enter()
+        flag_set(sleeping, NODE_AWAKE)
+        return r == ETIMEDOUT or r == EINTR
     for i in range(ctx.size):
         if i != ctx.rank:
             ev = (<Pair>ctx._pair_ptrs[i]).wait_events()
@@ -260,16 +308,17 @@ cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
                 fds[n].events = ev | POLLIN | POLLRDHUP
                 fds[n].revents = 0
                 n += 1
-    flag_set(sleeping, 1)
+    flag_set(sleeping, NODE_IN_POLL)
+    ring_fence()
     if node_behind(ctx.node, phase) >= 0:
         ctx.links.leave()
         poll(fds, n, ms if n == ctx.size - 1 else 1)
         ctx.links.enter()
-    flag_set(sleeping, 0)
+    flag_set(sleeping, NODE_AWAKE)
     for i in range(ctx.size):
         if i != ctx.rank:
             (<Pair>ctx._pair_ptrs[i]).drain_wakeups()
-    return 0
+    return 1
 
 
 cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:

@@ -494,7 +494,7 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
     size and rank; with `take` the frame is taken out of its pair (a
     synchronous send's is acknowledged) and x.buf is its malloc'ed copy."""
     cdef int i, moved, peer
-    cdef int64_t spin_until = 0
+    cdef int64_t since = 0
     cdef Xfer *u
     while True:
         if watch_self and ctx.self_sent != seen:
@@ -516,18 +516,15 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
         if moved:
             if ctx.links.nsleepers:
                 ctx.links.wake()
-            spin_until = 0
+            since = 0
             continue
         if not block:
             return 0
-        if spin_until == 0:
-            spin_until = now_ns() + ctx.spin_ns
-        if now_ns() >= spin_until:
+        if since == 0:
+            since = now_ns()
+        if not keep_looking(ctx, since, ctx.spin_ns + ctx.links.yield_ns):
             _check_sources_live(ctx, source)
             block_poll(ctx, c)
-            spin_until = 0
-        else:
-            pause(ctx)
 
 
 cdef int _check_sources_live(Context ctx, int source) except -1 nogil:

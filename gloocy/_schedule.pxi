@@ -112,20 +112,18 @@ cdef uint64_t schedules_low_seq(Context ctx) noexcept nogil:
 cdef int _wait_schedule(Context ctx, Sched *s) except -1 nogil:
     """Drive every pair (and so every schedule) until s is done, spinning
     then sleeping as wait_xfer does."""
-    cdef int64_t spin_until = 0
+    cdef int64_t since = 0, budget = look_budget(ctx)
     while s.state == SCHED_RUNNING:
         if progress_all(ctx):
-            spin_until = 0
+            since = 0
             continue
         if s.state != SCHED_RUNNING:
             break
-        if spin_until == 0:
-            spin_until = now_ns() + ctx.spin_ns
-        if now_ns() < spin_until:
-            pause(ctx)
+        if since == 0:
+            since = now_ns()
+        if keep_looking(ctx, since, budget):
             continue
         block_poll(ctx, &s.c)
-        spin_until = 0
     return 0
 
 

@@ -15,6 +15,11 @@ existing DIR.
 times the Python face instead: the same calls through gloocy.MPI and
 mpi4py in a world of one, µs per call and the ratio, written to
 DIR/overhead.json and DIR/overhead.md (gloocy/bench/overhead.py).
+
+    gloocy-bench --idle-cpu [-n 4 8] [--impl ...] [--wait 1] [--rounds 3] [--out DIR]
+
+measures the CPU a rank burns while it waits at a barrier for a late peer
+(DIR/idle.json, DIR/idle.md; gloocy/bench/idle.py).
 """
 
 from __future__ import annotations
@@ -104,6 +109,9 @@ def _parser() -> argparse.ArgumentParser:
                         "in a world of one; takes only --calls (default 20000), "
                         "--rounds (default 5), --out, --quiet and --replot "
                         "(gloocy-bench --overhead --help)")
+    p.add_argument("--idle-cpu", action="store_true",
+                   help="instead: the CPU a rank burns while it waits at a barrier "
+                        "for a late peer (gloocy-bench --idle-cpu --help)")
     return p
 
 
@@ -165,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     if "--overhead" in argv:
         from gloocy.bench import overhead
         return overhead.main([a for a in argv if a != "--overhead"])
+    if "--idle-cpu" in argv:
+        from gloocy.bench import idle
+        return idle.main([a for a in argv if a != "--idle-cpu"])
     args = _parser().parse_args(argv)
     args.argv = argv
     out = Path(args.out)

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-__all__ = ["Impl", "GloocyImpl", "TorchGlooImpl", "Mpi4pyImpl", "IMPLS",
+__all__ = ["Impl", "GloocyImpl", "TorchGlooImpl", "Mpi4pyImpl",
+           "Mpi4pyYieldImpl", "IMPLS",
            "parse_spec", "expand", "mpiexec"]
 
 TIMEOUT = float(os.environ.get("GLOOCY_BENCH_TIMEOUT", "300"))  # per call, s
@@ -33,6 +34,7 @@ class Impl:
 
     name: ClassVar[str]
     launcher: ClassVar[str] = "gloocy-run"      # or "mpiexec"
+    env: ClassVar[dict[str, str]] = {}          # set for the ranks
 
     def __init__(self, transport: str = "") -> None:
         self.transport = transport
@@ -236,10 +238,19 @@ class Mpi4pyImpl(Impl):
         self.comm.Alltoall(send, recv)
 
 
-IMPLS: dict[str, type[Impl]] = {c.name: c for c in (GloocyImpl, TorchGlooImpl, Mpi4pyImpl)}
+class Mpi4pyYieldImpl(Mpi4pyImpl):
+    """mpi4py on MPICH told to yield the CPU while it polls (what MPICH
+    advises where ranks outnumber cores)."""
+
+    name = "mpi4py-yield"
+    env = {"MPIR_CVAR_ENABLE_HEAVY_YIELD": "1"}
+
+
+IMPLS: dict[str, type[Impl]] = {c.name: c for c in (GloocyImpl, TorchGlooImpl, Mpi4pyImpl,
+                                                    Mpi4pyYieldImpl)}
 
 # What the peers run over here (for the JSON's transport field).
-_PEER_TRANSPORT = {"torch-gloo": "tcp", "mpi4py": "shm"}
+_PEER_TRANSPORT = {"torch-gloo": "tcp", "mpi4py": "shm", "mpi4py-yield": "shm"}
 
 
 def parse_spec(spec: str) -> Impl:

@@ -20,7 +20,8 @@ __all__ = ["Point", "load", "summarize", "table", "plot", "write",
            "format_bytes"]
 
 COLORS = {"gloocy:tcp": "tab:blue", "gloocy:shm": "tab:purple",
-          "torch-gloo": "tab:orange", "mpi4py": "tab:green"}
+          "torch-gloo": "tab:orange", "mpi4py": "tab:green",
+          "mpi4py-yield": "tab:olive"}
 STYLES = ("-", "--", ":", "-.")
 
 

@@ -81,7 +81,7 @@ def _command(job: Job, out: str, budget: float, max_iters: int,
               "--impl", job.impl.label, "--collectives", ",".join(job.collectives),
               "--sizes", ",".join(map(str, job.sizes)), "--budget", str(budget),
               "--max-iters", str(max_iters), "--round", str(job.round), "--out", out]
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", **job.impl.env)
     if job.impl.launcher == "mpiexec":
         return [mpiexec() or "mpiexec", "-n", str(job.n), *worker], env
     if job.impl.name == "gloocy":
