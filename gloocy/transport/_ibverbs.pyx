@@ -399,11 +399,13 @@ cdef class IbvPair(StreamPair):
         if self.chan is NULL:
             _raise_verbs("ibv_create_comp_channel", errno)
         fcntl(self.chan.fd, F_SETFL, fcntl(self.chan.fd, F_GETFL) | O_NONBLOCK)
-        for i in (self.chan.fd, sock):
-            ev.events = EPOLLIN | EPOLLRDHUP
-            ev.data.fd = i
-            if epoll_ctl(self.fd, EPOLL_CTL_ADD, i, &ev) != 0:
-                _raise_verbs("epoll_ctl", errno)
+        ev.events = EPOLLIN
+        ev.data.fd = self.chan.fd
+        if epoll_ctl(self.fd, EPOLL_CTL_ADD, self.chan.fd, &ev) != 0:
+            _raise_verbs("epoll_ctl", errno)
+        self.sock = -1
+        if sock >= 0:
+            self.watch(sock)
         self.cq = glv.create_cq(dev.ctx, 2 * nrecv + 2 * CTL_MAX + 8, NULL, self.chan, 0)
         if self.cq is NULL:
             _raise_verbs("ibv_create_cq", errno)
@@ -448,6 +450,17 @@ cdef class IbvPair(StreamPair):
             _raise_verbs("moving the queue pair to INIT", 0)
         for i in range(nrecv):
             self._post_recv(i)
+
+    def watch(self, int sock):
+        """Own `sock` (non-blocking), the peer's connection: its end means
+        the peer is gone."""
+        cdef epoll_event ev
+        ev.events = EPOLLIN | EPOLLRDHUP
+        ev.data.fd = sock
+        if epoll_ctl(self.fd, EPOLL_CTL_ADD, sock, &ev) != 0:
+            c_close(sock)
+            _raise_verbs("epoll_ctl", errno)
+        self.sock = sock
 
     def local_address(self):
         """What the peer needs to connect to us: (qpn, psn, lid, gid, mtu)."""
@@ -928,8 +941,3 @@ cdef class IbvPair(StreamPair):
             attr.qp_state = GLV_QPS_ERR
             glv.modify_qp(self.qp, &attr, GLV_QP_STATE)
 
-
-def ibv_pair(IbvDevice dev, sock, int rank, int peer, str address, **kw):
-    """An IbvPair (in INIT) watching `sock` (the pair owns it then)."""
-    sock.setblocking(False)
-    return IbvPair(dev, sock.detach(), rank, peer, address, **kw)

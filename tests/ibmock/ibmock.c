@@ -141,7 +141,7 @@ static void push_cqe(struct ibv_cq *cq, const struct ibv_wc *wc) {
     c->t = n;
     if (c->armed && cq->channel) {
         c->armed = 0;
-        if (write(cq->channel->fd, &cq, sizeof(cq)) < 0) {}
+        if (write(cq->channel->refcnt, &cq, sizeof(cq)) < 0) {}   /* the write end */
     }
 }
 
@@ -520,6 +520,12 @@ static void *serve_loop(void *arg) {
     }
     pthread_mutex_unlock(&G);
     return NULL;
+}
+
+/* A process that exits without closing the device leaves no socket file. */
+__attribute__((destructor)) static void unlink_socket(void) {
+    char path[256];
+    if (opened) { sock_path(path, sizeof(path), getpid()); unlink(path); }
 }
 
 /* -- the verbs ----------------------------------------------------------- */
