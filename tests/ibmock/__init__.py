@@ -51,3 +51,15 @@ def env(libdir, sockdir, **faults):
     e = {"LD_LIBRARY_PATH": ":".join(paths), "GLOOCY_IBMOCK_DIR": str(sockdir)}
     e.update({f"GLOOCY_IBMOCK_{k.upper()}": str(v) for k, v in faults.items()})
     return e
+
+
+def session_env():
+    """Build the stand-in once per process (into a temporary directory,
+    removed at exit) and return the environment its ranks need."""
+    if "env" not in _built:
+        import atexit
+        root = Path(tempfile.mkdtemp(prefix="gloocy-ibmock-"))
+        atexit.register(shutil.rmtree, root, True)
+        (root / "sock").mkdir()
+        _built["env"] = env(build(root), root / "sock")
+    return dict(_built["env"])

@@ -4,7 +4,7 @@ offset, every struct has the same size, every enum value is the same."""
 
 import re
 
-from tests.ibmock import ABI_HEADER
+from . import ABI_HEADER
 
 # (our struct, the real one, fields compared; None: every field we declare)
 STRUCTS = [
