@@ -247,6 +247,15 @@ cdef void _dereg(glv_mr **mr) noexcept nogil:
         mr[0] = NULL
 
 
+# Work completion statuses (enum ibv_wc_status) named in errors.
+_WC_STATUS = {1: "IBV_WC_LOC_LEN_ERR (a message longer than its receive)",
+              2: "IBV_WC_LOC_QP_OP_ERR", 4: "IBV_WC_LOC_PROT_ERR (a bad lkey "
+              "or local memory outside its registration)",
+              9: "IBV_WC_REM_INV_REQ_ERR", 10: "IBV_WC_REM_ACCESS_ERR (a bad "
+              "rkey, or remote memory outside its registration or access)",
+              11: "IBV_WC_REM_OP_ERR", 14: "IBV_WC_LOC_RDD_VIOL_ERR"}
+
+
 def load(path="libibverbs.so.1"):
     """Open libibverbs (once); RuntimeError saying what is missing."""
     cdef bytes p = path.encode()
@@ -507,6 +516,7 @@ cdef class IbvPair(StreamPair):
                          | GLV_QP_MAX_QP_RD_ATOMIC) != 0:
             raise ProtocolError(f"rank {self.rank}: cannot move the queue pair to "
                                 f"rank {self.peer} to RTS")
+        self._arm()                   # the first completion wakes the poll loop
 
     def __dealloc__(self):
         self._release()
@@ -680,12 +690,8 @@ cdef class IbvPair(StreamPair):
                     GLV_WC_RNR_RETRY_EXC_ERR: "receiver not ready, retries exhausted",
                     GLV_WC_WR_FLUSH_ERR: "the queue pair went into the error state"}[s]
             return self.lost(what.encode(), 0)
-        raise ProtocolError(f"rank {self.rank}: RDMA transfer with rank {self.peer} "
-                            f"({self.address}) failed: work completion status {s}"
-                            f"{self._async_events()}")
-
-    cdef str _async_events(self):
-        return ""
+        raise ProtocolError(f"rank {self.rank}: an RDMA transfer with rank {self.peer} "
+                            f"({self.address}) failed: {_WC_STATUS.get(s, s)}")
 
     cdef void _inbox_push(self, int slot, int nbytes, int kind) noexcept nogil:
         cdef int n = self.slots + CTL_SLOTS

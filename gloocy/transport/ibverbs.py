@@ -28,7 +28,7 @@ _ADDR = struct.Struct("<8sIIH16sBII")
 _ADDR_MAGIC = b"GLCYIBV1"
 _CAN = struct.Struct("<8s?")
 _CAN_MAGIC = b"GLCYIBOK"
-LIBRARY = "libibverbs.so.1"
+LIBRARY = "libibverbs.so.1"        # GLOOCY_IB_LIBRARY: another path
 DEFAULT_RDV = 32768
 DEFAULT_SLOTS = 64
 DEFAULT_SLOT_BYTES = 8192
@@ -91,9 +91,9 @@ def probe():
     gid = gid_index()
     try:
         from gloocy.transport import _ibverbs
-        _ibverbs.load(LIBRARY)
+        _ibverbs.load(os.environ.get("GLOOCY_IB_LIBRARY") or LIBRARY)
     except (ImportError, RuntimeError) as e:
-        return None, f"{LIBRARY} cannot be used: {e}"
+        return None, f"libibverbs cannot be used: {e}"
     names = _ibverbs.device_names()
     if not names:
         return None, "no RDMA device (ibv_get_device_list found none)"

@@ -12,9 +12,11 @@
  * status, which the requester turns into a work completion, as an HCA does.
  *
  * Faults (environment): GLOOCY_IBMOCK_MAX_MR (registration limit),
- * GLOOCY_IBMOCK_DELAY_US (each response delayed), GLOOCY_IBMOCK_QP_ERROR_AFTER
+ * GLOOCY_IBMOCK_DELAY_US (each response delayed; _READ_DELAY_US: RDMA
+ * read responses only), GLOOCY_IBMOCK_QP_ERROR_AFTER
  * (a QP is forced into the error state after that many sends in this
- * process, with an IBV_EVENT_QP_FATAL async event), GLOOCY_IBMOCK_PORT_DOWN.
+ * process, with an IBV_EVENT_QP_FATAL async event), GLOOCY_IBMOCK_PORT_DOWN,
+ * GLOOCY_IBMOCK_BAD_RKEY (RDMA requests carry a wrong rkey).
  * A peer process that dies gives IBV_WC_RETRY_EXC_ERR after the QP's
  * retry time (timeout and retry_cnt, capped at GLOOCY_IBMOCK_RETRY_MS).
  */
@@ -114,7 +116,7 @@ static pthread_t helper;
 static struct ibv_device dev0, *devlist[2];
 static struct ibv_context *ctx0;
 static int async_pipe[2] = {-1, -1};
-static long delay_us, qp_error_after, sends_posted;
+static long delay_us, read_delay_us, qp_error_after, sends_posted, bad_rkey;
 static char sock_dir[80];
 static struct conn *loose[MAX_QP];   /* accepted, HELLO not read yet */
 
@@ -251,6 +253,7 @@ static void respond(struct mqp *q, const struct msg *req, int status,
     memset(&r, 0, sizeof(r));
     r.type = RESP; r.status = status; r.len = len; r.opcode = req->opcode;
     if (delay_us) usleep(delay_us);
+    if (read_delay_us && req->type == REQ_READ) usleep(read_delay_us);
     enqueue(q->in, &r, body, NULL, 0);
 }
 
@@ -612,7 +615,10 @@ static int m_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_sen
         case IBV_WR_RDMA_READ: m.type = REQ_READ; break;
         default: free(w); rc = EINVAL; goto out;
         }
-        if (m.type != REQ_SEND) { m.raddr = wr->wr.rdma.remote_addr; m.rkey = wr->wr.rdma.rkey; }
+        if (m.type != REQ_SEND) {
+            m.raddr = wr->wr.rdma.remote_addr;
+            m.rkey = wr->wr.rdma.rkey ^ (bad_rkey ? 0x5a5a00u : 0);   /* fault: a wrong key */
+        }
         if (read) m.rlen = w->len; else m.len = w->len;
         if (q->sq_t) q->sq_t->next = w; else q->sq_h = w;
         q->sq_t = w;
@@ -677,6 +683,8 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d) {
     snprintf(sock_dir, sizeof(sock_dir), "%s", dir ? dir : "/tmp");
     delay_us = getenv("GLOOCY_IBMOCK_DELAY_US") ? atol(getenv("GLOOCY_IBMOCK_DELAY_US")) : 0;
     qp_error_after = getenv("GLOOCY_IBMOCK_QP_ERROR_AFTER") ? atol(getenv("GLOOCY_IBMOCK_QP_ERROR_AFTER")) : 0;
+    read_delay_us = getenv("GLOOCY_IBMOCK_READ_DELAY_US") ? atol(getenv("GLOOCY_IBMOCK_READ_DELAY_US")) : 0;
+    bad_rkey = getenv("GLOOCY_IBMOCK_BAD_RKEY") ? atol(getenv("GLOOCY_IBMOCK_BAD_RKEY")) : 0;
     max_mr = getenv("GLOOCY_IBMOCK_MAX_MR") ? atoi(getenv("GLOOCY_IBMOCK_MAX_MR")) : MAX_MR_SLOTS - 1;
     if (pipe2(async_pipe, O_CLOEXEC) < 0) goto fail;
     c->async_fd = async_pipe[0];
