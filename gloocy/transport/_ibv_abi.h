@@ -176,9 +176,10 @@ struct glv_port_attr {
     uint8_t reserve[64];
 };
 
+union glv_async_element { struct glv_cq *cq; struct glv_qp *qp; void *srq; void *wq; int port_num; };
 struct glv_async_event {
-    union { struct glv_cq *cq; struct glv_qp *qp; void *srq; void *wq; int port_num; } element;
-    int event_type;
+    union glv_async_element element;
+    int event_type;                /* enum ibv_event_type */
 };
 
 /* The verbs' enum values (the ABI: the same in every rdma-core). */

@@ -17,6 +17,7 @@ import pytest
 import gloocy
 from harness import RankFailure, World
 import ibmock
+from test_shm import pair_kinds, total
 
 MISSING = ibmock.missing()
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"the ibverbs stand-in "
@@ -26,17 +27,6 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"the ibverbs stand-in "
 @pytest.fixture(scope="module")
 def ib_env():
     return {**ibmock.session_env(), "GLOOCY_TRANSPORT": "ibverbs"}
-
-
-def pair_kinds(comm):
-    return [type(p).__name__ if p is not None else None
-            for p in comm._ctx.links.pairs]
-
-
-def total(comm, n):
-    x = np.full(n, comm.rank + 1.0)
-    comm.Allreduce(gloocy.IN_PLACE, x)
-    return bool(np.all(x == comm.size * (comm.size + 1) / 2))
 
 
 @pytest.mark.parametrize("extra, expect", [
@@ -64,9 +54,7 @@ def start_error(env, size=2):
 @pytest.mark.parametrize("extra, why", [
     ({"GLOOCY_IB_LIBRARY": "/nonexistent/libibverbs.so.1"}, "cannot load"),
     ({"GLOOCY_IB_HCA": "^mock"}, "selects none of the devices ['mock0']"),
-    ({"GLOOCY_IB_HCA": "=mock"}, "selects none"),
     ({"GLOOCY_IBMOCK_PORT_DOWN": "1"}, "port 1 of mock0 is not active"),
-    ({"GLOOCY_IB_HCA": "mock0:2"}, "mock0 has no port 2"),
 ])
 def test_ibverbs_without_a_usable_device_is_a_clear_error(ib_env, extra, why):
     for message in start_error({**ib_env, **extra}):
@@ -138,9 +126,10 @@ def r_many_small(comm, rounds):
 
 def test_a_queue_pair_forced_into_error_names_the_peer(ib_env):
     with World(2, env={**ib_env, "GLOOCY_IBMOCK_QP_ERROR_AFTER": "30"}, timeout=30) as w:
-        out = w.run(r_many_small, 100, check=False)
+        out = w.run(r_many_small, 40, check=False)
     assert any(not isinstance(e, bool) and e.is_a("PeerLostError")
-               and "error state" in e.message for e in out), out
+               and "error state" in e.message and "IBV_EVENT_QP_FATAL" in e.message
+               for e in out), out
 
 
 def r_churn(comm, rounds, n):
@@ -164,12 +153,12 @@ def r_churn(comm, rounds, n):
 
 def test_buffers_freed_and_reallocated_at_the_same_address(ib_env):
     with World(2, env=ib_env, timeout=60) as w:
-        (ok0, reused0), (ok1, reused1) = w.run(r_churn, 30, 1 << 17)
+        (ok0, reused0), (ok1, reused1) = w.run(r_churn, 12, 1 << 17)
     assert ok0 and ok1
     assert reused0 > 0 and reused1 > 0       # the churn really reused addresses
 
 
-@pytest.mark.parametrize("size", [2, 3])
+@pytest.mark.parametrize("size", [3])
 def test_the_registration_limit_falls_back_to_copies(ib_env, size):
     # 3 registrations per pair (slots both ways, the stage): none left for
     # the rendezvous, whose payloads then go through the eager slots.
