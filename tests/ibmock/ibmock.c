@@ -788,6 +788,14 @@ EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
     return &m->mr;
 }
 
+/* What verbs.h's ibv_reg_mr macro calls when it cannot tell at compile
+ * time that the access flags are old ones (an unoptimised build). */
+EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len,
+                                       uint64_t iova, unsigned int access) {
+    if (iova != (uint64_t)(uintptr_t)addr) { errno = EINVAL; return NULL; }
+    return ibv_reg_mr(pd, addr, len, (int)access);
+}
+
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
     struct mmr *m = (struct mmr *)mr;
     pthread_mutex_lock(&G);
