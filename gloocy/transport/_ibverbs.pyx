@@ -338,7 +338,7 @@ cdef class IbvPair(StreamPair):
         attr.qp_state = GLV_QPS_INIT
         attr.pkey_index = 0
         attr.port_num = dev.port
-        attr.qp_access_flags = GLV_ACCESS_REMOTE_READ | GLV_ACCESS_REMOTE_WRITE
+        attr.qp_access_flags = GLV_ACCESS_REMOTE_READ    # the rendezvous reads; nothing writes
         if glv.modify_qp(self.qp, &attr, GLV_QP_STATE | GLV_QP_PKEY_INDEX
                          | GLV_QP_PORT | GLV_QP_ACCESS_FLAGS) != 0:
             _raise_verbs("moving the queue pair to INIT", 0)

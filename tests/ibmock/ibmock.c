@@ -16,7 +16,9 @@
  * read responses only), GLOOCY_IBMOCK_QP_ERROR_AFTER
  * (a QP is forced into the error state after that many sends in this
  * process, with an IBV_EVENT_QP_FATAL async event), GLOOCY_IBMOCK_PORT_DOWN,
- * GLOOCY_IBMOCK_BAD_RKEY (RDMA requests carry a wrong rkey).
+ * GLOOCY_IBMOCK_BAD_RKEY (RDMA requests carry a wrong rkey);
+ * GLOOCY_IBMOCK_LINK_LAYER=ethernet makes the port a RoCE one (no LID: a QP
+ * in RTR must be given a global route with a GID of index < 4).
  * A peer process that dies gives IBV_WC_RETRY_EXC_ERR after the QP's
  * retry time (timeout and retry_cnt, capped at GLOOCY_IBMOCK_RETRY_MS).
  */
@@ -128,6 +130,11 @@ static double now(void) {
 
 static void sock_path(char *buf, size_t n, int pid) {
     snprintf(buf, n, "%s/ibmock-%d.sock", sock_dir, pid);
+}
+
+static int roce(void) {
+    const char *l = getenv("GLOOCY_IBMOCK_LINK_LAYER");
+    return l && strcmp(l, "ethernet") == 0;
 }
 
 static void wake(void) { uint64_t one = 1; if (write(wake_fd, &one, 8) < 0) {} }
@@ -746,9 +753,14 @@ EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat_ib
     a->state = getenv("GLOOCY_IBMOCK_PORT_DOWN") ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
     a->max_mtu = a->active_mtu = IBV_MTU_4096;
     a->gid_tbl_len = 4;
-    a->lid = 1;
     a->max_msg_sz = 1u << 31;
-    a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    if (roce()) {             /* RoCE: no LIDs, addresses are GIDs */
+        a->lid = 0;
+        a->link_layer = IBV_LINK_LAYER_ETHERNET;
+    } else {
+        a->lid = 1;
+        a->link_layer = IBV_LINK_LAYER_INFINIBAND;
+    }
     return 0;
 }
 
@@ -912,7 +924,9 @@ EXPORT int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask) {
         ok = NEED(mask, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                   IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)
              && a->path_mtu >= IBV_MTU_256 && a->path_mtu <= IBV_MTU_4096
-             && (a->ah_attr.dlid || a->ah_attr.is_global);
+             && (roce() ? a->ah_attr.is_global && a->ah_attr.grh.sgid_index < 4
+                          && a->ah_attr.grh.dgid.raw[0] == 0xfe
+                        : a->ah_attr.dlid != 0);
     else if (from == IBV_QPS_RTR && to == IBV_QPS_RTS)
         ok = NEED(mask, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                   IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);

@@ -43,6 +43,13 @@ def test_each_pair_uses_the_transport_its_hosts_allow(ib_env, extra, expect):
         assert kinds[r] == [None if p == r else expect(r, p) for p in range(4)]
 
 
+def test_a_roce_port_is_addressed_by_the_chosen_gid(ib_env):
+    # the stand-in's RoCE port has no LIDs: RTR needs a global route
+    env = {**ib_env, "GLOOCY_IBMOCK_LINK_LAYER": "ethernet", "GLOOCY_IB_GID_INDEX": "3"}
+    with World(2, env=env) as w:
+        assert w.run(total, 50_000) == [True] * 2
+
+
 def start_error(env, size=2):
     with pytest.raises(RankFailure) as info:
         World(size, env=env, timeout=30).close()
@@ -55,6 +62,8 @@ def start_error(env, size=2):
     ({"GLOOCY_IB_LIBRARY": "/nonexistent/libibverbs.so.1"}, "cannot load"),
     ({"GLOOCY_IB_HCA": "^mock"}, "selects none of the devices ['mock0']"),
     ({"GLOOCY_IBMOCK_PORT_DOWN": "1"}, "port 1 of mock0 is not active"),
+    ({"GLOOCY_IBMOCK_LINK_LAYER": "ethernet", "GLOOCY_IB_GID_INDEX": "9"},
+     "has no GID index 9"),
 ])
 def test_ibverbs_without_a_usable_device_is_a_clear_error(ib_env, extra, why):
     for message in start_error({**ib_env, **extra}):
