@@ -70,6 +70,8 @@ def _settings(transport, rank):
     """The transport and its knobs, checked on every rank before any
     connection: a bad value is the same clear error on every rank."""
     mode = _mode(transport)
+    if mode in ("auto", "ibverbs"):
+        ibverbs.settings()
     if mode == "ibverbs":
         ibverbs.require(rank)
     if mode != "tcp":

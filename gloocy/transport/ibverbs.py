@@ -22,7 +22,8 @@ import weakref
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport.handshake import recv_exact
 
-__all__ = ["probe", "require", "agree", "ib_pair", "parse_hca", "select_ports"]
+__all__ = ["probe", "require", "agree", "ib_pair", "parse_hca", "select_ports",
+           "settings"]
 
 _ADDR = struct.Struct("<8sIIH16sBII")
 _ADDR_MAGIC = b"GLCYIBV1"
@@ -78,6 +79,18 @@ def _int_env(name, default, low):
     if value < low:
         raise ValueError(f"{name}={text!r}: must be a whole number >= {low}")
     return value
+
+
+def settings():
+    """The pair's knobs, checked (ValueError naming the variable):
+    GLOOCY_IB_SLOTS eager receive slots per peer, GLOOCY_IB_SLOT_BYTES each
+    (the same on every rank), GLOOCY_IB_RDV_BYTES the smallest payload sent
+    by rendezvous (RDMA read into the receive buffer) rather than copied."""
+    gid_index()
+    parse_hca(os.environ.get("GLOOCY_IB_HCA", ""))
+    return dict(slots=_int_env("GLOOCY_IB_SLOTS", DEFAULT_SLOTS, 4),
+                slot_bytes=_int_env("GLOOCY_IB_SLOT_BYTES", DEFAULT_SLOT_BYTES, 256),
+                rdv_min=_int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
 
 
 def gid_index():
@@ -151,11 +164,7 @@ def ib_pair(sock, rank, peer, address, dev, deadline, *, dead_s=0):
     connection to notice the peer's death)."""
     from gloocy.transport._ibverbs import IbvPair
     from gloocy.transport._tcp import _keepalive
-    slots = _int_env("GLOOCY_IB_SLOTS", DEFAULT_SLOTS, 4)
-    slot_bytes = _int_env("GLOOCY_IB_SLOT_BYTES", DEFAULT_SLOT_BYTES, 256)
-    rdv = _int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1)
-    pair = IbvPair(dev, -1, rank, peer, address, slots=slots,
-                   slot_bytes=slot_bytes, rdv_min=rdv)
+    pair = IbvPair(dev, -1, rank, peer, address, **settings())
     try:
         qpn, psn, lid, gid, mtu, slots, slot_bytes = pair.local_address()
         sock.settimeout(max(0.001, deadline - time.monotonic()))

@@ -1,8 +1,9 @@
-"""gloocy's own declarations of the verbs ABI (gloocy/transport/_ibv_abi.h)
-against the system's <infiniband/verbs.h> (libibverbs-dev): every declared
-field at the same offset, every allocated struct the same size, every enum
-value the same -- compiled as static asserts, so a mismatch fails the
-build of this one C file, naming the field."""
+"""The ibverbs transport without processes. gloocy's own declarations of
+the verbs ABI (gloocy/transport/_ibv_abi.h) against the system's
+<infiniband/verbs.h> (libibverbs-dev): every declared field at the same
+offset, every allocated struct the same size, every enum value the same --
+compiled as static asserts, so a mismatch fails the build of one C file,
+naming the field. Then GLOOCY_IB_HCA's grammar (NCCL's) and the knobs."""
 
 import os
 import subprocess
@@ -65,3 +66,18 @@ def test_hca_selection_follows_nccls_grammar(spec, want):
 def test_a_bad_port_is_named():
     with pytest.raises(ValueError, match="port 'x' of 'mlx5_0'"):
         parse_hca("mlx5_0:x")
+
+
+@pytest.mark.parametrize("name, value, why", [
+    ("GLOOCY_IB_SLOTS", "2", "GLOOCY_IB_SLOTS='2': must be a whole number >= 4"),
+    ("GLOOCY_IB_SLOT_BYTES", "big", "GLOOCY_IB_SLOT_BYTES='big'"),
+    ("GLOOCY_IB_RDV_BYTES", "0", "GLOOCY_IB_RDV_BYTES='0'"),
+    ("GLOOCY_IB_GID_INDEX", "-2", "GLOOCY_IB_GID_INDEX='-2'"),
+    ("GLOOCY_IB_HCA", "mlx5_0:one", "port 'one' of 'mlx5_0'"),
+])
+def test_bad_knobs_are_named_before_any_connection(monkeypatch, name, value, why):
+    from gloocy.transport import _settings
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as info:
+        _settings("auto", 0)
+    assert why in str(info.value)
