@@ -105,7 +105,7 @@ cdef enum:
     CTL_SLOTS = 8       # receives beyond the data slots, for CREDIT and FIN
     CTL_MAX = 4         # of which we have at most this many in flight
     POLL_BATCH = 16
-    WAIT_SLICE_NS = 1000000
+    READ_WAIT_MS = 10000    # bound of the wait in post_recv for a read in flight
 
 ctypedef struct RdvInfo:        # the payload of an RDV message
     uint64_t addr
@@ -832,10 +832,14 @@ cdef class IbvPair(StreamPair):
 
     cdef int _finish_read_into_stash(self) except -1 nogil:
         cdef int64_t k
-        while not self.rr_done:
-            self.poll_cq()
-            if not self.rr_done:
-                usleep(100)
+        cdef int i
+        for i in range(READ_WAIT_MS * 10):   # a read completes or fails after
+            self.poll_cq()                     # the QP's retries, well before
+            if self.rr_done:
+                break
+            usleep(100)
+        if not self.rr_done:
+            return self.lost("an RDMA read from the peer did not complete", 0)
         k = self._rdv_recv(self.rr_dst, <size_t>self.rr_n, NULL, 0)
         self.in_x.done += k
         return 0

@@ -179,3 +179,24 @@ def test_the_registration_limit_falls_back_to_copies(ib_env, size):
 def test_a_registration_limit_below_the_slots_is_a_clear_error(ib_env):
     for message in start_error({**ib_env, "GLOOCY_IBMOCK_MAX_MR": "1"}):
         assert "ibv_reg_mr" in message and "limit" in message, message
+
+
+def r_probe_then_receive(comm, n):
+    """Rank 1 lets a large message's header arrive, makes the stream move
+    (a probe for another tag: the frame goes to a stash and its payload
+    starts arriving there by RDMA read), then receives it while that read
+    is in flight: the receive takes the stream over."""
+    if comm.rank == 0:
+        comm.Send(np.arange(n, dtype=np.float64), 1, tag=4)
+        return True
+    time.sleep(0.5)
+    assert not comm.Iprobe(0, 99)
+    got = np.empty(n)
+    comm.Recv(got, 0, 4)
+    return bool(np.array_equal(got, np.arange(n, dtype=np.float64)))
+
+
+def test_a_receive_posted_while_its_payload_is_read_into_a_stash(ib_env):
+    env = {**ib_env, "GLOOCY_IBMOCK_READ_DELAY_US": "300000"}
+    with World(2, env=env, timeout=30) as w:
+        assert w.run(r_probe_then_receive, 1 << 18) == [True, True]
