@@ -38,7 +38,7 @@ def build(outdir=None):
     subprocess.run([cc, "-O2", "-g", "-Wall", "-fPIC", "-shared", "-fvisibility=hidden",
                     f"-Wl,--version-script={HERE / 'libibverbs.map'}",
                     "-Wl,-soname,libibverbs.so.1", "-o", str(out / "libibverbs.so.1"),
-                    str(HERE / "ibmock.c"), "-lpthread"],
+                    str(HERE / "ibmock.c"), str(HERE / "ibmock_serve.c"), "-lpthread"],
                    check=True, capture_output=True, text=True)
     if outdir is None:
         _built["lib"] = out

@@ -34,8 +34,7 @@ import test_collectives      # noqa: E402
 import test_p2p              # noqa: E402
 
 # The default run; --long: every test of both modules.
-QUICK = {"test_allreduce_large_every_algorithm", "test_sendrecv_ring_large_both_ways",
-         "test_nonblocking_collectives"}
+QUICK = {"test_sendrecv_ring_large_both_ways", "test_nonblocking_collectives"}
 
 
 def _reuse(module):
