@@ -37,6 +37,11 @@ extensions = [
               extra_compile_args=CFLAGS),
     Extension("gloocy.transport._shm", ["gloocy/transport/_shm.pyx"],
               include_dirs=["gloocy"], extra_compile_args=CFLAGS),
+    # ibverbs: libibverbs.so.1 is dlopen'ed at run time (_ibv_abi.h), so
+    # this builds and imports without rdma-core.
+    Extension("gloocy.transport._ibverbs", ["gloocy/transport/_ibverbs.pyx"],
+              include_dirs=["gloocy", "gloocy/transport"], libraries=["dl"],
+              extra_compile_args=CFLAGS),
 ]
 
 setup(

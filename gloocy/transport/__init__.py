@@ -1,9 +1,11 @@
 """Transports: how a rank reaches its peers.
 
 `connect()` authenticates one TCP connection per peer, then turns those to
-peers on the same host into shared-memory pairs (`shm`). GLOOCY_TRANSPORT
-chooses: `auto` (shared memory where the host is shared, else TCP), `tcp`,
-or `shm` (every peer must be local). GLOOCY_TCP_DEAD_S bounds how long
+peers on the same host into shared-memory pairs (`shm`), and those to other
+hosts into RDMA pairs (`ibverbs`) where both ends have a usable device.
+GLOOCY_TRANSPORT chooses: `auto` (shared memory where the host is shared,
+else ibverbs if both ends can, else TCP), `tcp`, `shm` (every peer must be
+local) or `ibverbs` (every peer over RDMA, local ones too). GLOOCY_TCP_DEAD_S bounds how long
 an idle TCP connection to a vanished host goes unnoticed (see _dead_after).
 """
 
@@ -14,13 +16,13 @@ from typing import NamedTuple
 from gloocy._core import new_node_segment
 from gloocy.errors import RendezvousError
 from gloocy.rendezvous.address import listen_port_and_advertised
-from gloocy.transport import shm
+from gloocy.transport import ibverbs, shm
 from gloocy.transport._tcp import TcpPair, tcp_pair
 from gloocy.transport.handshake import connect_sockets
 
 __all__ = ["connect", "connect_by_allgather", "Mesh", "TcpPair", "TRANSPORTS"]
 
-TRANSPORTS = ("auto", "tcp", "shm")
+TRANSPORTS = ("auto", "tcp", "shm", "ibverbs")
 
 
 def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
@@ -28,7 +30,7 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
     """Connect `rank` to every other rank of the job: a Mesh of pairs
     indexed by rank (None at `rank`) and the node segment's fd, if any (the
     caller closes it)."""
-    mode, dead_s = _settings(transport)
+    mode, dead_s = _settings(transport, rank)
     if size == 1:
         return Mesh([None], None)
     deadline = time.monotonic() + timeout
@@ -49,7 +51,7 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
                          job="", timeout=300.0, transport=None):
     """Like connect(), with the addresses exchanged by one collective
     `allgather(obj) -> list` of another library (e.g. mpi4py's)."""
-    mode, dead_s = _settings(transport)
+    mode, dead_s = _settings(transport, rank)
     if size == 1:
         return Mesh([None], None)
     deadline = time.monotonic() + timeout
@@ -64,10 +66,14 @@ def connect_by_allgather(allgather, rank, size, secret, *, host="127.0.0.1",
     return _pairs(socks, rank, size, mode, dead_s, deadline)
 
 
-def _settings(transport):
+def _settings(transport, rank):
     """The transport and its knobs, checked on every rank before any
     connection: a bad value is the same clear error on every rank."""
     mode = _mode(transport)
+    if mode in ("auto", "ibverbs"):
+        ibverbs.settings()
+    if mode == "ibverbs":
+        ibverbs.require(rank)
     if mode != "tcp":
         shm.chunk_bytes()
         shm.ring_bytes()
@@ -117,7 +123,10 @@ def _pairs(socks, rank, size, mode, dead_s, deadline):
     shared-memory collectives."""
     pairs, node = [None] * size, None
     try:
-        local = shm.local_peers(socks, rank, mode, deadline)
+        # GLOOCY_TRANSPORT=ibverbs: no shared memory, every peer over RDMA
+        local = shm.local_peers(socks, rank, "tcp" if mode == "ibverbs" else mode,
+                                deadline)
+        rdma = _rdma_peers(socks, local, rank, mode, deadline)
         if rank == 0 and len(local) == size - 1:
             node = new_node_segment(size, shm.chunk_bytes())
         for peer in sorted(socks):
@@ -127,6 +136,9 @@ def _pairs(socks, rank, size, mode, dead_s, deadline):
                                                 node=node if rank == 0 else None)
                 if got is not None and rank != 0:
                     node = got
+            elif peer in rdma:
+                pairs[peer] = ibverbs.ib_pair(sock, rank, peer, address, rdma[peer],
+                                              deadline, dead_s=dead_s)
             else:
                 pairs[peer] = tcp_pair(sock, rank, peer, address, dead_s=dead_s)
         return Mesh(pairs, node)
@@ -139,6 +151,17 @@ def _pairs(socks, rank, size, mode, dead_s, deadline):
         if node is not None:
             os.close(node)
         raise
+
+
+def _rdma_peers(socks, local, rank, mode, deadline):
+    """{peer: device} of the remote peers to reach over ibverbs (none under
+    GLOOCY_TRANSPORT tcp or shm; a device is looked for only when some peer
+    is on another host)."""
+    remote = {p: s for p, s in socks.items() if p not in local}
+    if mode not in ("auto", "ibverbs") or not remote:
+        return {}
+    dev = ibverbs.require(rank) if mode == "ibverbs" else ibverbs.probe()[0]
+    return {p: dev for p in ibverbs.agree(remote, rank, mode, deadline, dev)}
 
 
 def _check_membership(store, rank, size, job, timeout):

@@ -1,0 +1,202 @@
+"""The ibverbs transport on the libibverbs stand-in (tests/ibmock): which
+pairs use it, what set-up says when RDMA is missing, and how it fails (a
+named peer or a ProtocolError, never a hang or a bad copy): a peer killed
+mid-rendezvous, a bad rkey, a queue pair forced into the error state, the
+registration limit, and buffers freed and allocated again at the same
+address between transfers. Nothing here ran on real RDMA hardware."""
+
+import gc
+import os
+import signal
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gloocy
+from harness import RankFailure, World
+import ibmock
+from test_shm import pair_kinds, total
+
+MISSING = ibmock.missing()
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"the ibverbs stand-in "
+                                f"cannot be built here: {MISSING}")
+
+
+@pytest.fixture(scope="module")
+def ib_env():
+    return {**ibmock.session_env(), "GLOOCY_TRANSPORT": "ibverbs"}
+
+
+@pytest.mark.parametrize("extra, expect", [
+    ({}, lambda r, p: "IbvPair"),
+    # auto, two pretend hosts: shared memory within one, RDMA across
+    ({"GLOOCY_TRANSPORT": "auto", "GLOOCY_TEST_HOSTS": "2"},
+     lambda r, p: "ShmPair" if r % 2 == p % 2 else "IbvPair"),
+])
+def test_each_pair_uses_the_transport_its_hosts_allow(ib_env, extra, expect):
+    with World(4, env={**ib_env, **extra}) as w:
+        kinds = w.run(pair_kinds)
+        assert w.run(total, 200_000) == [True] * 4
+    for r in range(4):
+        assert kinds[r] == [None if p == r else expect(r, p) for p in range(4)]
+
+
+def test_a_roce_port_is_addressed_by_the_chosen_gid(ib_env):
+    # the stand-in's RoCE port has no LIDs: RTR needs a global route
+    env = {**ib_env, "GLOOCY_IBMOCK_LINK_LAYER": "ethernet", "GLOOCY_IB_GID_INDEX": "3"}
+    with World(2, env=env) as w:
+        assert w.run(total, 50_000) == [True] * 2
+
+
+def start_error(env, size=2):
+    with pytest.raises(RankFailure) as info:
+        World(size, env=env, timeout=30).close()
+    errors = info.value.errors
+    assert errors, info.value
+    return [e.message for e in errors.values()]
+
+
+@pytest.mark.parametrize("extra, why", [
+    ({"GLOOCY_IB_LIBRARY": "/nonexistent/libibverbs.so.1"}, "cannot load"),
+    ({"GLOOCY_IB_HCA": "^mock"}, "selects none of the devices ['mock0']"),
+    ({"GLOOCY_IBMOCK_PORT_DOWN": "1"}, "port 1 of mock0 is not active"),
+    ({"GLOOCY_IBMOCK_LINK_LAYER": "ethernet", "GLOOCY_IB_GID_INDEX": "9"},
+     "has no GID index 9"),
+])
+def test_ibverbs_without_a_usable_device_is_a_clear_error(ib_env, extra, why):
+    for message in start_error({**ib_env, **extra}):
+        assert "GLOOCY_TRANSPORT=ibverbs" in message and why in message, message
+
+
+@pytest.mark.skipif(not os.path.exists("/usr/include/infiniband/verbs.h"),
+                    reason="rdma-core's libibverbs (libibverbs-dev) is not installed")
+def test_the_real_libibverbs_without_rdma_says_there_is_no_device():
+    # This machine's kernel has no RDMA: the real library finds no device.
+    env = {"GLOOCY_TRANSPORT": "ibverbs"}
+    for message in start_error(env):
+        assert "GLOOCY_TRANSPORT=ibverbs" in message, message
+        assert "no RDMA device" in message or "cannot load" in message, message
+
+
+def r_send_then_die(comm, n):
+    """Rank 0 offers n doubles to rank 1 (a rendezvous) and is killed while
+    rank 1 reads them (the stand-in delays rank 0's read responses)."""
+    if comm.rank == 0:
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        comm.Send(np.ones(n), 1, tag=3)
+        return "sent"
+    buf = np.empty(n)
+    t = time.monotonic()
+    try:
+        comm.Recv(buf, 0, tag=3)
+    except gloocy.PeerLostError as e:
+        return str(e), e.rank, time.monotonic() - t
+    return "received"
+
+
+def test_a_peer_killed_mid_rendezvous_is_named(ib_env):
+    env = {**ib_env, "GLOOCY_IBMOCK_READ_DELAY_US": "5000000",
+           "GLOOCY_IBMOCK_RETRY_MS": "300"}
+    with World(2, env=env, timeout=30) as w:
+        died, (message, rank, took) = w.run(r_send_then_die, 1 << 20, check=False)
+    assert died.type_name == "ProcessDied"
+    assert rank == 0 and "rank 1: lost peer rank 0" in message, message
+    # the read in flight failed as a real HCA's would, after its retries
+    assert "IBV_WC_RETRY_EXC_ERR" in message, message
+    assert took < 10, took
+
+
+def r_large_exchange(comm, n):
+    x = np.arange(n, dtype=np.float64) + comm.rank
+    comm.Allreduce(gloocy.IN_PLACE, x)
+    want = comm.size * np.arange(n, dtype=np.float64) + comm.size * (comm.size - 1) / 2
+    return bool(np.array_equal(x, want))
+
+
+def test_a_bad_rkey_is_a_protocol_error_naming_the_peer(ib_env):
+    with World(2, env={**ib_env, "GLOOCY_IBMOCK_BAD_RKEY": "1"}, timeout=30) as w:
+        out = w.run(r_large_exchange, 100_000, check=False)
+    for r, e in enumerate(out):
+        assert e.is_a("ProtocolError") or e.is_a("PeerLostError"), e
+    messages = " ".join(e.message for e in out)
+    assert "IBV_WC_REM_ACCESS_ERR" in messages, messages
+    assert any(f"an RDMA transfer with rank {1 - r}" in e.message
+               for r, e in enumerate(out)), messages
+
+
+def r_many_small(comm, rounds):
+    for _ in range(rounds):
+        if not r_large_exchange(comm, 100):
+            return False
+    return True
+
+
+def test_a_queue_pair_forced_into_error_names_the_peer(ib_env):
+    with World(2, env={**ib_env, "GLOOCY_IBMOCK_QP_ERROR_AFTER": "30"}, timeout=30) as w:
+        out = w.run(r_many_small, 40, check=False)
+    assert any(not isinstance(e, bool) and e.is_a("PeerLostError")
+               and "error state" in e.message and "IBV_EVENT_QP_FATAL" in e.message
+               for e in out), out
+
+
+def r_churn(comm, rounds, n):
+    """Send `rounds` fresh buffers of n doubles (allocated, sent, freed:
+    the allocator hands the same address out again); count the reuses."""
+    addresses, ok = [], True
+    for i in range(rounds):
+        if comm.rank == 0:
+            a = np.full(n, float(i))
+            addresses.append(a.ctypes.data)
+            comm.Send(a, 1, tag=i)
+        else:
+            b = np.empty(n)
+            addresses.append(b.ctypes.data)
+            comm.Recv(b, 0, tag=i)
+            ok = ok and bool(np.all(b == i))
+        a = b = None                     # freed: the next round may get its address
+        gc.collect()
+    return ok, len(addresses) - len(set(addresses))
+
+
+def test_buffers_freed_and_reallocated_at_the_same_address(ib_env):
+    with World(2, env=ib_env, timeout=60) as w:
+        (ok0, reused0), (ok1, reused1) = w.run(r_churn, 12, 1 << 17)
+    assert ok0 and ok1
+    assert reused0 > 0 and reused1 > 0       # the churn really reused addresses
+
+
+@pytest.mark.parametrize("size", [3])
+def test_the_registration_limit_falls_back_to_copies(ib_env, size):
+    # 3 registrations per pair (slots both ways, the stage): none left for
+    # the rendezvous, whose payloads then go through the eager slots.
+    env = {**ib_env, "GLOOCY_IBMOCK_MAX_MR": str(3 * (size - 1))}
+    with World(size, env=env, timeout=60) as w:
+        assert w.run(r_large_exchange, 300_000) == [True] * size
+
+
+def test_a_registration_limit_below_the_slots_is_a_clear_error(ib_env):
+    for message in start_error({**ib_env, "GLOOCY_IBMOCK_MAX_MR": "1"}):
+        assert "ibv_reg_mr" in message and "limit" in message, message
+
+
+def r_probe_then_receive(comm, n):
+    """Rank 1 lets a large message's header arrive, makes the stream move
+    (a probe for another tag: the frame goes to a stash and its payload
+    starts arriving there by RDMA read), then receives it while that read
+    is in flight: the receive takes the stream over."""
+    if comm.rank == 0:
+        comm.Send(np.arange(n, dtype=np.float64), 1, tag=4)
+        return True
+    time.sleep(0.5)
+    assert not comm.Iprobe(0, 99)
+    got = np.empty(n)
+    comm.Recv(got, 0, 4)
+    return bool(np.array_equal(got, np.arange(n, dtype=np.float64)))
+
+
+def test_a_receive_posted_while_its_payload_is_read_into_a_stash(ib_env):
+    env = {**ib_env, "GLOOCY_IBMOCK_READ_DELAY_US": "300000"}
+    with World(2, env=env, timeout=30) as w:
+        assert w.run(r_probe_then_receive, 1 << 18) == [True, True]
