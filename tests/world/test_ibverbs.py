@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 import gloocy
-from harness import RankFailure, World
+from gloocy.testing import RankFailure
+from gloocy.testing.processes import ProcessWorld as World
 import ibmock
 from test_shm import pair_kinds, total
 
