@@ -21,7 +21,7 @@ import pytest
 import gloocy
 from gloocy.errors import CollectiveTimeout
 from gloocy.waiting import YIELD_US, wait_tuning
-from harness import World
+from gloocy.testing.processes import ProcessWorld as World
 
 from test_shm import connect_threads, in_threads, kill_the_last_rank
 
