@@ -86,6 +86,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         self._name = str(name)
         self._timeout = float(timeout)
         self._calls = 0
+        self._coalesced = None   # the Works of a coalescing block, or None
 
     # -- identity ----------------------------------------------------------
 
@@ -113,7 +114,19 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             requests = start()
         except GloocyError as e:
             raise backend_error(e, where) from None
-        return GloocyWork(requests, result, where, finish, keep)
+        work = GloocyWork(requests, result, where, finish, keep)
+        if self._coalesced is not None:
+            self._coalesced.append(work)
+        return work
+
+    def _start_coalescing(self, device=None):
+        """dist._coalescing_manager: the calls until _end_coalescing
+        are posted at once and completed by one Work."""
+        self._coalesced = []
+
+    def _end_coalescing(self, device=None):
+        works, self._coalesced = self._coalesced or [], None
+        return _joined(works, [t for w in works for t in w._result])
 
     # -- reductions ----------------------------------------------------------
 
@@ -328,6 +341,13 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         return self._post("all_to_all",
                           lambda: [comm.Ialltoallv(spec(flat_in, send), spec(flat_out, recv))],
                           output_tensors, finish, (flat_in, flat_out))
+
+    # torch 2.x's newer names (dist.all_gather_into_tensor & co. call these)
+    all_gather_single = _allgather_base
+    reduce_scatter_single = _reduce_scatter_base
+    all_to_all_single = alltoall_base
+    all_gather_single_coalesced = allgather_into_tensor_coalesced
+    reduce_scatter_single_coalesced = reduce_scatter_tensor_coalesced
 
     # -- synchronisation and point-to-point ---------------------------------
 

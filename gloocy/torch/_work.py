@@ -123,12 +123,10 @@ class GloocyWork(dist.Work):
         # Weak progress: nothing moves the requests while the caller
         # computes, so the Future is completed when it is asked for (DDP
         # asks right after posting a bucket and chains its hook on it).
+        # A failure is raised here, not set on the Future: DDP's reducer
+        # crashes the process on a Future holding a Python exception.
+        self._wait()
         fut = Future()
-        try:
-            self._wait()
-        except Exception as e:
-            fut.set_exception(e)
-            return fut
         fut.set_result(self._result)
         return fut
 
