@@ -3,11 +3,12 @@
     import gloocy.torch                     # registers the backend "gloocy"
     torch.distributed.init_process_group("gloocy")   # or "cpu:gloocy"
 
-Importing this package registers the backend and imports nothing else of
-gloocy: the communicator is built when torch creates a process group. An
-installed gloocy also registers it when torch is imported (the
-"torch.backends" entry point, which TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns
-off), so a script needs no import of its own.
+Importing this package registers the backend (and imports the gloocy
+package itself, not the backend's modules): the communicator is built when
+torch creates a process group. An installed gloocy also registers it when
+torch is imported (the "torch.backends" entry point, which
+TORCH_DEVICE_BACKEND_AUTOLOAD=0 turns off), so a script needs no import of
+its own.
 """
 
 from __future__ import annotations

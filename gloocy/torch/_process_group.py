@@ -160,9 +160,9 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         t = staged.contiguous(one_tensor(tensors, "reduce's tensors"), "reduce's tensor")
         code, factor = reduce_op(opts.reduceOp, t.dtype)
         root = self._root(opts.rootRank)
-        if factor is not None:
-            t.mul_(factor)
         comm = self._comm
+        if factor is not None:      # the root's tensor is the result; others keep theirs
+            t = t.mul_(factor) if comm.rank == root else t * factor
         if comm.rank == root:
             start = lambda: [comm.Ireduce(IN_PLACE, spec(t), op=code, root=root)]
         else:
@@ -483,10 +483,9 @@ def _counts(t, splits, n, name):
 def _joined(works, result):
     """One Work for several (the coalesced calls)."""
     requests = [r for w in works for r in w._requests]
-    finishes = [w for w in works]
 
     def finish():
-        for w in finishes:
+        for w in works:
             w._complete()
     where = works[0]._where if works else "coalesced"
     return GloocyWork(requests, result, where, finish)

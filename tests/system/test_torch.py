@@ -33,12 +33,12 @@ def environment(**extra):
     return env
 
 
-def start(n, mode):
+def start(n, mode, **env):
     port = free_port()
     return [subprocess.Popen(
         [sys.executable, str(PROGRAM), mode], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=environment(RANK=r, WORLD_SIZE=n, LOCAL_RANK=r, LOCAL_WORLD_SIZE=n,
-                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port))
+                        MASTER_ADDR="127.0.0.1", MASTER_PORT=port, **env))
         for r in range(n)]
 
 
@@ -74,15 +74,19 @@ def check(outs, n, least_cases):
 
 
 @pytest.mark.hard_timeout(180)
-@pytest.mark.parametrize("n", [1, 3, pytest.param(4, marks=pytest.mark.slow)])
-def test_every_collective_as_gloo_does(n):
+@pytest.mark.parametrize("n, how, backend", [
+    (1, "store", "gloocy"), (3, "tcp", "cpu:gloocy"),
+    pytest.param(4, "env", "gloocy", marks=pytest.mark.slow)])
+def test_every_collective_as_gloo_does(n, how, backend):
     """all_reduce (every dtype x op, coalesced, async, non-contiguous),
     broadcast, reduce, gather, scatter from every root; all_gather (lists,
     chunks, into a tensor), reduce_scatter (list, tensor), all_to_all
     (single, splits, lists), barrier, send/recv (also from any source),
     objects, subgroups, bad input: each compared with gloo's result (or a
-    closed form where gloo has no such op: AVG, PREMUL_SUM)."""
-    check(finish(start(n, "collectives"), 150), n, 80)
+    closed form where gloo has no such op: AVG, PREMUL_SUM). The ranks
+    meet through a store= object, a tcp:// init_method or env://."""
+    check(finish(start(n, "collectives", TORCH_RANKS_INIT=how,
+                       TORCH_RANKS_BACKEND=backend), 150), n, 80)
 
 
 @pytest.mark.hard_timeout(180)
@@ -102,7 +106,8 @@ def test_under_torchrun():
 def test_ddp_trains_as_with_gloo():
     """Two DDP runs from one seed (50 steps, several buckets), gloo's and
     gloocy's, end with the same parameters; so do runs with no_sync and
-    with the allreduce and fp16-compression communication hooks."""
+    with the allreduce and fp16-compression communication hooks. Then the
+    ranks all_reduce different counts: DistBackendError naming the ranks."""
     check(finish(start(2, "ddp"), 150), 2, 5)
 
 

@@ -267,6 +267,18 @@ def ddp():
     top = p.clone()
     dist.all_reduce(top, op=R.MAX)
     case("ddp replicas agree", torch.equal(top, p))
+    # ranks that disagree on the count: gloocy's mismatch detection,
+    # surfacing as torch's DistBackendError that names the ranks
+    rank = dist.get_rank()
+    try:
+        dist.all_reduce(torch.ones(3 + 2 * rank))
+        case("mismatch raised", False, "no error")
+    except dist.DistBackendError as e:
+        print(f"MISMATCH {e}"[:600], flush=True)
+        case("mismatch names a rank", "rank" in str(e) and "count" in str(e), str(e)[:300])
+    print("RESULT " + json.dumps({"rank": rank, "cases": len(CASES), "failures": FAILURES}),
+          flush=True)
+    os._exit(0)      # the context is poisoned: no collective goodbye
 
 
 def kill():
@@ -295,7 +307,25 @@ def kill():
 
 if __name__ == "__main__":
     mode = sys.argv[1]
-    dist.init_process_group("gloocy", timeout=datetime.timedelta(seconds=60))
+    # How the ranks meet: torch's env:// (torchrun's variables), or a
+    # tcp:// init_method, or a store= object, with "gloocy" or "cpu:gloocy".
+    how = os.environ.get("TORCH_RANKS_INIT", "env")
+    backend = os.environ.get("TORCH_RANKS_BACKEND", "gloocy")
+    timeout = datetime.timedelta(seconds=60)
+    if how == "env":
+        dist.init_process_group(backend, timeout=timeout)
+    else:
+        rank, n = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+        where = f"{os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']}"
+        if how == "tcp":
+            dist.init_process_group(backend, init_method=f"tcp://{where}",
+                                    rank=rank, world_size=n, timeout=timeout)
+        else:
+            host, port = where.rsplit(":", 1)
+            store = dist.TCPStore(host, int(port), n, is_master=rank == 0, timeout=timeout)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=n,
+                                    timeout=timeout)
+    case(f"backend {backend}", dist.get_backend() == backend.split(":")[-1], dist.get_backend())
     GLOO = dist.new_group(backend="gloo")
     {"collectives": collectives, "ddp": ddp, "kill": kill}[mode]()
     print("RESULT " + json.dumps({"rank": dist.get_rank(), "cases": len(CASES),
