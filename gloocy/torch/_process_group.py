@@ -106,10 +106,23 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         return (f"rank {self._comm.rank} of {self._comm.size} in group "
                 f"{self._name or 'default'}, {call} #{self._calls}")
 
-    def _post(self, call, start, result, finish=None, keep=None):
+    def _post(self, call, start, result, finish=None, keep=None, opts=None, now=None):
         """Run `start()` (which posts gloocy requests and returns them) and
-        wrap them in a Work; gloocy's errors become torch's."""
+        wrap them in a Work; gloocy's errors become torch's.
+
+        A synchronous dist.* call (opts.asyncOp False: torch waits at once)
+        runs `now()`, gloocy's blocking call, when there is one: it takes
+        gloocy's fastest algorithms and makes no request."""
         where = self._where(call)
+        if now is not None and not getattr(opts, "asyncOp", True) \
+                and self._coalesced is None:
+            try:
+                now()
+            except GloocyError as e:
+                raise backend_error(e, where) from None
+            if finish is not None:
+                finish()
+            return GloocyWork([], result, where)
         try:
             requests = start()
         except GloocyError as e:
@@ -133,14 +146,14 @@ class ProcessGroupGloocy(dist.ProcessGroup):
     def allreduce(self, tensors, opts=None):
         opts = opts or dist.AllreduceOptions()
         t = one_tensor(tensors, "allreduce's tensors")
-        return self._allreduce_many([t], opts.reduceOp, tensors, "allreduce")
+        return self._allreduce_many([t], opts.reduceOp, tensors, "allreduce", opts)
 
     def allreduce_coalesced(self, tensors, opts=None):
         opts = opts or dist.AllreduceCoalescedOptions()
         return self._allreduce_many(list(tensors), opts.reduceOp, tensors,
                                     "allreduce_coalesced")
 
-    def _allreduce_many(self, tensors, op, result, call):
+    def _allreduce_many(self, tensors, op, result, call, opts=None):
         staged = Staged()
         bufs, code = [], None
         for i, t in enumerate(tensors):
@@ -152,7 +165,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         comm = self._comm
         return self._post(
             call, lambda: [comm.Iallreduce(IN_PLACE, spec(c), op=code) for c in bufs],
-            result, staged.finish, bufs)
+            result, staged.finish, bufs, opts,
+            lambda: [comm.Allreduce(IN_PLACE, spec(c), op=code) for c in bufs])
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -195,15 +209,16 @@ class ProcessGroupGloocy(dist.ProcessGroup):
                 f"gloocy: reduce_scatter's input has {inp.numel()} elements, not "
                 f"the output's {out.numel()} times the group size {self._comm.size}")
         return self._reduce_scatter_flat(out, inp, opts.reduceOp, staged,
-                                         [output], "reduce_scatter_tensor")
+                                         [output], "reduce_scatter_tensor", opts)
 
-    def _reduce_scatter_flat(self, out, flat, op, staged, result, call):
+    def _reduce_scatter_flat(self, out, flat, op, staged, result, call, opts=None):
         code, factor = reduce_op(op, out.dtype)
         if factor is not None:
             flat = flat * factor
         comm = self._comm
         return self._post(call, lambda: [comm.Ireduce_scatter_block(
-            spec(flat), spec(out), op=code)], result, staged.finish, (flat, out))
+            spec(flat), spec(out), op=code)], result, staged.finish, (flat, out), opts,
+            lambda: comm.Reduce_scatter_block(spec(flat), spec(out), op=code))
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -217,7 +232,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         t = staged.contiguous(one_tensor(tensors, "broadcast's tensors"), "broadcast's tensor")
         root, comm = self._root(opts.rootRank), self._comm
         return self._post("broadcast", lambda: [comm.Ibcast(spec(t), root=root)],
-                          tensors, staged.finish, t)
+                          tensors, staged.finish, t, opts,
+                          lambda: comm.Bcast(spec(t), root=root))
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         outs = one_tensor(output_tensors, "allgather's output lists")
@@ -245,7 +261,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         comm = self._comm
         return self._post("all_gather_into_tensor",
                           lambda: [comm.Iallgather(spec(inp), spec(out))],
-                          [output], staged.finish, (inp, out))
+                          [output], staged.finish, (inp, out), opts,
+                          lambda: comm.Allgather(spec(inp), spec(out)))
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         works = [self.allgather([o], [i], opts) for o, i in zip(output_lists, input_tensors)]
@@ -353,7 +370,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         comm = self._comm
-        return self._post("barrier", lambda: [comm.Ibarrier()], [])
+        return self._post("barrier", lambda: [comm.Ibarrier()], [], None, None,
+                          opts, comm.Barrier)
 
     def send(self, tensors, dst, tag):
         t = one_tensor(tensors, "send's tensors")

@@ -325,7 +325,7 @@ if __name__ == "__main__":
             store = dist.TCPStore(host, int(port), n, is_master=rank == 0, timeout=timeout)
             dist.init_process_group(backend, store=store, rank=rank, world_size=n,
                                     timeout=timeout)
-    case(f"backend {backend}", dist.get_backend() == backend.split(":")[-1], dist.get_backend())
+    case(f"backend {backend}", dist.get_backend() == backend, dist.get_backend())
     GLOO = dist.new_group(backend="gloo")
     {"collectives": collectives, "ddp": ddp, "kill": kill}[mode]()
     print("RESULT " + json.dumps({"rank": dist.get_rank(), "cases": len(CASES),
