@@ -102,9 +102,9 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         return self._comm
 
     def _where(self, call):
+        """Where a call is, for its error messages (formatted only then)."""
         self._calls += 1
-        return (f"rank {self._comm.rank} of {self._comm.size} in group "
-                f"{self._name or 'default'}, {call} #{self._calls}")
+        return _Where(self._comm.rank, self._comm.size, self._name, call, self._calls)
 
     def _post(self, call, start, result, finish=None, keep=None, opts=None, now=None):
         """Run `start()` (which posts gloocy requests and returns them) and
@@ -122,7 +122,9 @@ class ProcessGroupGloocy(dist.ProcessGroup):
                 raise backend_error(e, where) from None
             if finish is not None:
                 finish()
-            return GloocyWork([], result, where)
+            # torch's dist.* takes None as "done already" (and makes no
+            # Work); C++ callers (DDP) never ask for a synchronous call.
+            return None
         try:
             requests = start()
         except GloocyError as e:
@@ -440,6 +442,17 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         if t.dtype != ref.dtype or t.numel() != ref.numel():
             raise ValueError(f"gloocy: {name} is {t.dtype} with {t.numel()} elements; "
                              f"expected {ref.dtype} with {ref.numel()}")
+
+
+class _Where(tuple):
+    """(rank, size, group, call, number), formatted for a message."""
+
+    def __new__(cls, *fields):
+        return tuple.__new__(cls, fields)
+
+    def __str__(self):
+        rank, size, group, call, number = self
+        return f"rank {rank} of {size} in group {group or 'default'}, {call} #{number}"
 
 
 class _Closed:

@@ -33,6 +33,8 @@ _BOOL_OPS = {_Red.SUM: _ops.LOR, _Red.MAX: _ops.LOR, _Red.BOR: _ops.LOR,
 
 def check_tensor(t, name):
     """A clear error for what gloocy cannot send (before any byte moves)."""
+    if type(t) is torch.Tensor and t.is_cpu and t.layout is torch.strided:
+        return      # the common case, in few attribute looks
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"gloocy: {name} must be a torch.Tensor, not {type(t).__name__}")
     if t.device.type != "cpu":
@@ -68,34 +70,57 @@ class Staged:
         self._back = []
 
 
+_DATATYPES = {torch.bfloat16: BFLOAT16_T}     # torch dtype -> gloocy Datatype
+
+
 def _array(t):
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if t.is_conj():
         t = t.resolve_conj()
-    if t.dtype == torch.bfloat16:
+    dtype = t.dtype
+    if dtype is torch.bfloat16:
         return t.view(torch.int16).numpy(), BFLOAT16_T
     try:
         a = t.numpy()
     except TypeError:
-        raise TypeError(f"gloocy: tensors of dtype {t.dtype} have no gloocy "
+        raise TypeError(f"gloocy: tensors of dtype {dtype} have no gloocy "
                         "datatype") from None
-    return a, from_typecode(a.dtype.char)
+    datatype = _DATATYPES.get(dtype)
+    if datatype is None:
+        datatype = _DATATYPES[dtype] = from_typecode(a.dtype.char)
+    return a, datatype
 
 
 def spec(t, counts=None):
     """The message of contiguous tensor `t` (its whole memory, or the
     (counts, displacements) given in elements)."""
     a, datatype = _array(t)
-    a = a.reshape(-1)
+    if a.ndim != 1:
+        a = a.reshape(-1)
     if counts is None:
         return [a, datatype]
     return [a, counts, datatype]
+
+
+_RESOLVED = {}      # (RedOpType value, dtype) -> (gloocy op, None)
 
 
 def reduce_op(op, dtype):
     """gloocy's op for torch's ReduceOp (or RedOpType) on `dtype`; PREMUL_SUM
     gives (SUM, factor) and the caller scales its input first."""
     kind = getattr(op, "op", op)
+    key = (kind.value, dtype)       # an int hashes faster than the enum
+    hit = _RESOLVED.get(key)
+    if hit is not None:
+        return hit
+    code, factor = _resolve(op, kind, dtype)
+    if factor is None:
+        _RESOLVED[key] = (code, None)
+    return code, factor
+
+
+def _resolve(op, kind, dtype):
     if dtype == torch.bool:
         if kind not in _BOOL_OPS:
             raise ValueError(f"gloocy: ReduceOp.{kind.name} does not apply to bool tensors")
