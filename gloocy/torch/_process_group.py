@@ -190,14 +190,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         staged = Staged()
         out = staged.contiguous(one_tensor(output_tensors, "reduce_scatter's outputs"),
                                 "reduce_scatter's output")
-        inputs = one_tensor(input_tensors, "reduce_scatter's inputs")
-        self._check_count(inputs, "reduce_scatter's input list")
-        for i, t in enumerate(inputs):
-            check_tensor(t, f"reduce_scatter's input {i}")
-            self._check_like(t, out, f"reduce_scatter's input {i}")
-        flat = adjacent(inputs)
-        if flat is None:
-            flat = torch.cat([t.detach().reshape(-1) for t in inputs])
+        flat = self._one_block(one_tensor(input_tensors, "reduce_scatter's inputs"),
+                               out, "reduce_scatter's input")
         return self._reduce_scatter_flat(out, flat, opts.reduceOp, staged,
                                          output_tensors, "reduce_scatter")
 
@@ -307,14 +301,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
                                  f"rank {comm.rank}, which is not the root {root}")
             return self._post("scatter", lambda: [comm.Iscatter(None, spec(out), root=root)],
                               output_tensors, staged.finish, out)
-        ins = one_tensor(input_tensors, "scatter's input lists")
-        self._check_count(ins, "scatter's input list")
-        for i, t in enumerate(ins):
-            check_tensor(t, f"scatter's input {i}")
-            self._check_like(t, out, f"scatter's input {i}")
-        flat = adjacent(ins)
-        if flat is None:
-            flat = torch.cat([t.detach().reshape(-1) for t in ins])
+        flat = self._one_block(one_tensor(input_tensors, "scatter's input lists"),
+                               out, "scatter's input")
         return self._post("scatter", lambda: [comm.Iscatter(spec(flat), spec(out), root=root)],
                           output_tensors, staged.finish, (flat, out))
 
@@ -436,6 +424,19 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         if len(tensors) != self._comm.size:
             raise ValueError(f"gloocy: {name} has {len(tensors)} tensors, the group "
                              f"has {self._comm.size} ranks")
+
+    def _one_block(self, tensors, like, name):
+        """The group's worth of input tensors, each like `like`, as one flat
+        tensor: their own memory when they are one block's consecutive
+        slices, else a copy."""
+        self._check_count(tensors, f"{name} list")
+        for i, t in enumerate(tensors):
+            check_tensor(t, f"{name} {i}")
+            self._check_like(t, like, f"{name} {i}")
+        flat = adjacent(tensors)
+        if flat is None:
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+        return flat
 
     @staticmethod
     def _check_like(t, ref, name):
