@@ -106,25 +106,16 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         self._calls += 1
         return _Where(self._comm.rank, self._comm.size, self._name, call, self._calls)
 
-    def _post(self, call, start, result, finish=None, keep=None, opts=None, now=None):
+    def _post(self, call, start, result, finish=None, keep=None, opts=None):
         """Run `start()` (which posts gloocy requests and returns them) and
         wrap them in a Work; gloocy's errors become torch's.
 
-        A synchronous dist.* call (opts.asyncOp False: torch waits at once)
-        runs `now()`, gloocy's blocking call, when there is one: it takes
-        gloocy's fastest algorithms and makes no request."""
+        Always gloocy's nonblocking operations, also for a synchronous call:
+        a blocking collective never matches a nonblocking one (MPI's rule,
+        which gloocy keeps), and torch lets ranks differ in async_op (DDP's
+        Join does). A synchronous dist.* call (opts.asyncOp False) is waited
+        for here and gets None, which torch takes as "done already"."""
         where = self._where(call)
-        if now is not None and not getattr(opts, "asyncOp", True) \
-                and self._coalesced is None:
-            try:
-                now()
-            except GloocyError as e:
-                raise backend_error(e, where) from None
-            if finish is not None:
-                finish()
-            # torch's dist.* takes None as "done already" (and makes no
-            # Work); C++ callers (DDP) never ask for a synchronous call.
-            return None
         try:
             requests = start()
         except GloocyError as e:
@@ -132,6 +123,9 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         work = GloocyWork(requests, result, where, finish, keep)
         if self._coalesced is not None:
             self._coalesced.append(work)
+        elif not getattr(opts, "asyncOp", True):
+            work._wait()
+            return None
         return work
 
     def _start_coalescing(self, device=None):
@@ -146,7 +140,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
     # -- reductions ----------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
-        opts = opts or dist.AllreduceOptions()
+        tensors, opts = _overload(tensors, opts, dist.AllreduceOptions, "reduceOp")
         t = one_tensor(tensors, "allreduce's tensors")
         return self._allreduce_many([t], opts.reduceOp, tensors, "allreduce", opts)
 
@@ -167,8 +161,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         comm = self._comm
         return self._post(
             call, lambda: [comm.Iallreduce(IN_PLACE, spec(c), op=code) for c in bufs],
-            result, staged.finish, bufs, opts,
-            lambda: [comm.Allreduce(IN_PLACE, spec(c), op=code) for c in bufs])
+            result, staged.finish, bufs, opts)
 
     def reduce(self, tensors, opts=None):
         opts = opts or dist.ReduceOptions()
@@ -213,8 +206,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             flat = flat * factor
         comm = self._comm
         return self._post(call, lambda: [comm.Ireduce_scatter_block(
-            spec(flat), spec(out), op=code)], result, staged.finish, (flat, out), opts,
-            lambda: comm.Reduce_scatter_block(spec(flat), spec(out), op=code))
+            spec(flat), spec(out), op=code)], result, staged.finish, (flat, out), opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
         works = [self._reduce_scatter_base(o, i, opts) for o, i in zip(outputs, inputs)]
@@ -223,13 +215,12 @@ class ProcessGroupGloocy(dist.ProcessGroup):
     # -- data movement -------------------------------------------------------
 
     def broadcast(self, tensors, opts=None):
-        opts = opts or dist.BroadcastOptions()
+        tensors, opts = _overload(tensors, opts, dist.BroadcastOptions, "rootRank")
         staged = Staged()
         t = staged.contiguous(one_tensor(tensors, "broadcast's tensors"), "broadcast's tensor")
         root, comm = self._root(opts.rootRank), self._comm
         return self._post("broadcast", lambda: [comm.Ibcast(spec(t), root=root)],
-                          tensors, staged.finish, t, opts,
-                          lambda: comm.Bcast(spec(t), root=root))
+                          tensors, staged.finish, t, opts)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
         outs = one_tensor(output_tensors, "allgather's output lists")
@@ -257,8 +248,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         comm = self._comm
         return self._post("all_gather_into_tensor",
                           lambda: [comm.Iallgather(spec(inp), spec(out))],
-                          [output], staged.finish, (inp, out), opts,
-                          lambda: comm.Allgather(spec(inp), spec(out)))
+                          [output], staged.finish, (inp, out), opts)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
         works = [self.allgather([o], [i], opts) for o, i in zip(output_lists, input_tensors)]
@@ -360,8 +350,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         comm = self._comm
-        return self._post("barrier", lambda: [comm.Ibarrier()], [], None, None,
-                          opts, comm.Barrier)
+        return self._post("barrier", lambda: [comm.Ibarrier()], [], None, None, opts)
 
     def send(self, tensors, dst, tag):
         t = one_tensor(tensors, "send's tensors")
@@ -443,6 +432,18 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         if t.dtype != ref.dtype or t.numel() != ref.numel():
             raise ValueError(f"gloocy: {name} is {t.dtype} with {t.numel()} elements; "
                              f"expected {ref.dtype} with {ref.numel()}")
+
+
+def _overload(tensors, opts, options, field):
+    """torch's ProcessGroup also takes allreduce(tensor, op) and
+    broadcast(tensor, root) (DDP's Python code calls them so)."""
+    if isinstance(tensors, torch.Tensor):
+        tensors = [tensors]
+    if opts is None or not isinstance(opts, options):
+        value, opts = opts, options()
+        if value is not None:
+            setattr(opts, field, value)
+    return tensors, opts
 
 
 class _Where(tuple):

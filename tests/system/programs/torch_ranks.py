@@ -101,6 +101,21 @@ def collectives():
         w.wait()
     for s, t in enumerate(ts):
         same(f"async all_reduce {s}", t, sum(inputs(r, torch.float32, salt=s) for r in range(n)))
+    # ranks may differ in async_op (DDP's Join does): the calls still match
+    t, u = inputs(rank, torch.float32, salt=5), inputs(rank, torch.int64, salt=6)
+    w = dist.all_reduce(t, async_op=rank % 2 == 1)
+    dist.all_reduce(u, op=R.MAX)
+    if w is not None:
+        w.wait()
+    same("all_reduce, async on odd ranks only", t, sum(inputs(r, torch.float32, salt=5) for r in range(n)))
+    same("then a synchronous one", u, torch.stack([inputs(r, torch.int64, salt=6) for r in range(n)]).max(0).values)
+    # ProcessGroup's own overloads: allreduce(tensor), broadcast(tensor, root)
+    t = inputs(rank, torch.float32, salt=7)
+    dist.group.WORLD.allreduce(t).wait()
+    same("pg.allreduce(tensor)", t, sum(inputs(r, torch.float32, salt=7) for r in range(n)))
+    t = inputs(rank, torch.float32, salt=8)
+    dist.group.WORLD.broadcast(t, n - 1).wait()
+    same("pg.broadcast(tensor, root)", t, inputs(n - 1, torch.float32, salt=8))
     fut = dist.all_reduce(inputs(rank, torch.float64), async_op=True).get_future()
     same("get_future value", fut.wait()[0], sum(inputs(r, torch.float64) for r in range(n)))
     gloo, mine = both(lambda g, *ts: dist.all_reduce_coalesced(list(ts), group=g),
@@ -228,25 +243,44 @@ def model(seed):
                                torch.nn.Linear(32, 4))
 
 
-def train(group, steps, hook=None, accumulate=1):
+class WithUnused(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.used = model(0)
+        self.unused = torch.nn.Linear(3, 3)
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def train(group, steps, hook=None, accumulate=1, uneven=False):
+    """DDP from seed 0; `uneven`: rank r takes r more steps, under
+    net.join(), with an unused layer (find_unused_parameters)."""
     from torch.nn.parallel import DistributedDataParallel as DDP
+    import contextlib
     rank = dist.get_rank()
-    net = DDP(model(0), process_group=group, bucket_cap_mb=0.002)   # several buckets
+    if uneven:
+        torch.manual_seed(0)
+        net = DDP(WithUnused(), process_group=group, find_unused_parameters=True)
+        steps += rank
+    else:
+        net = DDP(model(0), process_group=group, bucket_cap_mb=0.002)   # several buckets
     if hook is not None:
         net.register_comm_hook(group, hook)
     opt = torch.optim.SGD(net.parameters(), lr=0.05, momentum=0.9)
     g = torch.Generator().manual_seed(rank)
-    for step in range(steps):
-        for micro in range(accumulate):
-            x = torch.randn(8, 16, generator=g)
-            y = torch.randn(8, 4, generator=g)
-            if micro < accumulate - 1:
-                with net.no_sync():
+    with net.join() if uneven else contextlib.nullcontext():
+        for step in range(steps):
+            for micro in range(accumulate):
+                x = torch.randn(8, 16, generator=g)
+                y = torch.randn(8, 4, generator=g)
+                if micro < accumulate - 1:
+                    with net.no_sync():
+                        torch.nn.functional.mse_loss(net(x), y).backward()
+                else:
                     torch.nn.functional.mse_loss(net(x), y).backward()
-            else:
-                torch.nn.functional.mse_loss(net(x), y).backward()
-        opt.step()
-        opt.zero_grad()
+            opt.step()
+            opt.zero_grad()
     return [p.detach().clone() for p in net.parameters()]
 
 
@@ -256,13 +290,15 @@ def ddp():
     gloo_group = GLOO
     for name, kw in [("plain", {}), ("no_sync", {"accumulate": 2}),
                      ("allreduce hook", {"hook": default_hooks.allreduce_hook}),
-                     ("fp16 hook", {"hook": default_hooks.fp16_compress_hook})]:
+                     ("fp16 hook", {"hook": default_hooks.fp16_compress_hook}),
+                     ("join, uneven inputs, unused parameters", {"uneven": True})]:
         steps = 50 if name == "plain" else 10
         a = train(gloo_group, steps, **kw)
         b = train(world, steps, **kw)
         worst = max(float((x - y).abs().max()) for x, y in zip(a, b))
         case(f"ddp {name}", worst < (1e-2 if "fp16" in name else 1e-5), f"max diff {worst}")
     # the ranks hold the same parameters
+    b = train(world, 10)
     p = torch.cat([t.flatten() for t in b])
     top = p.clone()
     dist.all_reduce(top, op=R.MAX)
