@@ -87,6 +87,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         self._timeout = float(timeout)
         self._calls = 0
         self._coalesced = None   # the Works of a coalescing block, or None
+        # what collectives are posted on: see _post
+        self._collectives = comm if _nonblocking() else _Blocking(comm)
 
     # -- identity ----------------------------------------------------------
 
@@ -107,17 +109,22 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         return _Where(self._comm.rank, self._comm.size, self._name, call, self._calls)
 
     def _post(self, call, start, result, finish=None, keep=None, opts=None):
-        """Run `start()` (which posts gloocy requests and returns them) and
-        wrap them in a Work; gloocy's errors become torch's.
+        """Run `start(c)`, which calls c.Iallreduce & co. (collectives) or
+        the communicator's Isend/Irecv, and wrap the requests in a Work;
+        gloocy's errors become torch's.
 
-        Always gloocy's nonblocking operations, also for a synchronous call:
-        a blocking collective never matches a nonblocking one (MPI's rule,
-        which gloocy keeps), and torch lets ranks differ in async_op (DDP's
-        Join does). A synchronous dist.* call (opts.asyncOp False) is waited
+        `c` runs each collective as gloocy's blocking call (the Work is
+        complete when it is returned) unless GLOOCY_TORCH_NONBLOCKING=1,
+        where `c` is the communicator and they are nonblocking requests.
+        Either way every rank makes the same kind of call whatever its
+        async_op: a blocking collective never matches a nonblocking one
+        (MPI's rule, which gloocy keeps), and torch lets ranks differ in
+        async_op (DDP's Join does). Point-to-point calls are always
+        requests. A synchronous dist.* call (opts.asyncOp False) is waited
         for here and gets None, which torch takes as "done already"."""
         where = self._where(call)
         try:
-            requests = start()
+            requests = [r for r in start(self._collectives) if r is not None]
         except GloocyError as e:
             raise backend_error(e, where) from None
         work = GloocyWork(requests, result, where, finish, keep)
@@ -160,7 +167,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             bufs.append(c)
         comm = self._comm
         return self._post(
-            call, lambda: [comm.Iallreduce(IN_PLACE, spec(c), op=code) for c in bufs],
+            call, lambda c: [c.Iallreduce(IN_PLACE, spec(b), op=code) for b in bufs],
             result, staged.finish, bufs, opts)
 
     def reduce(self, tensors, opts=None):
@@ -173,9 +180,9 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         if factor is not None:      # the root's tensor is the result; others keep theirs
             t = t.mul_(factor) if comm.rank == root else t * factor
         if comm.rank == root:
-            start = lambda: [comm.Ireduce(IN_PLACE, spec(t), op=code, root=root)]
+            start = lambda c: [c.Ireduce(IN_PLACE, spec(t), op=code, root=root)]
         else:
-            start = lambda: [comm.Ireduce(spec(t), None, op=code, root=root)]
+            start = lambda c: [c.Ireduce(spec(t), None, op=code, root=root)]
         return self._post("reduce", start, tensors, staged.finish, t)
 
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -205,7 +212,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         if factor is not None:
             flat = flat * factor
         comm = self._comm
-        return self._post(call, lambda: [comm.Ireduce_scatter_block(
+        return self._post(call, lambda c: [c.Ireduce_scatter_block(
             spec(flat), spec(out), op=code)], result, staged.finish, (flat, out), opts)
 
     def reduce_scatter_tensor_coalesced(self, outputs, inputs, opts=None):
@@ -219,7 +226,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         staged = Staged()
         t = staged.contiguous(one_tensor(tensors, "broadcast's tensors"), "broadcast's tensor")
         root, comm = self._root(opts.rootRank), self._comm
-        return self._post("broadcast", lambda: [comm.Ibcast(spec(t), root=root)],
+        return self._post("broadcast", lambda c: [c.Ibcast(spec(t), root=root)],
                           tensors, staged.finish, t, opts)
 
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -233,7 +240,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             self._check_like(o, inp, f"allgather's output {i}")
         flat, finish = _gather_target(outs, inp)
         comm = self._comm
-        return self._post("allgather", lambda: [comm.Iallgather(spec(inp), spec(flat))],
+        return self._post("allgather", lambda c: [c.Iallgather(spec(inp), spec(flat))],
                           output_tensors, finish, (inp, flat))
 
     def _allgather_base(self, output, input, opts=None):
@@ -247,7 +254,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
                 f"{self._comm.size}")
         comm = self._comm
         return self._post("all_gather_into_tensor",
-                          lambda: [comm.Iallgather(spec(inp), spec(out))],
+                          lambda c: [c.Iallgather(spec(inp), spec(out))],
                           [output], staged.finish, (inp, out), opts)
 
     def allgather_coalesced(self, output_lists, input_tensors, opts=None):
@@ -268,7 +275,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             if output_tensors and any(output_tensors):
                 raise ValueError(f"gloocy: gather's outputs must be empty on "
                                  f"rank {comm.rank}, which is not the root {root}")
-            return self._post("gather", lambda: [comm.Igather(spec(inp), None, root=root)],
+            return self._post("gather", lambda c: [c.Igather(spec(inp), None, root=root)],
                               output_tensors, None, inp)
         outs = one_tensor(output_tensors, "gather's output lists")
         self._check_count(outs, "gather's output list")
@@ -276,7 +283,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             check_tensor(o, f"gather's output {i}")
             self._check_like(o, inp, f"gather's output {i}")
         flat, finish = _gather_target(outs, inp)
-        return self._post("gather", lambda: [comm.Igather(spec(inp), spec(flat), root=root)],
+        return self._post("gather", lambda c: [c.Igather(spec(inp), spec(flat), root=root)],
                           output_tensors, finish, (inp, flat))
 
     def scatter(self, output_tensors, input_tensors, opts=None):
@@ -289,11 +296,11 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             if input_tensors and any(input_tensors):
                 raise ValueError(f"gloocy: scatter's inputs must be empty on "
                                  f"rank {comm.rank}, which is not the root {root}")
-            return self._post("scatter", lambda: [comm.Iscatter(None, spec(out), root=root)],
+            return self._post("scatter", lambda c: [c.Iscatter(None, spec(out), root=root)],
                               output_tensors, staged.finish, out)
         flat = self._one_block(one_tensor(input_tensors, "scatter's input lists"),
                                out, "scatter's input")
-        return self._post("scatter", lambda: [comm.Iscatter(spec(flat), spec(out), root=root)],
+        return self._post("scatter", lambda c: [c.Iscatter(spec(flat), spec(out), root=root)],
                           output_tensors, staged.finish, (flat, out))
 
     def alltoall_base(self, output, input, output_split_sizes, input_split_sizes, opts=None):
@@ -308,12 +315,12 @@ class ProcessGroupGloocy(dist.ProcessGroup):
                     f"output of equal size divisible by the group size {n}, got "
                     f"{inp.numel()} and {out.numel()} elements")
             return self._post("all_to_all_single",
-                              lambda: [comm.Ialltoall(spec(inp), spec(out))],
+                              lambda c: [c.Ialltoall(spec(inp), spec(out))],
                               [output], staged.finish, (inp, out))
         send = _counts(inp, input_split_sizes, n, "input_split_sizes")
         recv = _counts(out, output_split_sizes, n, "output_split_sizes")
         return self._post("all_to_all_single",
-                          lambda: [comm.Ialltoallv(spec(inp, send), spec(out, recv))],
+                          lambda c: [c.Ialltoallv(spec(inp, send), spec(out, recv))],
                           [output], staged.finish, (inp, out))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
@@ -336,7 +343,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         send = (send_counts, _displs(send_counts))
         recv = (recv_counts, _displs(recv_counts))
         return self._post("all_to_all",
-                          lambda: [comm.Ialltoallv(spec(flat_in, send), spec(flat_out, recv))],
+                          lambda c: [c.Ialltoallv(spec(flat_in, send), spec(flat_out, recv))],
                           output_tensors, finish, (flat_in, flat_out))
 
     # torch 2.x's newer names (dist.all_gather_into_tensor & co. call these)
@@ -350,28 +357,28 @@ class ProcessGroupGloocy(dist.ProcessGroup):
 
     def barrier(self, opts=None):
         comm = self._comm
-        return self._post("barrier", lambda: [comm.Ibarrier()], [], None, None, opts)
+        return self._post("barrier", lambda c: [c.Ibarrier()], [], None, None, opts)
 
     def send(self, tensors, dst, tag):
         t = one_tensor(tensors, "send's tensors")
         check_tensor(t, "send's tensor")
         t = t.contiguous()
         comm = self._comm
-        return self._post("send", lambda: [comm.Isend(spec(t), self._peer(dst, "dst"), tag)],
+        return self._post("send", lambda c: [comm.Isend(spec(t), self._peer(dst, "dst"), tag)],
                           tensors, None, t)
 
     def recv(self, tensors, src, tag):
         staged = Staged()
         t = staged.contiguous(one_tensor(tensors, "recv's tensors"), "recv's tensor")
         comm = self._comm
-        return self._post("recv", lambda: [comm.Irecv(spec(t), self._peer(src, "src"), tag)],
+        return self._post("recv", lambda c: [comm.Irecv(spec(t), self._peer(src, "src"), tag)],
                           tensors, staged.finish, t)
 
     def recv_anysource(self, tensors, tag):
         staged = Staged()
         t = staged.contiguous(one_tensor(tensors, "recv's tensors"), "recv's tensor")
         comm = self._comm
-        return self._post("recv", lambda: [comm.Irecv(spec(t), ANY_SOURCE, tag)],
+        return self._post("recv", lambda c: [comm.Irecv(spec(t), ANY_SOURCE, tag)],
                           tensors, staged.finish, t)
 
     def monitored_barrier(self, timeout=None, wait_all_ranks=False):
@@ -384,6 +391,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
     def shutdown(self):
         global _world_comm
         comm, self._comm = self._comm, _Closed(self._comm.rank)
+        self._collectives = self._comm
         if comm is _world_comm:
             _world_comm = None
         if not isinstance(comm, _Closed) and not comm.closed:
@@ -432,6 +440,31 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         if t.dtype != ref.dtype or t.numel() != ref.numel():
             raise ValueError(f"gloocy: {name} is {t.dtype} with {t.numel()} elements; "
                              f"expected {ref.dtype} with {ref.numel()}")
+
+
+def _nonblocking():
+    return os.environ.get("GLOOCY_TORCH_NONBLOCKING", "") not in ("", "0")
+
+
+class _Blocking:
+    """A communicator's I-methods run as its blocking calls (returning no
+    request): Iallreduce -> Allreduce."""
+
+    __slots__ = ("_comm", "_calls")
+
+    def __init__(self, comm):
+        self._comm = comm
+        self._calls = {}
+
+    def __getattr__(self, name):
+        call = self._calls.get(name)
+        if call is None:
+            blocking = getattr(self._comm, name[1].upper() + name[2:])
+
+            def call(*args, **kwargs):
+                blocking(*args, **kwargs)
+            self._calls[name] = call
+        return call
 
 
 def _overload(tensors, opts, options, field):
