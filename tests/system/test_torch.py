@@ -91,8 +91,10 @@ def test_every_collective_as_gloo_does(n, how, backend):
 
 @pytest.mark.hard_timeout(180)
 def test_under_torchrun():
-    """torchrun's environment: the collectives at N = 2."""
-    env = environment()
+    """torchrun's environment: the collectives at N = 2, posted as gloocy's
+    nonblocking requests (GLOOCY_TORCH_NONBLOCKING=1; the other tests use
+    the default, gloocy's blocking calls)."""
+    env = environment(GLOOCY_TORCH_NONBLOCKING=1)
     out = subprocess.run([*TORCHRUN, "--standalone", "--nproc-per-node", "2",
                           str(PROGRAM), "collectives"], env=env, capture_output=True,
                          timeout=150)
