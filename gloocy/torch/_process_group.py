@@ -127,10 +127,15 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             requests = [r for r in start(self._collectives) if r is not None]
         except GloocyError as e:
             raise backend_error(e, where) from None
+        sync = not getattr(opts, "asyncOp", True) and self._coalesced is None
+        if sync and not requests:       # done already: no Work to make
+            if finish is not None:
+                finish()
+            return None
         work = GloocyWork(requests, result, where, finish, keep)
         if self._coalesced is not None:
             self._coalesced.append(work)
-        elif not getattr(opts, "asyncOp", True):
+        elif sync:
             work._wait()
             return None
         return work
