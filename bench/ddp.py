@@ -55,12 +55,13 @@ def launch(args):
         for line in outs[0].splitlines():
             if line.startswith("ROW "):
                 rows.append(json.loads(line[4:]))
-    print(f"{'what':<34}{'N':>3}{'gloo':>12}{'gloocy':>12}{'ratio':>8}")
+    print(f"{'what':<38}{'N':>3}{'base':>12}{'gloocy':>12}{'ratio':>8}{'gloo':>12}")
     for r in rows:
-        print(f"{r['what']:<34}{r['n']:>3}{r['base_s'] * 1e6:>10.0f}us"
-              f"{r['gloocy_s'] * 1e6:>10.0f}us{r['gloocy_s'] / r['base_s']:>8.2f}")
-    print("(gloo column: torch's gloo backend for DDP rows, gloocy's own "
-          "Allreduce for all_reduce rows)")
+        gloo = f"{r['gloo_s'] * 1e6:>10.0f}us" if r.get("gloo_s") else ""
+        print(f"{r['what']:<38}{r['n']:>3}{r['base_s'] * 1e6:>10.0f}us"
+              f"{r['gloocy_s'] * 1e6:>10.0f}us{r['gloocy_s'] / r['base_s']:>8.2f}{gloo}")
+    print("base: torch's gloo backend for DDP rows, gloocy's own Allreduce for "
+          "all_reduce rows (whose gloo column is dist.all_reduce on gloo)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -89,10 +90,10 @@ def worker(args):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)
         return float(t)
 
-    def emit(what, base, mine):
+    def emit(what, base, mine, gloo_s=None):
         if rank == 0:
             print("ROW " + json.dumps({"what": what, "n": n, "base_s": base,
-                                       "gloocy_s": mine}), flush=True)
+                                       "gloocy_s": mine, "gloo_s": gloo_s}), flush=True)
 
     for name, widths in MODELS.items():
         replicas = {}
@@ -126,20 +127,22 @@ def worker(args):
         t = torch.ones(max(size // 4, 1), dtype=torch.float32)
         a = t.numpy()
         iters = 2000 if size <= 4096 else 100
-        times = {"own": [], "torch": []}
+        runs = {"own": lambda: comm.Allreduce(gloocy.IN_PLACE, a),
+                "torch": lambda: dist.all_reduce(t),
+                "gloo": lambda: dist.all_reduce(t, group=gloo)}
+        times = {label: [] for label in runs}
         for round_ in range(args.rounds):
-            for label in (["own", "torch"] if round_ % 2 == 0 else ["torch", "own"]):
+            order = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
+            for label in order:
+                run = runs[label]
                 comm.Barrier()
                 t0 = time.perf_counter()
-                if label == "own":
-                    for _ in range(iters):
-                        comm.Allreduce(gloocy.IN_PLACE, a)
-                else:
-                    for _ in range(iters):
-                        dist.all_reduce(t)
+                for _ in range(iters):
+                    run()
                 times[label].append((time.perf_counter() - t0) / iters)
         emit(f"all_reduce {_bytes(size)} (vs own Allreduce)",
-             slowest(min(times["own"])), slowest(min(times["torch"])))
+             slowest(min(times["own"])), slowest(min(times["torch"])),
+             slowest(min(times["gloo"])))
     dist.destroy_process_group()
 
 

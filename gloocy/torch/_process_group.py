@@ -1,8 +1,10 @@
 """The gloocy backend of torch.distributed: a ProcessGroup over a gloocy
 Communicator.
 
-Each c10d call posts gloocy's nonblocking operation on the tensors' own
-memory and returns a GloocyWork around the request (see _work.py). The
+Each c10d call runs gloocy's collective on the tensors' own memory: its
+blocking call by default, or its nonblocking request with
+GLOOCY_TORCH_NONBLOCKING=1 (see _post); point-to-point calls are always
+requests. The call returns a GloocyWork (see _work.py). The
 group's communicator is derived from the default group's (shared
 connections, one small agreement) when the default group is gloocy, else
 built through the c10d store torch gives the backend.
@@ -22,7 +24,7 @@ from .. import IN_PLACE, ANY_SOURCE
 from ..errors import GloocyError, CollectiveTimeout
 from ._store import C10dStore
 from ._tensors import Staged, adjacent, check_tensor, one_tensor, reduce_op, spec
-from ._work import GloocyWork, backend_error, done_work
+from ._work import GloocyWork, backend_error
 
 __all__ = ["ProcessGroupGloocy", "create"]
 

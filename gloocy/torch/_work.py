@@ -1,8 +1,9 @@
 """torch's Work and Future over gloocy's requests.
 
 A Work holds the gloocy requests of one torch call (one, or several for a
-coalesced call), the tensors they use, and what to do once they are
-complete (copies back from staging buffers, the AVG/PREMUL_SUM scaling).
+coalesced call; none when the collective ran as gloocy's blocking call),
+the tensors they use, and what to do once they are complete (copies back
+from staging buffers).
 gloocy progresses nonblocking operations whenever any request is tested
 or waited on (weak progress, as in MPI); nothing runs on a thread.
 """
@@ -12,14 +13,13 @@ from __future__ import annotations
 import datetime
 import time
 
-import torch
 import torch.distributed as dist
 from torch.futures import Future
 
 from ..errors import CollectiveTimeout, GloocyError
 from ..requests import Testall, Waitall
 
-__all__ = ["GloocyWork", "backend_error", "done_work"]
+__all__ = ["GloocyWork", "backend_error"]
 
 
 def backend_error(e, where):
@@ -152,7 +152,3 @@ def _wait_all(requests):
     Waitall(requests)
     return None
 
-
-def done_work(result, where):
-    """A Work that is already complete (a world of one, empty tensors)."""
-    return GloocyWork([], result, where)
