@@ -48,6 +48,8 @@ include "_gather.pxi"
 include "_p2p.pxi"
 include "_node.pxi"           # through the node segment (one host)
 include "_node_exchange.pxi"
-include "_user_ops.pxi"       # user ops: OP_USER's kernel, the left-fold chain
+include "_user_ops.pxi"       # user ops: OP_USER's kernel and algorithms
 include "_schedule.pxi"       # nonblocking collectives: running schedules
 include "_schedule_algorithms.pxi"  # ... and their algorithms, as steps
+include "_schedule_inter.pxi"       # ... intercommunicators' reductions
+include "_schedule_neighbors.pxi"   # ... the neighbourhood exchange

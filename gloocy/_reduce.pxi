@@ -115,8 +115,8 @@ cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
         with nogil:
             x = ctx.work(rb.nbytes)
             memcpy(x, sb.ptr, rb.nbytes)
-            if op == OP_USER:           # a user op's left fold
-                scan_chain(ctx, &c, x, rb.count, rb.ptr, exclusive)
+            if op == OP_USER:           # a user op's algorithm
+                scan_user(ctx, &c, x, rb.count, rb.ptr, exclusive)
             else:
                 run_scan(ctx, &c, x, rb.count, rb.ptr, exclusive)
     except BaseException as e:

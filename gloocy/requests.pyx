@@ -3,17 +3,15 @@
 
 Point-to-point requests (Isend, Irecv) are transfers posted on the
 communicator's own connections; any wait on the communicator moves them.
-An intracommunicator's nonblocking collectives are schedules in the core
-(_schedule.pxi): their steps run whenever anything drives the connections
-(a Test or Wait of any request, a blocking call), as MPI's weak progress.
-Intercommunicators' and neighbourhood collectives (and Idup) still run, in
-the order they were started, on a worker thread of the communicator over a
-duplicate of it; the idle worker sleeps on a queue.
+Nonblocking collectives (intra- and intercommunicators', neighbourhood
+ones, Idup's id agreement) are schedules in the core (_schedule.pxi): their
+steps run whenever anything drives the connections (a Test or Wait of any
+request, a blocking call), as MPI's weak progress; no thread runs them.
 
 This file holds the base class and the point-to-point kinds; by role:
 _req_persistent.pxi (Prequest, partitioned requests), _req_generalized.pxi
-(Grequest), _req_collective.pxi
-(nonblocking collectives and their worker), _req_multi.pxi (Waitall...).
+(Grequest), _req_collective.pxi (nonblocking collectives, requests done at
+once), _req_multi.pxi (Waitall...).
 """
 
 from libc.stdint cimport int64_t
@@ -22,7 +20,6 @@ from gloocy._core cimport Context, NbcHandle, P2PHandle, call_recv_new
 from gloocy.status cimport Status
 
 import pickle
-import queue
 import threading
 import time
 import traceback
