@@ -15,13 +15,6 @@
 
 from gloocy.groups import SIMILAR, UNEQUAL
 
-# Tags of the leaders' messages over the union context (internal only: user
-# messages travel over the point-to-point context).
-cdef enum:
-    TAG_REDUCE = 1
-    TAG_ALLREDUCE = 2
-    TAG_REDUCE_SCATTER = 3
-
 # What a rank does in a rooted intercommunicator collective.
 cdef enum:
     AT_NONE = 0      # PROC_NULL: the root's group, not the root
@@ -549,97 +542,31 @@ cdef class Intercomm(Comm):
         return self._swap(packed, ssizes, _ends(ssizes), received, rsizes,
                           _ends(rsizes), None, None, True, unpack)
 
-    # -- reductions: our group reduces to its leader, the leaders swap -----------
-
-    cdef object _reduced(self, sendbuf, op, timeout):
-        """op over our group's sendbufs, at our leader (None elsewhere)."""
-        if sendbuf is IN_PLACE or sendbuf is None:
-            raise ArgumentError("sendbuf: an intercommunicator reduction "
-                                "cannot be in place", ERR_BUFFER)
-        cdef Message s = message(sendbuf, "sendbuf", True)
-        lcomm = self._lcomm
-        out = np.empty_like(s.data) if self.local.rank == 0 else None
-        lcomm.Reduce(sendbuf, out, op, 0, timeout=timeout)
-        return out
-
-    cdef object _swapped(self, sendbuf, op, int tag, timeout):
-        """op over the other group's sendbufs, at our leader (None
-        elsewhere): each leader sends its group's to the other."""
-        cdef Context union = self._union()
-        mine = self._reduced(sendbuf, op, timeout)
-        if mine is None:
-            return None
-        theirs = np.empty_like(mine)
-        sent = union.isend(mine, self._roff(), tag)
-        got = union.recv(theirs, self._roff(), tag, timeout)
-        sent.wait(timeout)
-        if got[2] != theirs.nbytes:
-            raise ArgumentError(f"sendbuf: the other group reduces "
-                                f"{got[2]} bytes, ours {theirs.nbytes}",
-                                ERR_COUNT)
-        return theirs
+    # -- reductions: schedules over the union (_schedule_inter.pxi); the
+    # blocking forms wait for theirs -----------------------------------------------
 
     def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
                algorithm=None):
         """op over the other group's sendbufs into the root's recvbuf."""
-        cdef int where = self._where(root)
-        cdef Context union = self._union()
-        cdef Message r
-        if where == AT_ROOT:
-            r = message(recvbuf, "recvbuf")
-            got = union.recv(r.buf, self._roff(), TAG_REDUCE, timeout)
-            if got[2] != r.buf.nbytes:
-                raise ArgumentError(f"recvbuf: {r.buf.nbytes} bytes, but the "
-                                    f"other group reduced {got[2]}",
-                                    ERR_COUNT)
-            r.unpack()
-        elif where == AT_LEAF:
-            mine = self._reduced(sendbuf, op, timeout)
-            if mine is not None:
-                union.send(mine, self._roff() + root, TAG_REDUCE, timeout)
+        _waited(self.Ireduce(sendbuf, recvbuf, op, root), timeout)
 
     def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
                   algorithm=None):
         """recvbuf = op over the other group's sendbufs."""
-        cdef Message r
-        theirs = self._swapped(sendbuf, op, TAG_ALLREDUCE, timeout)
-        if theirs is not None:
-            r = message(recvbuf, "recvbuf")
-            if r.buf.nbytes != theirs.nbytes:
-                raise ArgumentError(f"recvbuf: {r.buf.nbytes} bytes for a "
-                                    f"result of {theirs.nbytes}", ERR_COUNT)
-            r.data[...] = theirs.view(r.data.dtype).reshape(r.data.shape)
-            r.unpack()
-        self._lcomm.Bcast(recvbuf, 0, timeout=timeout)
+        _waited(self.Iallreduce(sendbuf, recvbuf, op), timeout)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM,
                        *, timeout=None, algorithm=None):
         """op over the other group's sendbufs, scattered over our group:
         rank i gets recvcounts[i] items (default: each rank's recvbuf)."""
-        cdef Message r = message(recvbuf, "recvbuf")
-        cdef Message s = message(sendbuf, "sendbuf", True)
-        lcomm = self._lcomm
-        if recvcounts is None:
-            counts = lcomm.allgather(r.count, timeout=timeout)
-        else:
-            counts = _counts(recvcounts, self.local.size, "recvcounts")
-        items = s.data.size // s.count if s.count else 1
-        theirs = self._swapped(sendbuf, op, TAG_REDUCE_SCATTER, timeout)
-        if theirs is not None and sum(counts) * items != theirs.size:
-            raise ArgumentError(f"recvcounts: {counts} sum to "
-                                f"{sum(counts)} items, the reduction has "
-                                f"{theirs.size // items}", ERR_COUNT)
-        lcomm.Scatterv(None if theirs is None else
-                       [theirs, [n * items for n in counts]], recvbuf, 0,
-                       timeout=timeout)
+        _waited(self.Ireduce_scatter(sendbuf, recvbuf, recvcounts, op),
+                timeout)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
                              timeout=None, algorithm=None):
         """op over the other group's sendbufs, in equal blocks over our
         group (block i to rank i)."""
-        cdef Message r = message(recvbuf, "recvbuf")
-        self.Reduce_scatter(sendbuf, recvbuf, [r.count] * self.local.size, op,
-                            timeout=timeout)
+        _waited(self.Ireduce_scatter_block(sendbuf, recvbuf, op), timeout)
 
     # -- object collectives ------------------------------------------------------
 
@@ -704,8 +631,8 @@ cdef class Intercomm(Comm):
         _check_callable(op)
         return fold_objects(self.allgather(obj, timeout=timeout), op)
 
-    # -- nonblocking reductions: schedules over the union (_schedule_inter.pxi),
-    # and Idup: the union's id agreement as a schedule ---------------------------
+    # -- the reductions' schedules, and Idup (the union's id agreement as a
+    # schedule) ------------------------------------------------------------------
 
     cdef tuple _group(self):
         """(our group's size, our rank in it, its first union rank, the
@@ -721,23 +648,21 @@ cdef class Intercomm(Comm):
         u = _kernel_op(op, m)
         if u is None:
             raise NotImplementedError(
-                "op: a user op on elements the core has no type for, "
-                "nonblocking on an intercommunicator (the blocking call "
-                "works)")
+                "op: a user op on elements the core has no type for (a "
+                "datatype of mixed fields), on an intercommunicator")
         return u
 
-    cdef object _started(self, start, tuple args, op, Message r, Message s,
-                         avg):
-        """Request of core schedule start(*args) (set_user_op around it
-        for a user op); then r is unpacked (`avg` divided first, for AVG,
-        by the other group's size)."""
+    cdef object _started(self, start, op, Message r, Message s, avg):
+        """Request of the core schedule start() makes (set_user_op around
+        it for a user op); then r is unpacked (`avg` divided first, for
+        AVG, by the other group's size)."""
         u = self._user_reduction(op, r if r is not None else s)
         if op is AVG:
             _core.check_floating(avg)
         if u is not None:
             _core.set_user_op(u)
         try:
-            h = start(*args)
+            h = start()
         finally:
             if u is not None:
                 _core.set_user_op(None)
@@ -749,7 +674,7 @@ cdef class Intercomm(Comm):
         lsize, lrank, loff, rleader = self._group()
         cdef Message s = message(sendbuf, "sendbuf", True, True)
         cdef Message r = message(recvbuf, "recvbuf")
-        return self._started(_inter_allreduce, (
+        return self._started(lambda: start_inter_allreduce(
             self.union, lsize, lrank, loff, rleader,
             None if s is None else s.buf, r.buf, _op_code(op)), op, r, s,
             r.buf)
@@ -760,13 +685,14 @@ cdef class Intercomm(Comm):
         lsize, lrank, loff, rleader = self._group()
         cdef Message s = None, r = None
         if where == AT_NONE:            # (counted, moves nothing)
-            return nbc_request(_inter_reduce(self.union, lsize, lrank, loff,
-                                             -1, 0, None, None, 0), None, None)
+            return nbc_request(start_inter_reduce(
+                self.union, lsize, lrank, loff, -1, 0, None, None, 0), None,
+                None)
         if where == AT_ROOT:
             r = message(recvbuf, "recvbuf")
         else:
             s = message(sendbuf, "sendbuf", True, True)
-        return self._started(_inter_reduce, (
+        return self._started(lambda: start_inter_reduce(
             self.union, lsize, lrank, loff,
             rleader if where == AT_ROOT else rleader + root,
             1 if where == AT_ROOT else 2, None if s is None else s.buf,
@@ -784,7 +710,7 @@ cdef class Intercomm(Comm):
         else:
             counts = _counts(recvcounts, lsize, "recvcounts")
         items = r.buf.count // r.count if r.count else 1    # elements per item
-        return self._started(_inter_reduce_scatter, (
+        return self._started(lambda: start_inter_reduce_scatter(
             self.union, lsize, lrank, loff, rleader,
             None if s is None else s.buf, r.buf, [n * items for n in counts],
             _op_code(op)), op, r, s, r.data[:counts[lrank] * items])
@@ -854,20 +780,7 @@ cdef class Intercomm(Comm):
                           tuple(remote_group._procs), first, uid)
 
 
-# The core's intercommunicator schedules, as Python callables (_started).
-def _inter_allreduce(Context union, int lsize, int lrank, int loff,
-                     int rleader, sendbuf, recvbuf, int op):
-    return start_inter_allreduce(union, lsize, lrank, loff, rleader, sendbuf,
-                                 recvbuf, op)
-
-
-def _inter_reduce(Context union, int lsize, int lrank, int loff, int peer,
-                  int role, sendbuf, recvbuf, int op):
-    return start_inter_reduce(union, lsize, lrank, loff, peer, role, sendbuf,
-                              recvbuf, op)
-
-
-def _inter_reduce_scatter(Context union, int lsize, int lrank, int loff,
-                          int rleader, sendbuf, recvbuf, counts, int op):
-    return start_inter_reduce_scatter(union, lsize, lrank, loff, rleader,
-                                      sendbuf, recvbuf, counts, op)
+cdef object _waited(request, timeout):
+    """A blocking call: the schedule of its nonblocking form, waited for
+    within `timeout`."""
+    (<NbcRequest>request)._wait(None, timeout)

@@ -229,3 +229,93 @@ def test_peer_killed_during_intercomm_iallreduce_is_named(transport):
             timer.cancel()
     for lost, text in got:        # (world rank 2 is union rank 2 too)
         assert lost == 2 and "lost peer rank 2" in text, text
+
+
+def add(invec, inoutvec):
+    inoutvec[:] = invec + inoutvec
+
+
+def matrices(rank, m, salt=0):
+    """m small 2x2 integer matrices of `rank`, flat (4 int64 each)."""
+    j = np.arange(m)
+    a = np.stack([np.ones(m, np.int64), (rank + j + salt) % 3,
+                  (rank * j + 1 + salt) % 2, np.full(m, 1 + rank % 2)], 1)
+    return a.reshape(-1).astype(np.int64)
+
+
+def matmul(invec, inoutvec):
+    """Non-commutative: inoutvec = invec @ inoutvec, matrix by matrix."""
+    inoutvec[:] = np.matmul(invec.reshape(-1, 2, 2),
+                            inoutvec.reshape(-1, 2, 2)).reshape(-1)
+
+
+def product(ranks, m, salt=0):
+    acc = np.tile(np.eye(2, dtype=np.int64), (m, 1, 1))
+    for q in ranks:
+        acc = np.matmul(acc, matrices(q, m, salt).reshape(-1, 2, 2))
+    return acc.reshape(-1).tolist()
+
+
+def r_user_ops(comm, k, m):
+    """A commutative user op (a sum, on buffers big enough for the ring)
+    and a non-commutative one (2x2 matrix products), blocking and
+    nonblocking."""
+    n, r = comm.size, comm.rank
+    plus = gloocy.Op.create(add, commute=True)
+    mul = gloocy.Op.create(matmul, commute=False)
+    out = {}
+    x = data(r, k)
+    y = np.empty(k, np.int64)
+    comm.Allreduce(x, y, plus)
+    out["sum"] = y.tolist()
+    y2 = np.empty(k, np.int64)
+    q1 = comm.Iallreduce(x, y2, plus)
+    blocks = np.concatenate([x + j for j in range(n)])
+    y3 = np.empty(k, np.int64)
+    q2 = comm.Ireduce_scatter_block(blocks, y3, plus)
+    y4 = np.empty(k, np.int64)
+    comm.Reduce_scatter_block(blocks, y4, plus)
+    out["sum rsb"] = y4.tolist()
+    a = matrices(r, m)
+    p1 = np.empty_like(a)
+    comm.Allreduce(a, p1, mul)
+    out["product"] = p1.tolist()
+    p2 = np.empty_like(a)
+    q3 = comm.Iallreduce(a, p2, mul)
+    p3 = np.zeros_like(a)
+    q4 = comm.Ireduce(a, p3 if r == n - 1 else None, mul, n - 1)
+    p4 = np.zeros_like(a)
+    q5 = comm.Iscan(a, p4, mul)
+    p5 = np.zeros_like(a)
+    comm.Exscan(a, p5, mul)
+    out["exscan"] = p5.tolist() if r else None
+    mats = np.concatenate([matrices(r, m, j) for j in range(n)])
+    p6 = np.zeros_like(a)
+    q6 = comm.Ireduce_scatter_block(mats, p6, mul)
+    p7 = np.zeros_like(a)
+    comm.Reduce_scatter_block(mats, p7, mul)
+    out["product rsb"] = p7.tolist()
+    gloocy.Request.Waitall([q6, q3, q1, q5, q2, q4])
+    out.update({"isum": y2.tolist(), "isum rsb": y3.tolist(),
+                "iproduct": p2.tolist(), "ireduce": p3.tolist(),
+                "iscan": p4.tolist(), "iproduct rsb": p6.tolist()})
+    plus.Free()
+    mul.Free()
+    return out
+
+
+@pytest.mark.parametrize("size", [6, 7])
+def test_user_ops_commutative_and_in_rank_order(world, size):
+    k, m = 20_000, 3
+    total = np.sum([data(q, k) for q in range(size)], axis=0)
+    for r, got in enumerate(world(size).run(r_user_ops, k, m)):
+        assert got["sum"] == got["isum"] == total.tolist()
+        assert got["sum rsb"] == got["isum rsb"] == (total + size * r).tolist()
+        everyone = product(range(size), m)
+        assert got["product"] == got["iproduct"] == everyone
+        assert got["ireduce"] == (everyone if r == size - 1
+                                  else [0] * (4 * m))
+        assert got["iscan"] == product(range(r + 1), m)
+        assert got["exscan"] == (product(range(r), m) if r else None)
+        assert got["product rsb"] == got["iproduct rsb"] == product(
+            range(size), m, r)
