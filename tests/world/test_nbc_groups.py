@@ -14,7 +14,7 @@ import pytest
 
 import gloocy
 from gloocy.constants import PROC_NULL, ROOT
-from gloocy.errors import PeerLostError
+from gloocy.errors import GloocyError
 
 import harness
 from conftest import TRANSPORT_ENV
@@ -205,11 +205,10 @@ def r_inter_iallreduce_until_lost(comm):
     """An intercommunicator Iallreduce that world rank 2 never joins: (the
     rank the PeerLostError names, its message)."""
     x = np.ones(1000)
-    req = _KEPT["ic"].Iallreduce(x, np.empty_like(x))
-    try:
-        req.Wait()
-    except PeerLostError as e:
-        return e.rank, str(e)
+    try:        # (under load the peer may be gone before the start: it raises)
+        _KEPT["ic"].Iallreduce(x, np.empty_like(x)).Wait()
+    except GloocyError as e:       # (another kind fails the test, named)
+        return getattr(e, "rank", None), f"{type(e).__name__}: {e}"
     finally:
         _KEPT.pop("ic").Free()
         _KEPT.pop("local").Free()
@@ -229,6 +228,7 @@ def test_peer_killed_during_intercomm_iallreduce_is_named(transport):
             timer.cancel()
     for lost, text in got:        # (world rank 2 is union rank 2 too)
         assert lost == 2 and "lost peer rank 2" in text, text
+        assert text.startswith("PeerLostError"), text
 
 
 def add(invec, inoutvec):
