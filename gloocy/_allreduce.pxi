@@ -18,7 +18,7 @@ cdef object call_allreduce(Context ctx, object sendbuf, object recvbuf, int op,
     rb.require_dtype()
     cdef reduce_fn fn = kernel_of(op, rb.dtype)
     cdef int algo = _algorithm("allreduce", algorithm, ctx.env_algorithms)
-    cdef bint chain = op == OP_USER     # a user op's left fold (_user_ops.pxi)
+    cdef bint chain = op == OP_USER     # a user op's algorithm (_user_ops.pxi)
     if chain:
         algo = ALGO_RECURSIVE_DOUBLING  # (not the node segment's)
     cdef bint on_node
@@ -41,7 +41,7 @@ cdef object call_allreduce(Context ctx, object sendbuf, object recvbuf, int op,
             if on_node:
                 node_allreduce(ctx, &c, rb.ptr, rb.count)
             elif chain:
-                allreduce_chain(ctx, &c, rb.ptr, rb.count)
+                allreduce_user(ctx, &c, rb.ptr, rb.count)
             else:
                 run_allreduce(ctx, &c, rb.ptr, rb.count, algo)
         if on_node:

@@ -35,8 +35,6 @@ cdef class _CommBase:
     cdef public bint _predefined  # COMM_WORLD, COMM_SELF: never freed
     cdef public object _errhandler
     cdef public object _info
-    cdef public object _shadow    # Dup the worker runs an intercommunicator's
-    cdef public object _worker    # nonblocking collectives (and Idup) on
     cdef public object _attrs     # Attributes (keyvals), made when first needed
     cdef dict _lock_table         # __dict__["_locks"] once made (_comm_lock)
     cdef dict __dict__            # users may hang attributes on a communicator
@@ -103,8 +101,6 @@ cdef class _CommBase:
         self._predefined = False
         self._errhandler = None
         self._info = None
-        self._shadow = None
-        self._worker = None
 
     cdef attributes(self):
         if self._attrs is None:
@@ -361,12 +357,6 @@ cdef class _CommBase:
         self._close()
 
     def _close(self):
-        if self._worker is not None:
-            self._worker.stop()
-            self._worker = None
-        if self._shadow is not None:
-            self._shadow.Free()
-            self._shadow = None
         if _HANDLE_OF:
             _HANDLES.pop(_HANDLE_OF.pop(id(self._ctx), None), None)
         self._ctx.close()
@@ -377,7 +367,6 @@ cdef class _CommBase:
         collectives it started finish, then the connections under this
         communicator close with a goodbye, whatever communicators derived
         from it are still alive (they are closed with them)."""
-        _requests.stop_workers()
         ctx = self._ctx
         if ctx is _NULL_CONTEXT:
             return                      # left already (Finalize, then exit)

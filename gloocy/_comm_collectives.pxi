@@ -1,7 +1,5 @@
 # Collectives: buffers (the core moves them), objects (the pickle layer,
-# _pickled.pxi) and nonblocking (schedules in the core, _schedule.pxi; an
-# intercommunicator's on a worker thread over a shadow communicator, see
-# requests).
+# _pickled.pxi) and nonblocking (schedules in the core, _schedule.pxi).
 
 
 cdef class _Finish:
@@ -261,9 +259,9 @@ cdef class _Collectives(_PointToPoint):
 
     cdef _reduce_scatter(self, Context ctx, Message r, Message s, list counts,
                          op, int code, timeout, algorithm):
-        if code == OP_USER:
-            _reduce_scatter_user(ctx, IN_PLACE if s is None else s.spec,
-                                 r.spec, counts, op, timeout)
+        if code == OP_USER:     # the nonblocking form's schedule, waited for
+            (<NbcRequest>self._ireduce_scatter(ctx, r, s, counts, op,
+                                               code))._wait(None, timeout)
             return
         items = r.buf.count // r.count if r.count else 1    # elements per item
         if op is AVG:
@@ -342,45 +340,18 @@ cdef class _Collectives(_PointToPoint):
         return None if objs is None else fold_objects(objs, op)
 
     # -- nonblocking collectives ---------------------------------------------------
-    # An intracommunicator's start a schedule in the core (see requests);
-    # an intercommunicator's run on the worker (_start).
-
-    def _start(self, method, *args, **kwargs):
-        """Run collective `method` of the shadow communicator on the worker.
-        The first call builds both, locally: the shadow's id is ours with
-        the shadow bit set, so no rank waits for another to start."""
-        call = getattr(self._shadow_comm(), method)
-        return self._worker.submit(lambda: call(*args, **kwargs),
-                                   _requests.CollectiveRequest())
-
-    cdef object _shadow_comm(self):
-        if self._shadow is None:
-            self._shadow = Intracomm(
-                self._ctx.derive(range(self.size), self._ctx.comm_id | SHADOW),
-                procs=self._procs)
-            self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
-        return self._shadow
-
-    cdef bint _on_worker(self) except -1:
-        """Whether this communicator's nonblocking collectives run on the
-        worker (intercommunicators) rather than as schedules."""
-        return self.Is_inter()
+    # Each starts a schedule in the core (see requests); Intercomm and
+    # Topocomm have their own.
 
     def Ibarrier(self):
-        if self._on_worker():
-            return self._start("Barrier")
         return nbc_request(self.live().ibarrier(), None, None)
 
     def Ibcast(self, buf, root=0):
-        if self._on_worker():
-            return self._start("Bcast", buf, root)
         cdef Context ctx = self.live()
         cdef Message m = message(buf, "buf", ctx.rank == root)
         return nbc_request(ctx.ibcast(m.buf, root), m, _finish(m))
 
     def Iallreduce(self, sendbuf, recvbuf, op=_ops.SUM):
-        if self._on_worker():
-            return self._start("Allreduce", sendbuf, recvbuf, op)
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
         cdef Message r = message(recvbuf, "recvbuf")
@@ -395,8 +366,6 @@ cdef class _Collectives(_PointToPoint):
                                               ctx.size))
 
     def Ireduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0):
-        if self._on_worker():
-            return self._start("Reduce", sendbuf, recvbuf, op, root)
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
         cdef bint at_root = ctx.rank == root
@@ -417,8 +386,6 @@ cdef class _Collectives(_PointToPoint):
             r, r.buf if op is AVG and r is not None else None, ctx.size))
 
     def Iallgather(self, sendbuf, recvbuf):
-        if self._on_worker():
-            return self._start("Allgather", sendbuf, recvbuf)
         cdef Context ctx = self.live()
         cdef Message r = message(recvbuf, "recvbuf", False, False, ctx.size)
         cdef Message s = message(sendbuf, "sendbuf", True, True)
@@ -427,8 +394,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Iallgatherv(self, sendbuf, recvbuf):
-        if self._on_worker():
-            return self._start("Allgatherv", sendbuf, recvbuf)
         cdef Context ctx = self.live()
         cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
@@ -437,8 +402,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Igather(self, sendbuf, recvbuf, root=0):
-        if self._on_worker():
-            return self._start("Gather", sendbuf, recvbuf, root)
         cdef Context ctx = self.live()
         cdef Message r = None
         sizes = None
@@ -451,8 +414,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Igatherv(self, sendbuf, recvbuf, root=0):
-        if self._on_worker():
-            return self._start("Gatherv", sendbuf, recvbuf, root)
         cdef Context ctx = self.live()
         cdef Message r = None
         if ctx.rank == root:
@@ -465,8 +426,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Iscatter(self, sendbuf, recvbuf, root=0):
-        if self._on_worker():
-            return self._start("Scatter", sendbuf, recvbuf, root)
         cdef Context ctx = self.live()
         cdef Message s = None
         sizes = None
@@ -479,8 +438,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Iscatterv(self, sendbuf, recvbuf, root=0):
-        if self._on_worker():
-            return self._start("Scatterv", sendbuf, recvbuf, root)
         cdef Context ctx = self.live()
         cdef Message s = None
         if ctx.rank == root:
@@ -493,8 +450,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Ialltoall(self, sendbuf, recvbuf):
-        if self._on_worker():
-            return self._start("Alltoall", sendbuf, recvbuf)
         cdef Context ctx = self.live()
         cdef int size = ctx.size
         cdef Message r = message(recvbuf, "recvbuf", False, False, size)
@@ -506,8 +461,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Ialltoallv(self, sendbuf, recvbuf):
-        if self._on_worker():
-            return self._start("Alltoallv", sendbuf, recvbuf)
         cdef Context ctx = self.live()
         cdef Message r = vector_message(recvbuf, ctx.size, "recvbuf")
         cdef Message s = None
@@ -520,8 +473,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (r, s), _finish(r))
 
     def Ialltoallw(self, sendbuf, recvbuf):
-        if self._on_worker():
-            return self._start("Alltoallw", sendbuf, recvbuf)
         packed, ssizes, received, rsizes, unpack = _alltoallw_packed(
             sendbuf, recvbuf, self.live().size)
         h = self.live().ialltoallv(packed, ssizes, _ends(ssizes), received,
@@ -529,9 +480,6 @@ cdef class _Collectives(_PointToPoint):
         return nbc_request(h, (packed, received), unpack)
 
     def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM):
-        if self._on_worker():
-            return self._start("Reduce_scatter", sendbuf, recvbuf,
-                               recvcounts, op)
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
         cdef Message r = message(recvbuf, "recvbuf")
@@ -548,8 +496,6 @@ cdef class _Collectives(_PointToPoint):
         return self._ireduce_scatter(ctx, r, s, counts, op, code)
 
     def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
-        if self._on_worker():
-            return self._start("Reduce_scatter_block", sendbuf, recvbuf, op)
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
         cdef Message r = message(recvbuf, "recvbuf")
@@ -559,10 +505,10 @@ cdef class _Collectives(_PointToPoint):
 
     cdef _ireduce_scatter(self, Context ctx, Message r, Message s,
                           list counts, op, int code):
-        if code == OP_USER:
-            return _start_user(ctx, IN_PLACE if s is None else s.spec, r.spec,
-                               op, None, ctx.size, counts)
         items = r.buf.count // r.count if r.count else 1    # elements per item
+        if code == OP_USER:
+            return _start_reduce_scatter_user(ctx, s, r, op, [
+                n * items for n in counts], counts)
         if op is AVG:
             _core.check_floating(r.buf)
         h = ctx.ireduce_scatter(None if s is None else s.buf, r.buf,

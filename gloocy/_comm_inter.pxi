@@ -15,19 +15,19 @@
 
 from gloocy.groups import SIMILAR, UNEQUAL
 
-# Tags of the leaders' messages over the union context (internal only: user
-# messages travel over the point-to-point context).
-cdef enum:
-    TAG_REDUCE = 1
-    TAG_ALLREDUCE = 2
-    TAG_REDUCE_SCATTER = 3
-
 # What a rank does in a rooted intercommunicator collective.
 cdef enum:
     AT_NONE = 0      # PROC_NULL: the root's group, not the root
     AT_ROOT = 1      # ROOT: the root
     AT_LEAF = 2      # the other group: root is the root's rank there
 
+
+
+cdef list _one(int n, int at, int64_t size):
+    """n sizes, all 0 but `size` at `at`."""
+    out = [0] * n
+    out[at] = size
+    return out
 
 
 cdef class Intercomm(Comm):
@@ -323,10 +323,12 @@ cdef class Intercomm(Comm):
                             f"MPI.PROC_NULL (the root's group) nor a rank of "
                             f"the remote group (size {n})", ERR_ROOT)
 
-    cdef _swap(self, sendbuf, ssizes, soffs, recvbuf, rsizes, roffs, timeout):
+    cdef _swap(self, sendbuf, ssizes, soffs, recvbuf, rsizes, roffs, timeout,
+               Message out=None, bint start=False, object after=None):
         """One alltoallv over the union: we send ssizes[i] bytes at soffs[i]
         of sendbuf to remote rank i, and receive rsizes[i] bytes from it at
-        roffs[i] of recvbuf (None: nothing)."""
+        roffs[i] of recvbuf (None: nothing); then `out` is unpacked (or
+        after() runs). start: as a schedule (its request), else done now."""
         cdef Context union = self._union()
         cdef int n = union.size, rs = len(self._rprocs), off = self._roff(), i
         cdef list S = [0] * n, SO = [0] * n, R = [0] * n, RO = [0] * n
@@ -335,9 +337,16 @@ cdef class Intercomm(Comm):
                 S[off + i], SO[off + i] = ssizes[i], soffs[i]
             if rsizes is not None:
                 R[off + i], RO[off + i] = rsizes[i], roffs[i]
-        union.alltoallv(b"" if ssizes is None else sendbuf, S, SO,
-                        bytearray(0) if rsizes is None else recvbuf, R, RO,
-                        timeout, None)
+        sendbuf = b"" if ssizes is None else sendbuf
+        recvbuf = bytearray(0) if rsizes is None else recvbuf
+        if after is None:
+            after = _finish(out)
+        if start:
+            return nbc_request(union.ialltoallv(sendbuf, S, SO, recvbuf, R,
+                                                RO), (out, sendbuf, recvbuf),
+                               after)
+        union.alltoallv(sendbuf, S, SO, recvbuf, R, RO, timeout, None)
+        after()
 
     cdef list _swap_objects(self, list parts, timeout):
         """parts[i] (bytes, or None: nothing) to remote rank i; what each
@@ -360,234 +369,204 @@ cdef class Intercomm(Comm):
         return objs
 
     # -- buffer collectives ------------------------------------------------------
+    # Each is an alltoallv over the union (_swap); its nonblocking form the
+    # same as a schedule (start=True).
 
     def Barrier(self, *, timeout=None):
         """Return once every rank of both groups has called Barrier."""
         self._union().barrier(timeout)
 
+    def Ibarrier(self):
+        return nbc_request(self._union().ibarrier(), None, None)
+
     def Bcast(self, buf, root=0, *, timeout=None, algorithm=None):
         """The root's buf (root=ROOT there; PROC_NULL in its group) into buf
         of every rank of the other group (root = its rank there)."""
+        self._bcast(buf, root, timeout, False)
+
+    def Ibcast(self, buf, root=0):
+        return self._bcast(buf, root, None, True)
+
+    cdef _bcast(self, buf, root, timeout, bint start):
         cdef int where = self._where(root), rs = len(self._rprocs)
         cdef Message m
         if where == AT_ROOT:
             m = message(buf, "buf", True)
-            self._swap(m.buf, [m.buf.nbytes] * rs, [0] * rs, None, None, None,
-                       timeout)
-        elif where == AT_LEAF:
+            return self._swap(m.buf, [m.buf.nbytes] * rs, [0] * rs, None,
+                              None, None, timeout, None, start)
+        if where == AT_LEAF:
             m = message(buf, "buf")
-            sizes = [0] * rs
-            sizes[root] = m.buf.nbytes
-            self._swap(None, None, None, m.buf, sizes, [0] * rs, timeout)
-            m.unpack()
-        else:
-            self._swap(None, None, None, None, None, None, timeout)
+            return self._swap(None, None, None, m.buf, _one(rs, root,
+                              m.buf.nbytes), [0] * rs, timeout, m, start)
+        return self._swap(None, None, None, None, None, None, timeout, None,
+                          start)
 
     def Gather(self, sendbuf, recvbuf, root=0, *, timeout=None,
                algorithm=None):
         """The other group's sendbufs, in its rank order, into the root's
         recvbuf."""
-        cdef int where = self._where(root), rs = len(self._rprocs)
-        cdef Message r
-        if where == AT_ROOT:
-            r = message(recvbuf, "recvbuf", False, False, rs)
-            _blocks(r, rs, "recvbuf")
-            b = r.buf.nbytes // rs
-            self._swap(None, None, None, r.buf, [b] * rs,
-                       [i * b for i in range(rs)], timeout)
-            r.unpack()
-        else:
-            self._send_to_root(sendbuf, root, where, timeout)
+        self._gather(sendbuf, recvbuf, root, False, timeout, False)
+
+    def Igather(self, sendbuf, recvbuf, root=0):
+        return self._gather(sendbuf, recvbuf, root, False, None, True)
 
     def Gatherv(self, sendbuf, recvbuf, root=0, *, timeout=None,
                 algorithm=None):
-        cdef int where = self._where(root), rs = len(self._rprocs)
-        cdef Message r
-        if where == AT_ROOT:
-            r = vector_message(recvbuf, rs, "recvbuf")
-            self._swap(None, None, None, r.buf, r.sizes, r.offsets, timeout)
-            r.unpack()
-        else:
-            self._send_to_root(sendbuf, root, where, timeout)
+        self._gather(sendbuf, recvbuf, root, True, timeout, False)
 
-    cdef _send_to_root(self, sendbuf, root, int where, timeout):
-        cdef Message s
-        cdef int rs = len(self._rprocs)
+    def Igatherv(self, sendbuf, recvbuf, root=0):
+        return self._gather(sendbuf, recvbuf, root, True, None, True)
+
+    cdef _gather(self, sendbuf, recvbuf, root, bint vector, timeout,
+                 bint start):
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        cdef Message r, s
+        if where == AT_ROOT:
+            if vector:
+                r = vector_message(recvbuf, rs, "recvbuf")
+                sizes, offs = r.sizes, r.offsets
+            else:
+                r = message(recvbuf, "recvbuf", False, False, rs)
+                _blocks(r, rs, "recvbuf")
+                b = r.buf.nbytes // rs
+                sizes, offs = [b] * rs, [i * b for i in range(rs)]
+            return self._swap(None, None, None, r.buf, sizes, offs, timeout,
+                              r, start)
         if where == AT_NONE:
-            self._swap(None, None, None, None, None, None, timeout)
-            return
+            return self._swap(None, None, None, None, None, None, timeout,
+                              None, start)
         s = message(sendbuf, "sendbuf", True)
-        sizes = [0] * rs
-        sizes[root] = s.buf.nbytes
-        self._swap(s.buf, sizes, [0] * rs, None, None, None, timeout)
+        return self._swap(s.buf, _one(rs, root, s.buf.nbytes), [0] * rs,
+                          None, None, None, timeout, None, start)
 
     def Scatter(self, sendbuf, recvbuf, root=0, *, timeout=None,
                 algorithm=None):
         """Block i of the root's sendbuf into rank i of the other group."""
-        cdef int where = self._where(root), rs = len(self._rprocs)
-        cdef Message s
-        if where == AT_ROOT:
-            s = message(sendbuf, "sendbuf", True, False, rs)
-            _blocks(s, rs, "sendbuf")
-            b = s.buf.nbytes // rs
-            self._swap(s.buf, [b] * rs, [i * b for i in range(rs)], None,
-                       None, None, timeout)
-        else:
-            self._recv_from_root(recvbuf, root, where, timeout)
+        self._scatter(sendbuf, recvbuf, root, False, timeout, False)
+
+    def Iscatter(self, sendbuf, recvbuf, root=0):
+        return self._scatter(sendbuf, recvbuf, root, False, None, True)
 
     def Scatterv(self, sendbuf, recvbuf, root=0, *, timeout=None,
                  algorithm=None):
-        cdef int where = self._where(root), rs = len(self._rprocs)
-        cdef Message s
-        if where == AT_ROOT:
-            s = vector_message(sendbuf, rs, "sendbuf", True)
-            self._swap(s.buf, s.sizes, s.offsets, None, None, None, timeout)
-        else:
-            self._recv_from_root(recvbuf, root, where, timeout)
+        self._scatter(sendbuf, recvbuf, root, True, timeout, False)
 
-    cdef _recv_from_root(self, recvbuf, root, int where, timeout):
-        cdef Message r
-        cdef int rs = len(self._rprocs)
+    def Iscatterv(self, sendbuf, recvbuf, root=0):
+        return self._scatter(sendbuf, recvbuf, root, True, None, True)
+
+    cdef _scatter(self, sendbuf, recvbuf, root, bint vector, timeout,
+                  bint start):
+        cdef int where = self._where(root), rs = len(self._rprocs)
+        cdef Message r, s
+        if where == AT_ROOT:
+            if vector:
+                s = vector_message(sendbuf, rs, "sendbuf", True)
+                sizes, offs = s.sizes, s.offsets
+            else:
+                s = message(sendbuf, "sendbuf", True, False, rs)
+                _blocks(s, rs, "sendbuf")
+                b = s.buf.nbytes // rs
+                sizes, offs = [b] * rs, [i * b for i in range(rs)]
+            return self._swap(s.buf, sizes, offs, None, None, None, timeout,
+                              None, start)
         if where == AT_NONE:
-            self._swap(None, None, None, None, None, None, timeout)
-            return
+            return self._swap(None, None, None, None, None, None, timeout,
+                              None, start)
         r = message(recvbuf, "recvbuf")
-        sizes = [0] * rs
-        sizes[root] = r.buf.nbytes
-        self._swap(None, None, None, r.buf, sizes, [0] * rs, timeout)
-        r.unpack()
+        return self._swap(None, None, None, r.buf, _one(rs, root,
+                          r.buf.nbytes), [0] * rs, timeout, r, start)
 
     def Allgather(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """Every rank gets the other group's sendbufs, in its rank order."""
-        cdef int rs = len(self._rprocs)
-        cdef Message s = message(sendbuf, "sendbuf", True)
-        cdef Message r = message(recvbuf, "recvbuf", False, False, rs)
-        _blocks(r, rs, "recvbuf")
-        b = r.buf.nbytes // rs
-        self._swap(s.buf, [s.buf.nbytes] * rs, [0] * rs, r.buf, [b] * rs,
-                   [i * b for i in range(rs)], timeout)
-        r.unpack()
+        self._allgather(sendbuf, recvbuf, False, timeout, False)
+
+    def Iallgather(self, sendbuf, recvbuf):
+        return self._allgather(sendbuf, recvbuf, False, None, True)
 
     def Allgatherv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        self._allgather(sendbuf, recvbuf, True, timeout, False)
+
+    def Iallgatherv(self, sendbuf, recvbuf):
+        return self._allgather(sendbuf, recvbuf, True, None, True)
+
+    cdef _allgather(self, sendbuf, recvbuf, bint vector, timeout,
+                    bint start):
         cdef int rs = len(self._rprocs)
         cdef Message s = message(sendbuf, "sendbuf", True)
-        cdef Message r = vector_message(recvbuf, rs, "recvbuf")
-        self._swap(s.buf, [s.buf.nbytes] * rs, [0] * rs, r.buf, r.sizes,
-                   r.offsets, timeout)
-        r.unpack()
+        cdef Message r
+        if vector:
+            r = vector_message(recvbuf, rs, "recvbuf")
+            sizes, offs = r.sizes, r.offsets
+        else:
+            r = message(recvbuf, "recvbuf", False, False, rs)
+            _blocks(r, rs, "recvbuf")
+            b = r.buf.nbytes // rs
+            sizes, offs = [b] * rs, [i * b for i in range(rs)]
+        return self._swap(s.buf, [s.buf.nbytes] * rs, [0] * rs, r.buf, sizes,
+                          offs, timeout, r, start)
 
     def Alltoall(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
         """Block i of sendbuf to rank i of the other group; its block for us
         into block i of recvbuf."""
+        self._alltoall(sendbuf, recvbuf, False, timeout, False)
+
+    def Ialltoall(self, sendbuf, recvbuf):
+        return self._alltoall(sendbuf, recvbuf, False, None, True)
+
+    def Alltoallv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
+        self._alltoall(sendbuf, recvbuf, True, timeout, False)
+
+    def Ialltoallv(self, sendbuf, recvbuf):
+        return self._alltoall(sendbuf, recvbuf, True, None, True)
+
+    cdef _alltoall(self, sendbuf, recvbuf, bint vector, timeout, bint start):
         cdef int rs = len(self._rprocs)
-        cdef Message s = message(sendbuf, "sendbuf", True, False, rs)
-        cdef Message r = message(recvbuf, "recvbuf", False, False, rs)
+        cdef Message s, r
+        if vector:
+            s = vector_message(sendbuf, rs, "sendbuf", True)
+            r = vector_message(recvbuf, rs, "recvbuf")
+            return self._swap(s.buf, s.sizes, s.offsets, r.buf, r.sizes,
+                              r.offsets, timeout, r, start)
+        s = message(sendbuf, "sendbuf", True, False, rs)
+        r = message(recvbuf, "recvbuf", False, False, rs)
         _blocks(s, rs, "sendbuf")
         _blocks(r, rs, "recvbuf")
         sb, rb = s.buf.nbytes // rs, r.buf.nbytes // rs
-        self._swap(s.buf, [sb] * rs, [i * sb for i in range(rs)], r.buf,
-                   [rb] * rs, [i * rb for i in range(rs)], timeout)
-        r.unpack()
+        return self._swap(s.buf, [sb] * rs, [i * sb for i in range(rs)], r.buf,
+                          [rb] * rs, [i * rb for i in range(rs)], timeout, r,
+                          start)
 
-    def Alltoallv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):
-        cdef int rs = len(self._rprocs)
-        cdef Message s = vector_message(sendbuf, rs, "sendbuf", True)
-        cdef Message r = vector_message(recvbuf, rs, "recvbuf")
-        self._swap(s.buf, s.sizes, s.offsets, r.buf, r.sizes, r.offsets,
-                   timeout)
-        r.unpack()
+    def Ialltoallw(self, sendbuf, recvbuf):
+        packed, ssizes, received, rsizes, unpack = _alltoallw_packed(
+            sendbuf, recvbuf, len(self._rprocs))
+        return self._swap(packed, ssizes, _ends(ssizes), received, rsizes,
+                          _ends(rsizes), None, None, True, unpack)
 
-    # -- reductions: our group reduces to its leader, the leaders swap -----------
-
-    cdef object _reduced(self, sendbuf, op, timeout):
-        """op over our group's sendbufs, at our leader (None elsewhere)."""
-        if sendbuf is IN_PLACE or sendbuf is None:
-            raise ArgumentError("sendbuf: an intercommunicator reduction "
-                                "cannot be in place", ERR_BUFFER)
-        cdef Message s = message(sendbuf, "sendbuf", True)
-        lcomm = self._lcomm
-        out = np.empty_like(s.data) if self.local.rank == 0 else None
-        lcomm.Reduce(sendbuf, out, op, 0, timeout=timeout)
-        return out
-
-    cdef object _swapped(self, sendbuf, op, int tag, timeout):
-        """op over the other group's sendbufs, at our leader (None
-        elsewhere): each leader sends its group's to the other."""
-        cdef Context union = self._union()
-        mine = self._reduced(sendbuf, op, timeout)
-        if mine is None:
-            return None
-        theirs = np.empty_like(mine)
-        sent = union.isend(mine, self._roff(), tag)
-        got = union.recv(theirs, self._roff(), tag, timeout)
-        sent.wait(timeout)
-        if got[2] != theirs.nbytes:
-            raise ArgumentError(f"sendbuf: the other group reduces "
-                                f"{got[2]} bytes, ours {theirs.nbytes}",
-                                ERR_COUNT)
-        return theirs
+    # -- reductions: schedules over the union (_schedule_inter.pxi); the
+    # blocking forms wait for theirs -----------------------------------------------
 
     def Reduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0, *, timeout=None,
                algorithm=None):
         """op over the other group's sendbufs into the root's recvbuf."""
-        cdef int where = self._where(root)
-        cdef Context union = self._union()
-        cdef Message r
-        if where == AT_ROOT:
-            r = message(recvbuf, "recvbuf")
-            got = union.recv(r.buf, self._roff(), TAG_REDUCE, timeout)
-            if got[2] != r.buf.nbytes:
-                raise ArgumentError(f"recvbuf: {r.buf.nbytes} bytes, but the "
-                                    f"other group reduced {got[2]}",
-                                    ERR_COUNT)
-            r.unpack()
-        elif where == AT_LEAF:
-            mine = self._reduced(sendbuf, op, timeout)
-            if mine is not None:
-                union.send(mine, self._roff() + root, TAG_REDUCE, timeout)
+        _waited(self.Ireduce(sendbuf, recvbuf, op, root), timeout)
 
     def Allreduce(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
                   algorithm=None):
         """recvbuf = op over the other group's sendbufs."""
-        cdef Message r
-        theirs = self._swapped(sendbuf, op, TAG_ALLREDUCE, timeout)
-        if theirs is not None:
-            r = message(recvbuf, "recvbuf")
-            if r.buf.nbytes != theirs.nbytes:
-                raise ArgumentError(f"recvbuf: {r.buf.nbytes} bytes for a "
-                                    f"result of {theirs.nbytes}", ERR_COUNT)
-            r.data[...] = theirs.view(r.data.dtype).reshape(r.data.shape)
-            r.unpack()
-        self._lcomm.Bcast(recvbuf, 0, timeout=timeout)
+        _waited(self.Iallreduce(sendbuf, recvbuf, op), timeout)
 
     def Reduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM,
                        *, timeout=None, algorithm=None):
         """op over the other group's sendbufs, scattered over our group:
         rank i gets recvcounts[i] items (default: each rank's recvbuf)."""
-        cdef Message r = message(recvbuf, "recvbuf")
-        cdef Message s = message(sendbuf, "sendbuf", True)
-        lcomm = self._lcomm
-        if recvcounts is None:
-            counts = lcomm.allgather(r.count, timeout=timeout)
-        else:
-            counts = _counts(recvcounts, self.local.size, "recvcounts")
-        items = s.data.size // s.count if s.count else 1
-        theirs = self._swapped(sendbuf, op, TAG_REDUCE_SCATTER, timeout)
-        if theirs is not None and sum(counts) * items != theirs.size:
-            raise ArgumentError(f"recvcounts: {counts} sum to "
-                                f"{sum(counts)} items, the reduction has "
-                                f"{theirs.size // items}", ERR_COUNT)
-        lcomm.Scatterv(None if theirs is None else
-                       [theirs, [n * items for n in counts]], recvbuf, 0,
-                       timeout=timeout)
+        _waited(self.Ireduce_scatter(sendbuf, recvbuf, recvcounts, op),
+                timeout)
 
     def Reduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM, *,
                              timeout=None, algorithm=None):
         """op over the other group's sendbufs, in equal blocks over our
         group (block i to rank i)."""
-        cdef Message r = message(recvbuf, "recvbuf")
-        self.Reduce_scatter(sendbuf, recvbuf, [r.count] * self.local.size, op,
-                            timeout=timeout)
+        _waited(self.Ireduce_scatter_block(sendbuf, recvbuf, op), timeout)
 
     # -- object collectives ------------------------------------------------------
 
@@ -652,34 +631,109 @@ cdef class Intercomm(Comm):
         _check_callable(op)
         return fold_objects(self.allgather(obj, timeout=timeout), op)
 
-    # -- nonblocking collectives -------------------------------------------------
+    # -- the reductions' schedules, and Idup (the union's id agreement as a
+    # schedule) ------------------------------------------------------------------
 
-    cdef object _shadow_comm(self):
-        """As Comm's: the shadow intercommunicator the worker runs the
-        nonblocking collectives on (its ids: ours with the shadow bit)."""
-        cdef Context p2p, local, union
-        if self._shadow is None:
-            p2p, local, union = self.ctx, self._local(), self.union
-            self._shadow = Intercomm(_parts=(
-                p2p.derive(range(p2p.size), p2p.comm_id | SHADOW),
-                local.derive(range(local.size), local.comm_id | SHADOW),
-                union.derive(range(union.size), union.comm_id | SHADOW),
-                self._procs, self._rprocs, self._first))
-            self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
-        return self._shadow
+    cdef tuple _group(self):
+        """(our group's size, our rank in it, its first union rank, the
+        union rank of the other group's leader)."""
+        cdef Context local = self._local()
+        return local.size, local.rank, self._loff(), self._roff()
+
+    cdef object _user_reduction(self, op, Message m):
+        """The core's UserOp for user op `op` on m's elements (None for a
+        predefined op)."""
+        if _op_code(op) != OP_USER:
+            return None
+        u = _kernel_op(op, m)
+        if u is None:
+            raise NotImplementedError(
+                "op: a user op on elements the core has no type for (a "
+                "datatype of mixed fields), on an intercommunicator")
+        return u
+
+    cdef object _started(self, start, op, Message r, Message s, avg):
+        """Request of the core schedule start() makes (set_user_op around
+        it for a user op); then r is unpacked (`avg` divided first, for
+        AVG, by the other group's size)."""
+        u = self._user_reduction(op, r if r is not None else s)
+        if op is AVG:
+            _core.check_floating(avg)
+        if u is not None:
+            _core.set_user_op(u)
+        try:
+            h = start()
+        finally:
+            if u is not None:
+                _core.set_user_op(None)
+        return nbc_request(h, (r, s, u), _finish(
+            r, avg if op is AVG else None, len(self._rprocs)))
+
+    def Iallreduce(self, sendbuf, recvbuf, op=_ops.SUM):
+        """recvbuf = op over the other group's sendbufs."""
+        lsize, lrank, loff, rleader = self._group()
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        cdef Message r = message(recvbuf, "recvbuf")
+        return self._started(lambda: start_inter_allreduce(
+            self.union, lsize, lrank, loff, rleader,
+            None if s is None else s.buf, r.buf, _op_code(op)), op, r, s,
+            r.buf)
+
+    def Ireduce(self, sendbuf, recvbuf, op=_ops.SUM, root=0):
+        """op over the other group's sendbufs into the root's recvbuf."""
+        cdef int where = self._where(root)
+        lsize, lrank, loff, rleader = self._group()
+        cdef Message s = None, r = None
+        if where == AT_NONE:            # (counted, moves nothing)
+            return nbc_request(start_inter_reduce(
+                self.union, lsize, lrank, loff, -1, 0, None, None, 0), None,
+                None)
+        if where == AT_ROOT:
+            r = message(recvbuf, "recvbuf")
+        else:
+            s = message(sendbuf, "sendbuf", True, True)
+        return self._started(lambda: start_inter_reduce(
+            self.union, lsize, lrank, loff,
+            rleader if where == AT_ROOT else rleader + root,
+            1 if where == AT_ROOT else 2, None if s is None else s.buf,
+            None if r is None else r.buf, _op_code(op)), op, r, s,
+            None if r is None else r.buf)
+
+    def Ireduce_scatter(self, sendbuf, recvbuf, recvcounts=None, op=_ops.SUM):
+        """op over the other group's sendbufs, scattered over our group:
+        rank i gets recvcounts[i] items (default: each rank's recvbuf)."""
+        lsize, lrank, loff, rleader = self._group()
+        cdef Message s = message(sendbuf, "sendbuf", True, True)
+        cdef Message r = message(recvbuf, "recvbuf")
+        if recvcounts is None:
+            counts = self._lcomm.allgather(r.count)
+        else:
+            counts = _counts(recvcounts, lsize, "recvcounts")
+        items = r.buf.count // r.count if r.count else 1    # elements per item
+        return self._started(lambda: start_inter_reduce_scatter(
+            self.union, lsize, lrank, loff, rleader,
+            None if s is None else s.buf, r.buf, [n * items for n in counts],
+            _op_code(op)), op, r, s, r.data[:counts[lrank] * items])
+
+    def Ireduce_scatter_block(self, sendbuf, recvbuf, op=_ops.SUM):
+        """op over the other group's sendbufs, in equal blocks over our
+        group (block i to rank i)."""
+        cdef Message r = message(recvbuf, "recvbuf")
+        return self.Ireduce_scatter(sendbuf, recvbuf,
+                                    [r.count] * self._local().size, op)
 
     def Idup(self, info=None):
-        """(intercommunicator, request): a Dup run by the worker of the
-        nonblocking collectives; use it once the request is done (it is
-        null until then)."""
-        self._local()
-        shadow = self._shadow_comm()
+        """(intercommunicator, request): the new intercommunicator of a
+        Dup, usable once the request is done (null until then)."""
         cdef Intercomm new = Intercomm()
         copied = self._attrs.copy(self) if self._attrs is not None else None
+        cdef Context local = self._local()
 
-        def dup():
-            new._adopt(shadow.Dup(), copied)
-        return new, self._worker.submit(dup, _requests.CollectiveRequest())
+        def adopt(uid):
+            new._adopt(self._between(list(range(local.size)),
+                                     list(range(len(self._rprocs))), uid),
+                       copied)
+        return new, _start_new_id(self._union(), adopt)
 
     def Idup_with_info(self, info):
         return self.Idup(info)
@@ -724,3 +778,9 @@ cdef class Intercomm(Comm):
                          stringtag, timeout)
         return _intercomm(wctx, mine, theirs, tuple(local_group._procs),
                           tuple(remote_group._procs), first, uid)
+
+
+cdef object _waited(request, timeout):
+    """A blocking call: the schedule of its nonblocking form, waited for
+    within `timeout`."""
+    (<NbcRequest>request)._wait(None, timeout)

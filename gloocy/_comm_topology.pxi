@@ -127,67 +127,102 @@ cdef class Topocomm(Intracomm):
         return self._nctx
 
     # -- neighbour collectives on buffers -------------------------------------
+    # Each blocking one and its nonblocking form (a schedule: start=True)
+    # cut the same blocks (_neighbors.pxi).
 
     def Neighbor_allgather(self, sendbuf, recvbuf, *, timeout=None):
         """sendbuf to every outgoing neighbour; block j of recvbuf from
         incoming neighbour j."""
-        plan = self._exchange_plan()
-        cdef Message s = message(sendbuf, "sendbuf", True)
-        cdef Message r = message(recvbuf, "recvbuf", False, False,
-                                 len(plan[0]))
-        view = _view(s.buf)
-        _keep_untouched(r, plan[0])
-        _exchange(self._neighbor_context(), [view] * len(plan[1]),
-                  _equal_blocks(r, len(plan[0]), "recvbuf"), plan, timeout)
-        r.unpack()
+        self._allgather(sendbuf, recvbuf, False, timeout, False)
+
+    def Ineighbor_allgather(self, sendbuf, recvbuf):
+        return self._allgather(sendbuf, recvbuf, False, None, True)
 
     def Neighbor_allgatherv(self, sendbuf, recvbuf, *, timeout=None):
         """recvbuf is [buf, counts] or [buf, (counts, displs)], one block
         per incoming neighbour."""
+        self._allgather(sendbuf, recvbuf, True, timeout, False)
+
+    def Ineighbor_allgatherv(self, sendbuf, recvbuf):
+        return self._allgather(sendbuf, recvbuf, True, None, True)
+
+    cdef _allgather(self, sendbuf, recvbuf, bint vector, timeout, bint start):
         plan = self._exchange_plan()
         cdef Message s = message(sendbuf, "sendbuf", True)
-        cdef Message r = vector_message(recvbuf, len(plan[0]), "recvbuf")
+        cdef Message r = (vector_message(recvbuf, len(plan[0]), "recvbuf")
+                          if vector else
+                          message(recvbuf, "recvbuf", False, False,
+                                  len(plan[0])))
         view = _view(s.buf)
         _keep_untouched(r, plan[0])
-        _exchange(self._neighbor_context(), [view] * len(plan[1]),
-                  _vector_blocks(r), plan, timeout)
-        r.unpack()
+        return self._move([view] * len(plan[1]), _vector_blocks(r) if vector
+                          else _equal_blocks(r, len(plan[0]), "recvbuf"),
+                          timeout, start, (s, r), _finish(r))
 
     def Neighbor_alltoall(self, sendbuf, recvbuf, *, timeout=None):
         """Block i of sendbuf to outgoing neighbour i; block j of recvbuf
         from incoming neighbour j."""
-        plan = self._exchange_plan()
-        cdef Message s = message(sendbuf, "sendbuf", True, False,
-                                 len(plan[1]))
-        cdef Message r = message(recvbuf, "recvbuf", False, False,
-                                 len(plan[0]))
-        _keep_untouched(r, plan[0])
-        _exchange(self._neighbor_context(),
-                  _equal_blocks(s, len(plan[1]), "sendbuf"),
-                  _equal_blocks(r, len(plan[0]), "recvbuf"), plan, timeout)
-        r.unpack()
+        self._alltoall(sendbuf, recvbuf, False, timeout, False)
+
+    def Ineighbor_alltoall(self, sendbuf, recvbuf):
+        return self._alltoall(sendbuf, recvbuf, False, None, True)
 
     def Neighbor_alltoallv(self, sendbuf, recvbuf, *, timeout=None):
+        self._alltoall(sendbuf, recvbuf, True, timeout, False)
+
+    def Ineighbor_alltoallv(self, sendbuf, recvbuf):
+        return self._alltoall(sendbuf, recvbuf, True, None, True)
+
+    cdef _alltoall(self, sendbuf, recvbuf, bint vector, timeout, bint start):
         plan = self._exchange_plan()
-        cdef Message s = vector_message(sendbuf, len(plan[1]), "sendbuf", True)
-        cdef Message r = vector_message(recvbuf, len(plan[0]), "recvbuf")
+        cdef int nin = len(plan[0]), nout = len(plan[1])
+        cdef Message s, r
+        if vector:
+            s = vector_message(sendbuf, nout, "sendbuf", True)
+            r = vector_message(recvbuf, nin, "recvbuf")
+            sends, recvs = _vector_blocks(s), _vector_blocks(r)
+        else:
+            s = message(sendbuf, "sendbuf", True, False, nout)
+            r = message(recvbuf, "recvbuf", False, False, nin)
+            sends = _equal_blocks(s, nout, "sendbuf")
+            recvs = _equal_blocks(r, nin, "recvbuf")
         _keep_untouched(r, plan[0])
-        _exchange(self._neighbor_context(), _vector_blocks(s),
-                  _vector_blocks(r), plan, timeout)
-        r.unpack()
+        return self._move(sends, recvs, timeout, start, (s, r), _finish(r))
 
     def Neighbor_alltoallw(self, sendbuf, recvbuf, *, timeout=None):
         """[buf, (counts, displs in bytes), datatypes]: a datatype per
         block; the blocks travel packed."""
+        self._alltoallw(sendbuf, recvbuf, timeout, False)
+
+    def Ineighbor_alltoallw(self, sendbuf, recvbuf):
+        return self._alltoallw(sendbuf, recvbuf, None, True)
+
+    cdef _alltoallw(self, sendbuf, recvbuf, timeout, bint start):
         plan = self._exchange_plan()
         sends = _w_blocks(sendbuf, len(plan[1]), "sendbuf", True)
         recvs = _w_blocks(recvbuf, len(plan[0]), "recvbuf", False)
         packed = [d.pack(mem, c, at) for mem, c, at, d in sends]
         received = [np.empty(c * d.size, np.uint8) for _, c, _, d in recvs]
-        _exchange(self._neighbor_context(), packed, received, plan, timeout)
-        for (src, _), (mem, c, at, d), data in zip(plan[0], recvs, received):
-            if src != PROC_NULL:
-                d.unpack(data.view(d.np_dtype), mem, c, at)
+
+        def unpack():
+            for (src, _), (mem, c, at, d), data in zip(plan[0], recvs,
+                                                       received):
+                if src != PROC_NULL:
+                    d.unpack(data.view(d.np_dtype), mem, c, at)
+        return self._move(packed, received, timeout, start,
+                          (packed, received), unpack)
+
+    cdef _move(self, list sends, list recvs, timeout, bint start, keep,
+               after):
+        """The exchange of these blocks (by the plan's slots), then
+        after(): now, or (start) as a schedule, whose request this is."""
+        cdef Context nctx = self._neighbor_context()
+        plan = self._exchange_plan()
+        if start:
+            return nbc_request(_start_exchange(nctx, sends, recvs, plan),
+                               keep, after)
+        _exchange(nctx, sends, recvs, plan, timeout)
+        after()
 
     # -- on objects -------------------------------------------------------------
 
@@ -223,18 +258,6 @@ cdef class Topocomm(Intracomm):
 
     # -- nonblocking and persistent ------------------------------------------
 
-    cdef object _shadow_comm(self):
-        """As Intracomm's, but of the same topology, its neighbour
-        exchanges over a context of their own."""
-        if self._shadow is None:
-            ctx = self.live()
-            self._shadow = self._new_like(
-                (ctx.derive(range(ctx.size), ctx.comm_id | SHADOW),),
-                {"procs": self._procs, "topo": self._topo,
-                 "nid": ctx.comm_id | SHADOW | NEIGHBORS | NEIGHBORS_NB})
-            self._worker = _requests.Worker(f"gloocy-nonblocking-{self.rank}")
-        return self._shadow
-
     def Idup(self, info=None):
         """(communicator of the same topology, request), as Intracomm's."""
         new, request = Intracomm.Idup(self, info)
@@ -242,21 +265,6 @@ cdef class Topocomm(Intracomm):
         return new, request
 
     Idup_with_info = Idup
-
-    def Ineighbor_allgather(self, sendbuf, recvbuf):
-        return self._start("Neighbor_allgather", sendbuf, recvbuf)
-
-    def Ineighbor_allgatherv(self, sendbuf, recvbuf):
-        return self._start("Neighbor_allgatherv", sendbuf, recvbuf)
-
-    def Ineighbor_alltoall(self, sendbuf, recvbuf):
-        return self._start("Neighbor_alltoall", sendbuf, recvbuf)
-
-    def Ineighbor_alltoallv(self, sendbuf, recvbuf):
-        return self._start("Neighbor_alltoallv", sendbuf, recvbuf)
-
-    def Ineighbor_alltoallw(self, sendbuf, recvbuf):
-        return self._start("Neighbor_alltoallw", sendbuf, recvbuf)
 
     # persistent: each Start() runs the nonblocking form again (Comm's
     # _persistent, as the other persistent collectives)

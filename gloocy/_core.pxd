@@ -26,7 +26,7 @@ include "_links.pxd"          # connections shared by communicators
 include "_kernels.pxd"        # reduction kernels by (op, dtype)
 include "_buffers.pxd"        # buffers of a call, allocation, block layouts
 include "_engine.pxd"         # a call in flight (Coll): post, wait, block
-include "_user_ops.pxd"       # user ops: OP_USER's kernel, the left-fold chain
+include "_user_ops.pxd"       # user ops: OP_USER's kernel and algorithms
 include "_node.pxd"           # the node segment and its whole-buffer collectives
 include "_context.pxd"        # the Context: lifecycle, bookkeeping, entry points
 include "_failure.pxd"        # poisoning, and naming the root cause

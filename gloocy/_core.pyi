@@ -187,8 +187,9 @@ class NbcHandle:
 
 class UserOp:
     """A user op as OP_USER's kernel calls it: fold(acc, src) sets
-    acc = acc <op> src on memoryviews of elements of `itemsize` bytes."""
-    def __init__(self, fold: Any, itemsize: int) -> None: ...
+    acc = acc <op> src on memoryviews of elements of `itemsize` bytes;
+    `commute`: any algorithm may run it (else operands in rank order)."""
+    def __init__(self, fold: Any, itemsize: int, commute: bool = False) -> None: ...
 
 
 def set_user_op(op: UserOp | None = None) -> None:

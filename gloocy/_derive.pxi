@@ -1,8 +1,9 @@
 # New communicators from old ones: the members agree on a communicator id
 # none of them has used, then derive a Context over the same connections.
 
-# Communicator ids: agreed ones stay below SHADOW; a shadow (running the
-# nonblocking collectives) has its parent's id | SHADOW; transient ones
+# Communicator ids: agreed ones stay below SHADOW; ids every rank derives
+# alone from its communicator's have the SHADOW bit (a topology's
+# neighbour context: its id | SHADOW | NEIGHBORS); transient ones
 # (Create_group) have the top bit.
 cdef uint32_t SHADOW = 0x40000000
 cdef uint32_t TRANSIENT = 0x80000000
@@ -14,6 +15,16 @@ cdef uint32_t _new_id(Context ctx, timeout) except? 0:
     ctx.allreduce(None, memory_buf(&mine, 8, DT_INT64, 8, "comm id"),
                   MAX_CODE, timeout, None)
     return mine
+
+
+cdef object _start_new_id(Context ctx, adopt):
+    """_new_id as a nonblocking collective (Idup): its request; adopt(id)
+    runs once the id is agreed. The id offered is reserved at once, so
+    that a Dup started after it agrees on a higher one."""
+    box = np.array([ctx.links.next_id], np.int64)
+    ctx.links.next_id += 1
+    h = ctx.iallreduce(None, box, MAX_CODE)
+    return nbc_request(h, box, lambda: adopt(int(box[0])))
 
 
 cdef tuple _split(Context ctx, color, key, timeout):

@@ -1,10 +1,10 @@
 # Ops as the Communicator meets them: predefined ones are the core's kernels
 # (their code); user ops (Python callables, C functions) run in the core too
-# (allreduce, reduce, scan: OP_USER's kernel calls them, _user_ops.pxi),
-# except where the core has no type for the elements or for
-# reduce_scatter: those are folded here, in rank order, over every rank's
-# input gathered by the core (by a schedule, for the nonblocking forms:
-# the fold runs when it is done).
+# (OP_USER's kernel calls them, _user_ops.pxi), except where the core has
+# no type for the elements (a derived datatype whose items are not one
+# NumPy scalar type, e.g. a struct of mixed fields): those are folded here,
+# in rank order, over every rank's input gathered by the core (by a
+# schedule, for the nonblocking forms: the fold runs when it is done).
 
 from gloocy.ops cimport Op
 from gloocy._core cimport UserOp
@@ -84,18 +84,6 @@ cdef object _scan_user(Context ctx, sendbuf, recvbuf, op, bint exclusive,
         r.unpack()
 
 
-cdef object _reduce_scatter_user(Context ctx, sendbuf, recvbuf, list counts,
-                                 op, timeout):
-    r = bufspec.message(recvbuf, name="recvbuf")
-    s = _parse_send(sendbuf)
-    items = r.data.size // r.count if r.count else 1
-    blocks = _user_inputs(ctx, s, r, None, timeout)
-    start = sum(counts[:ctx.rank]) * items
-    mine = _fold(op, blocks, r.datatype)[start:start + counts[ctx.rank] * items]
-    r.data[:mine.size] = mine
-    r.unpack()
-
-
 cdef object _parse_send(spec):
     """A send buffer spec as bufspec parses it; None for IN_PLACE."""
     return bufspec.message(spec, name="sendbuf", readonly=True,
@@ -112,7 +100,8 @@ cdef object _kernel_op(op, Message m):
     data = m.data
     if data.dtype.itemsize != b.itemsize:
         return None
-    return _core.UserOp(_user_folder(op, data.dtype, m.datatype), b.itemsize)
+    return _core.UserOp(_user_folder(op, data.dtype, m.datatype), b.itemsize,
+                        op.commute)
 
 
 def _user_folder(op, dtype, datatype):
@@ -221,3 +210,21 @@ def _folder(rank, op, blocks, r, upto, counts):
             r.data[:mine.size] = mine
         r.unpack()
     return fold
+
+
+cdef object _start_reduce_scatter_user(Context ctx, Message s, Message r, op,
+                                       list elements, list counts):
+    """Ireduce_scatter with user op `op` (`elements`: each rank's block in
+    elements, `counts` in items) as a schedule in the core; where the core
+    has no type for the elements, gathered and folded."""
+    u = _kernel_op(op, r)
+    if u is None:
+        return _start_user(ctx, IN_PLACE if s is None else s.spec, r.spec, op,
+                           None, ctx.size, counts)
+    _core.set_user_op(u)             # the schedule keeps it
+    try:
+        h = ctx.ireduce_scatter(None if s is None else s.buf, r.buf, elements,
+                                OP_USER)
+    finally:
+        _core.set_user_op(None)
+    return nbc_request(h, (s, r), _finish(r))

@@ -18,10 +18,9 @@ import time as _time
 
 from gloocy.constants import BOTTOM
 
-# With SHADOW: the neighbour exchanges' context; with both NEIGHBORS bits,
-# the one of the nonblocking neighbour collectives (run by the worker).
+# With SHADOW: the neighbour exchanges' context (the blocking ones' are
+# point-to-point messages, the nonblocking ones' a schedule's frames).
 cdef uint32_t NEIGHBORS = 0x20000000
-cdef uint32_t NEIGHBORS_NB = 0x10000000
 
 
 cdef object _view(Buf b):
@@ -100,6 +99,28 @@ cdef object _exchange(Context nctx, list sends, list recvs, tuple plan,
                 except Exception:
                     pass
         raise
+
+
+cdef object _start_exchange(Context nctx, list sends, list recvs, tuple plan):
+    """_exchange as a schedule (its NbcHandle): the blocks a rank sends
+    itself become copies (the slot tags pair them up)."""
+    ins, outs = plan
+    cdef int me = nctx.rank
+    to_self, S, R, copies = {}, [], [], []
+    for (dest, tag), block in zip(outs, sends):
+        if dest == me:
+            to_self[tag] = block
+        elif dest != PROC_NULL:
+            S.append((dest, tag, block))
+    for (src, tag), block in zip(ins, recvs):
+        if src == me:
+            if tag not in to_self:
+                raise ArgumentError(f"rank {me} receives from itself a block "
+                                    f"(tag {tag}) it does not send", ERR_ARG)
+            copies.append((block, to_self[tag]))
+        elif src != PROC_NULL:
+            R.append((src, tag, block))
+    return start_neighbors(nctx, S, R, copies)
 
 
 def _w_blocks(spec, int n, str name, bint readonly):

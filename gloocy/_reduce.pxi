@@ -113,7 +113,7 @@ cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
                -1, rb.count, timeout)
     try:
         c.fn = fn
-        # A user op folds left over the pairs (scan_chain); built-in ones
+        # A user op runs its own scan over the pairs (scan_user); built-in ones
         # take the node segment wherever there is one.
         algo = (ALGO_RECURSIVE_DOUBLING if op == OP_USER else
                 node_choice(ctx, algo, rb.nbytes, NODE_ALWAYS))
@@ -123,8 +123,8 @@ cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,
         with nogil:
             x = ctx.work(rb.nbytes)
             memcpy(x, sb.ptr, rb.nbytes)
-            if op == OP_USER:           # a user op's left fold
-                scan_chain(ctx, &c, x, rb.count, rb.ptr, exclusive)
+            if op == OP_USER:           # a user op's algorithm
+                scan_user(ctx, &c, x, rb.count, rb.ptr, exclusive)
             elif algo == ALGO_SHM:
                 node_scan(ctx, &c, x, rb.count, rb.ptr, exclusive)
             else:

@@ -114,3 +114,19 @@ cdef NbcHandle start_reduce_scatter(Context ctx, object sendbuf,
                                     object recvbuf, object counts, int op)
 cdef NbcHandle start_scan(Context ctx, object sendbuf, object recvbuf, int op,
                           bint exclusive)
+
+# Intercommunicators' reductions over the union context (_schedule_inter.pxi):
+# our group is union ranks loff.. loff+lsize-1 (we are lrank of it).
+cdef NbcHandle start_inter_allreduce(Context union, int lsize, int lrank,
+                                     int loff, int rleader, object sendbuf,
+                                     object recvbuf, int op)
+cdef NbcHandle start_inter_reduce(Context union, int lsize, int lrank,
+                                  int loff, int peer, int role,
+                                  object sendbuf, object recvbuf, int op)
+cdef NbcHandle start_inter_reduce_scatter(Context union, int lsize,
+                                          int lrank, int loff, int rleader,
+                                          object sendbuf, object recvbuf,
+                                          object counts, int op)
+# The neighbourhood exchange (_schedule_neighbors.pxi).
+cdef NbcHandle start_neighbors(Context ctx, list sends, list recvs,
+                               list copies)

@@ -4,8 +4,8 @@
 # Few rounds each: dissemination barrier, binomial trees (bcast, reduce),
 # recursive doubling or the ring (allreduce), direct exchanges (gather,
 # scatter, allgather, alltoall), reduce to rank 0 + scatter
-# (reduce_scatter), Hillis-Steele (scan); a user op's left fold along the
-# ranks (allreduce, scan: see _user_ops.pxi).
+# (reduce_scatter), Hillis-Steele (scan). User ops run the same ones, in
+# rank order where the op does not commute (see _user_ops.pxi).
 
 
 cdef NbcHandle start_barrier(Context ctx):
@@ -46,9 +46,20 @@ cdef NbcHandle start_bcast(Context ctx, object buf, int root):
     ctx._check_root(root)
     cdef Buf b = get_buffer(buf, "buf", ctx.rank != root)
     cdef NbcHandle h = _handle(ctx, [b])
-    cdef int n = ctx.size, vr = (ctx.rank - root + n) % n, parent, k, nchild
+    _bcast_tree(h, ctx.size, (ctx.rank - root + ctx.size) % ctx.size, root,
+                0, b.ptr, b.nbytes, 0)
+    h.launch(KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, NULL)
+    return h
+
+
+cdef int _bcast_tree(NbcHandle h, int n, int vr, int root, int base,
+                     char *buf, int64_t nbytes, uint64_t tag0) except -1:
+    """Steps of a segmented binomial bcast of buf from virtual rank 0 (our
+    rank root + base) over the n ranks base.. base+n-1; segment s travels
+    with tag tag0 + s."""
+    cdef int parent, k, nchild
     cdef int children[MAX_CHILDREN]
-    cdef int64_t seg = ctx.segment, nbytes = b.nbytes, off, length, s
+    cdef int64_t seg = h.ctx.segment, off, length, s
     cdef int64_t nseg = (nbytes + seg - 1) // seg if nbytes > 0 else 1
     cdef int64_t first = 0
     nchild = _tree(n, vr, &parent, children)
@@ -56,7 +67,8 @@ cdef NbcHandle start_bcast(Context ctx, object buf, int root):
         first = h.s.nsteps
         for s in range(nseg):
             off = s * seg
-            h.recv((parent + root) % n, s, b.ptr + off, min(seg, nbytes - off))
+            h.recv(base + (parent + root) % n, tag0 + s, buf + off,
+                   min(seg, nbytes - off))
     if nchild:
         for s in range(nseg):
             off = s * seg
@@ -64,16 +76,17 @@ cdef NbcHandle start_bcast(Context ctx, object buf, int root):
             if parent >= 0:
                 h.wait_for(first + s)
             for k in range(nchild):
-                h.send((children[k] + root) % n, s, b.ptr + off, length)
-    h.launch(KIND_BCAST, OP_NONE, DT_BYTES, root, nbytes, NULL)
-    return h
+                h.send(base + (children[k] + root) % n, tag0 + s, buf + off,
+                       length)
+    return 0
 
 
-cdef int _reduce_tree(NbcHandle h, int n, int vr, int root, char *acc,
-                      int64_t count, int64_t nbytes) except -1:
+cdef int _reduce_tree(NbcHandle h, int n, int vr, int root, int base,
+                      char *acc, int64_t count, int64_t nbytes) except -1:
     """Steps of a binomial reduce of every rank's acc to virtual rank 0
-    (real rank root); each rank folds its children's results (higher
-    virtual ranks) after its own, then sends up."""
+    (our rank root + base) over the n ranks base.. base+n-1; each rank
+    folds its children's results (higher virtual ranks) after its own,
+    then sends up: with root 0, in rank order (any associative op)."""
     cdef int parent, k, nchild
     cdef int children[MAX_CHILDREN]
     cdef char *tmp
@@ -81,12 +94,13 @@ cdef int _reduce_tree(NbcHandle h, int n, int vr, int root, char *acc,
     if nchild:
         tmp = h.alloc(nchild * nbytes)
         for k in range(nchild):
-            h.recv((children[k] + root) % n, 0, tmp + k * nbytes, nbytes)
+            h.recv(base + (children[k] + root) % n, 0, tmp + k * nbytes,
+                   nbytes)
         h.fence()
         for k in range(nchild):
             h.reduce(acc, tmp + k * nbytes, count, False)
     if parent >= 0:
-        h.send((parent + root) % n, 0, acc, nbytes)
+        h.send(base + (parent + root) % n, 0, acc, nbytes)
     return 0
 
 
@@ -103,11 +117,11 @@ cdef NbcHandle start_allreduce(Context ctx, object sendbuf, object recvbuf,
     if sb is not None:
         h.copy(rb.ptr, sb.ptr, rb.nbytes)
     if ctx.size > 1:
-        if op == OP_USER:
-            _allreduce_chain(h, ctx, rb.ptr, rb.count, rb.itemsize)
-        elif rb.nbytes >= ctx.small_allreduce and rb.count >= ctx.size:
+        if rb.nbytes >= ctx.small_allreduce and rb.count >= ctx.size and (
+                op != OP_USER or user_op_commutes()):
+            # (the ring folds each chunk along the ring: commutative ops only)
             _allreduce_ring(h, ctx, rb.ptr, rb.count, rb.itemsize)
-        else:
+        else:               # (in rank order: any associative op)
             _allreduce_doubling(h, ctx, rb.ptr, rb.count, rb.itemsize)
     h.launch(KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, fn)
     return h
@@ -149,27 +163,6 @@ cdef int _allreduce_doubling(NbcHandle h, Context ctx, char *buf,
         level += 1
     if r < 2 * rem:
         h.send(r - 1, TAG_FOLD_OUT, buf, nbytes)
-    return 0
-
-
-cdef int _allreduce_chain(NbcHandle h, Context ctx, char *buf, int64_t count,
-                          int64_t isz) except -1:
-    """A user op's left fold along the ranks, as allreduce_chain."""
-    cdef int n = ctx.size, r = ctx.rank, i
-    cdef int64_t nbytes = count * isz
-    cdef char *tmp
-    if r > 0:
-        tmp = h.alloc(nbytes)
-        h.recv(r - 1, 0, tmp, nbytes)
-        h.fence()
-        h.reduce(buf, tmp, count, True)
-    if r < n - 1:
-        h.send(r + 1, 0, buf, nbytes)
-        h.fence()
-        h.recv(n - 1, 1, buf, nbytes)
-    else:
-        for i in range(n - 1):
-            h.send(i, 1, buf, nbytes)
     return 0
 
 
@@ -225,7 +218,7 @@ cdef NbcHandle start_reduce(Context ctx, object sendbuf, object recvbuf,
     else:
         acc = h.alloc(ref.nbytes)           # our contribution is clobbered
         h.copy(acc, sb.ptr, ref.nbytes)
-    _reduce_tree(h, n, (ctx.rank - root + n) % n, root, acc, ref.count,
+    _reduce_tree(h, n, (ctx.rank - root + n) % n, root, 0, acc, ref.count,
                  ref.nbytes)
     h.launch(KIND_REDUCE, op, ref.dtype, root, ref.count, fn)
     return h
@@ -352,15 +345,15 @@ cdef NbcHandle start_alltoallv(Context ctx, object sendbuf, object sendcounts,
 
 cdef NbcHandle start_reduce_scatter(Context ctx, object sendbuf,
                                     object recvbuf, object counts, int op):
-    """Reduce the whole input to rank 0 (binomial tree), which sends rank i
-    its block."""
+    """Reduce the whole input to rank 0 (binomial tree, in rank order: user
+    ops too), which sends rank i its block."""
     cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
     cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
                    if sendbuf is not None else rb)
     sb.require_dtype()
     if sendbuf is not None:
         _same_dtype(sb, rb)
-    cdef reduce_fn fn = kernel_for(op, sb.dtype)
+    cdef reduce_fn fn = kernel_of(op, sb.dtype)
     cdef I64 lens = I64(_counts(counts, ctx.size, "recvcounts"))
     cdef I64 offs = lens.prefix()
     cdef int64_t total = lens.total()
@@ -375,7 +368,7 @@ cdef NbcHandle start_reduce_scatter(Context ctx, object sendbuf,
     cdef int r = ctx.rank, i
     cdef char *acc = h.alloc(total * isz)
     h.copy(acc, sb.ptr, total * isz)
-    _reduce_tree(h, ctx.size, r, 0, acc, total, total * isz)
+    _reduce_tree(h, ctx.size, r, 0, 0, acc, total, total * isz)
     if r != 0:              # (after the tree's fence, which would wait for it)
         h.recv(0, TAG_SCATTER, rb.ptr, lens.v[r] * isz)
     else:
@@ -389,7 +382,8 @@ cdef NbcHandle start_reduce_scatter(Context ctx, object sendbuf,
 cdef NbcHandle start_scan(Context ctx, object sendbuf, object recvbuf, int op,
                           bint exclusive):
     """Hillis-Steele, as run_scan: at step k a rank passes its partial
-    result to rank+2^k and folds in rank-2^k's (lower ranks' first)."""
+    result to rank+2^k and folds in rank-2^k's (lower ranks' first, so
+    any associative op, user ops too)."""
     cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
     cdef Buf sb = (get_buffer(sendbuf, "sendbuf", False)
                    if sendbuf is not None else rb)
@@ -404,20 +398,6 @@ cdef NbcHandle start_scan(Context ctx, object sendbuf, object recvbuf, int op,
     cdef char *x = h.alloc(nbytes)
     cdef char *tmp = h.alloc(nbytes)
     h.copy(x, sb.ptr, nbytes)
-    if op == OP_USER:                   # a user op's left fold, as scan_chain
-        if r > 0:
-            h.recv(r - 1, 0, tmp, nbytes)
-            h.fence()
-            if exclusive:
-                h.copy(rb.ptr, tmp, nbytes)
-            h.reduce(x, tmp, rb.count, True)
-        if r < n - 1:
-            h.send(r + 1, 0, x, nbytes)
-        if not exclusive:
-            h.copy(rb.ptr, x, nbytes)
-        h.launch(KIND_EXSCAN if exclusive else KIND_SCAN, op, rb.dtype, -1,
-                 rb.count, fn)
-        return h
     while k < n:
         if r + k < n:
             h.send(r + k, step, x, nbytes)

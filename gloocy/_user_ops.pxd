@@ -7,6 +7,7 @@
 cdef class UserOp:
     cdef object fold
     cdef int64_t itemsize
+    cdef bint commute
 
 # OP_USER's kernel: calls this thread's current UserOp (set_user_op); a
 # Python error it raises is kept (the rest of the call then skips the
@@ -14,15 +15,17 @@ cdef class UserOp:
 cdef void user_kernel(void *acc, const void *src, int64_t n) noexcept nogil
 # The kernel for (op, dtype): kernel_for's, or user_kernel for OP_USER.
 cdef reduce_fn kernel_of(int op, int dtype) except NULL
-# The algorithms user ops run: a strict left fold along the ranks, rank
-# r folding the prefix of ranks < r before its own (the result does not
-# depend on the op being commutative, or even associative). Allreduce:
-# the last rank then sends the result to every other. Scan: `x` (clobbered)
-# holds our input, `out` gets the result.
-cdef int allreduce_chain(Context ctx, Coll *c, char *buf,
-                         int64_t count) except -1 nogil
-cdef int scan_chain(Context ctx, Coll *c, char *x, int64_t count, char *out,
-                    bint exclusive) except -1 nogil
+# Whether the user op set (set_user_op) is commutative.
+cdef bint user_op_commutes() noexcept nogil
+# The algorithms user ops run (blocking): a commutative op any that
+# predefined ops run, a non-commutative one operands combined in rank
+# order (recursive doubling; Hillis-Steele for scans; the result the same
+# bits on every rank). Scan: `x` (clobbered) holds our input, `out` gets
+# the result.
+cdef int allreduce_user(Context ctx, Coll *c, char *buf,
+                        int64_t count) except -1 nogil
+cdef int scan_user(Context ctx, Coll *c, char *x, int64_t count, char *out,
+                   bint exclusive) except -1 nogil
 # Swap this thread's current user op and its pending error (both borrowed
 # pointers: a schedule runs its reductions under its own).
 cdef void user_swap(void **op, void **error) noexcept nogil

@@ -4,10 +4,11 @@
 # instead of being folded after a gather. The reductions run without the
 # GIL; the trampoline takes it only for the call. Which op it calls is this
 # thread's current one: the API sets it around a call (set_user_op), a
-# schedule around each of its reduction steps. User ops run one algorithm:
-# a left fold along the ranks (a chain), so that neither commutativity nor
-# associativity is assumed of them, as when they were folded after a
-# gather: O(n) steps, which a user's Python function dominates anyway.
+# schedule around each of its reduction steps. A commutative user op runs
+# the algorithms predefined ops run; a non-commutative one those that
+# combine operands in rank order (recursive doubling, Hillis-Steele, a
+# binomial tree rooted at rank 0): log2(n) rounds either way. (MPI asks
+# every op to be associative.)
 
 cdef extern from "Python.h":
     object PyMemoryView_FromMemory(char *mem, Py_ssize_t size, int flags)
@@ -18,20 +19,24 @@ cdef extern from *:
     """
     static __thread void *gloocy_user_op = NULL;     /* a UserOp (a reference) */
     static __thread void *gloocy_user_error = NULL;  /* an exception (a reference) */
+    static __thread int gloocy_user_commutes = 0;    /* the op set commutes */
     """
     void *gloocy_user_op
     void *gloocy_user_error
+    int gloocy_user_commutes
 
 
 cdef class UserOp:
     """fold(acc, src): acc = acc <op> src, on memoryviews of elements of
-    `itemsize` bytes (the kernel's view of a user op)."""
+    `itemsize` bytes (the kernel's view of a user op); `commute`: the op is
+    commutative (any algorithm may run it)."""
 
-    def __init__(self, fold, int64_t itemsize):
+    def __init__(self, fold, int64_t itemsize, bint commute=False):
         if itemsize < 1:
             raise ValueError(f"itemsize: must be positive, got {itemsize}")
         self.fold = fold
         self.itemsize = itemsize
+        self.commute = commute
 
 
 cdef void user_kernel(void *acc, const void *src, int64_t n) noexcept nogil:
@@ -70,7 +75,8 @@ cdef void user_swap(void **op, void **error) noexcept nogil:
 def set_user_op(UserOp op=None):
     """Make `op` the user op this thread's OP_USER reductions call (None:
     none). Unsetting it raises what it raised meanwhile."""
-    global gloocy_user_op, gloocy_user_error
+    global gloocy_user_op, gloocy_user_error, gloocy_user_commutes
+    gloocy_user_commutes = op is not None and op.commute
     if op is not None:
         Py_INCREF(op)
     if gloocy_user_op is not NULL:
@@ -83,49 +89,19 @@ def set_user_op(UserOp op=None):
         raise error
 
 
-cdef int allreduce_chain(Context ctx, Coll *c, char *buf,
-                         int64_t count) except -1 nogil:
-    cdef int n = ctx.size, r = ctx.rank, i
-    cdef int64_t nbytes = count * c.itemsize
-    cdef Xfer x
-    cdef Xfer *xs
-    if n == 1:
-        return 0
-    if r > 0:
-        post_recv(ctx, c, &x, r - 1, 0, ctx.scratch(nbytes), nbytes)
-        wait_xfer(ctx, c, &x)
-        _reduce_ordered(c, buf, ctx.scratch(nbytes), count, nbytes, True)
-    if r < n - 1:
-        post_send(ctx, c, &x, r + 1, 0, buf, nbytes)
-        wait_xfer(ctx, c, &x)
-        post_recv(ctx, c, &x, n - 1, 1, buf, nbytes)
-        wait_xfer(ctx, c, &x)
-        return 0
-    xs = <Xfer *>_alloc((n - 1) * sizeof(Xfer))
-    try:
-        for i in range(n - 1):
-            post_send(ctx, c, &xs[i], i, 1, buf, nbytes)
-        waitall(ctx, c, xs, n - 1)
-    finally:
-        free(xs)
-    return 0
+cdef bint user_op_commutes() noexcept nogil:
+    return gloocy_user_commutes != 0
 
 
-cdef int scan_chain(Context ctx, Coll *c, char *x, int64_t count, char *out,
-                    bint exclusive) except -1 nogil:
-    cdef int n = ctx.size, r = ctx.rank
-    cdef int64_t nbytes = count * c.itemsize
-    cdef char *tmp = ctx.scratch(nbytes)
-    cdef Xfer xf
-    if r > 0:
-        post_recv(ctx, c, &xf, r - 1, 0, tmp, nbytes)
-        wait_xfer(ctx, c, &xf)
-        if exclusive:
-            memmove(out, tmp, nbytes)
-        _reduce_ordered(c, x, tmp, count, nbytes, True)
-    if r < n - 1:
-        post_send(ctx, c, &xf, r + 1, 0, x, nbytes)
-        wait_xfer(ctx, c, &xf)
-    if not exclusive and out != x:
-        memmove(out, x, nbytes)
-    return 0
+cdef int allreduce_user(Context ctx, Coll *c, char *buf,
+                        int64_t count) except -1 nogil:
+    if ctx.size == 1:
+        return 0
+    if gloocy_user_commutes:        # any algorithm, as predefined ops
+        return run_allreduce(ctx, c, buf, count, ALGO_AUTO)
+    return allreduce_recursive_doubling(ctx, c, buf, count)  # rank order
+
+
+cdef int scan_user(Context ctx, Coll *c, char *x, int64_t count, char *out,
+                   bint exclusive) except -1 nogil:
+    return run_scan(ctx, c, x, count, out, exclusive)       # rank order

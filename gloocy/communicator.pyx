@@ -13,8 +13,10 @@ from cpython.object cimport Py_TPFLAGS_HEAPTYPE, PyObject, PyTypeObject, newfunc
 from cpython.type cimport PyType_HasFeature, PyType_Modified
 
 from gloocy._core cimport (Buf, Context, I64, Links, _counts, call_recv_new,
-                           DT_BYTES, DT_INT64)
-from gloocy.requests cimport nbc_request, p2p_request
+                           DT_BYTES, DT_INT64, start_inter_allreduce,
+                           start_inter_reduce, start_inter_reduce_scatter,
+                           start_neighbors)
+from gloocy.requests cimport NbcRequest, nbc_request, p2p_request
 from gloocy._msg cimport Message, memory_buf, message, vector_message
 
 import os
@@ -161,19 +163,18 @@ cdef class Comm(_Collectives):
         return dynamic.join(fd, timeout)
 
     def Idup(self, info=None):
-        """(communicator, request): a Dup run by the worker of the
-        nonblocking collectives; use the communicator once the request is
-        done (it is COMM_NULL until then)."""
-        self.live()
-        shadow = self._shadow_comm()
+        """(communicator, request): the communicator of a Dup, usable once
+        the request is done (COMM_NULL until then): the id agreement runs
+        as a nonblocking collective."""
+        cdef Context ctx = self.live()
         cdef _CommBase new = type(self)()
         copied = self._attrs.copy(self) if self._attrs is not None else None
 
-        def dup():
-            cdef _CommBase made = shadow.Dup()
+        def adopt(uid):
+            cdef _CommBase made = self._derived(range(ctx.size), uid)
             new._bind(made._ctx)
             new._procs, new._attrs = made._procs, copied
-        return new, self._worker.submit(dup, _requests.CollectiveRequest())
+        return new, _start_new_id(ctx, adopt)
 
     def Idup_with_info(self, info):
         return self.Idup(info)

@@ -5,19 +5,24 @@ Python handle classes (Group, Info, Session, Win...).
 A handle is a small integer naming an object in this process: 0 is the
 null one, the same number names every copy (``Class(obj)``) of an object.
 Numbers are handed out when first asked for; the table keeps one copy
-alive so that ``fromhandle`` can rebuild the object. It imports nothing
-from gloocy, so any layer may use it.
+alive so that ``fromhandle`` can rebuild the object, or (weak_handle_of,
+for objects that end when their users drop them, as requests) only names
+it while it lives. It imports nothing from gloocy, so any layer may use
+it.
 """
 
 import itertools
+import weakref
 
-__all__ = ["handle_of", "object_of", "forget", "Handled", "HANDLE_SIZE"]
+__all__ = ["handle_of", "weak_handle_of", "object_of", "forget", "Handled",
+           "HANDLE_SIZE"]
 
 HANDLE_SIZE = 8                   # bytes of a handle (what MPI._sizeof says)
 
 _numbers = itertools.count(64)    # below 64: room for fixed numbers
 _number_of = {}                   # identity key -> handle number
 _object_of = {}                   # handle number -> (key, an object it names)
+_weakly = weakref.WeakValueDictionary()     # handle number -> a live object
 
 
 def handle_of(key, obj):
@@ -32,12 +37,21 @@ def handle_of(key, obj):
     return number
 
 
+def weak_handle_of(obj):
+    """A new number naming `obj` while it is alive (the table does not keep
+    it): the caller keeps the number with the object."""
+    number = next(_numbers)
+    _weakly[number] = obj
+    return number
+
+
 def object_of(number, kind):
     """An object of class `kind` the number names (ValueError if none)."""
     entry = _object_of.get(int(number))
-    if entry is None or not isinstance(entry[1], kind):
+    obj = _weakly.get(int(number)) if entry is None else entry[1]
+    if obj is None or not isinstance(obj, kind):
         raise ValueError(f"handle: {number} names no {kind.__name__} here")
-    return entry[1]
+    return obj
 
 
 class Handled:

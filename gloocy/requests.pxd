@@ -61,9 +61,7 @@ cdef NbcRequest nbc_request(NbcHandle h, object keep, object after)
 
 
 cdef class CollectiveRequest(Request):
-    cdef object _event              # threading.Event, set when finished
-    cdef object _error              # what the call raised, re-raised on wait
-    cdef object _result
+    cdef object _result             # wait()'s object
 
 
 cdef class DoneRequest(Request):

@@ -3,17 +3,15 @@
 
 Point-to-point requests (Isend, Irecv) are transfers posted on the
 communicator's own connections; any wait on the communicator moves them.
-An intracommunicator's nonblocking collectives are schedules in the core
-(_schedule.pxi): their steps run whenever anything drives the connections
-(a Test or Wait of any request, a blocking call), as MPI's weak progress.
-Intercommunicators' and neighbourhood collectives (and Idup) still run, in
-the order they were started, on a worker thread of the communicator over a
-duplicate of it; the idle worker sleeps on a queue.
+Nonblocking collectives (intra- and intercommunicators', neighbourhood
+ones, Idup's id agreement) are schedules in the core (_schedule.pxi): their
+steps run whenever anything drives the connections (a Test or Wait of any
+request, a blocking call), as MPI's weak progress; no thread runs them.
 
 This file holds the base class and the point-to-point kinds; by role:
 _req_persistent.pxi (Prequest, partitioned requests), _req_generalized.pxi
-(Grequest), _req_collective.pxi
-(nonblocking collectives and their worker), _req_multi.pxi (Waitall...).
+(Grequest), _req_collective.pxi (nonblocking collectives, requests done at
+once), _req_multi.pxi (Waitall...).
 """
 
 from libc.stdint cimport int64_t
@@ -22,12 +20,11 @@ from gloocy._core cimport Context, NbcHandle, P2PHandle, call_recv_new
 from gloocy.status cimport Status
 
 import pickle
-import queue
 import threading
 import time
 import traceback
-import weakref
 
+from gloocy import handles as _handles
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED
 from gloocy.errors import (ERR_ARG, ERR_OTHER, ERR_REQUEST, ArgumentError,
                            ContextPoisoned, GloocyError)
@@ -39,9 +36,6 @@ cdef int _ANY_SOURCE = ANY_SOURCE
 cdef int _ANY_TAG = ANY_TAG
 cdef object _loads = pickle.loads
 
-# Request.handle: number -> the operation (forgotten when it is).
-cdef object _by_handle = weakref.WeakValueDictionary()
-cdef int64_t _last_handle = 0
 
 
 def _set_pickle(dumps, loads, protocol, oob):
@@ -204,14 +198,11 @@ cdef class Request:
         """An integer naming the operation in this process (0: a null
         request); fromhandle turns it back into a Request while the
         operation is alive."""
-        global _last_handle
         cdef Request t = self._target()
         if t._is_null():
             return 0
-        if t._handle == 0:
-            _last_handle += 1
-            t._handle = _last_handle
-            _by_handle[_last_handle] = t
+        if t._handle == 0:              # named while it lives
+            t._handle = _handles.weak_handle_of(t)
         return t._handle
 
     def toint(self):
@@ -224,11 +215,11 @@ cdef class Request:
         """A new handle of class `cls` on the operation `handle` names."""
         if handle == 0:
             return cls()
-        target = _by_handle.get(handle)
-        if target is None:
-            raise ArgumentError(f"handle: {handle!r} names no live request here",
-                                ERR_REQUEST)
-        return cls(target)
+        try:
+            return cls(_handles.object_of(handle, Request))
+        except ValueError:
+            raise ArgumentError(f"handle: {handle!r} names no live request "
+                                "here", ERR_REQUEST) from None
 
     fromint = f2py = fromhandle
 

@@ -286,20 +286,35 @@ def r_reduce_avg_int(comm):
     return out, y.tolist()
 
 
+def concat(a, b, base):
+    """a's digits then b's, in `base`, where each number's leading digit 1
+    only marks where its digits start (1 stands for no digits): an
+    associative but non-commutative op, as MPI asks of user ops."""
+    p = np.ones_like(b)
+    while np.any(p * base <= b):
+        p = np.where(p * base <= b, p * base, p)
+    return a * p + b - p
+
+
 def digits_op(invec, inoutvec):
-    """Non-commutative: inoutvec = invec (op) inoutvec = invec * 10 + inoutvec."""
-    inoutvec[:] = invec * 10 + inoutvec
+    """Non-commutative: inoutvec = invec (op) inoutvec, digits side by side."""
+    inoutvec[:] = concat(invec, inoutvec, 10)
+
+
+def digit(rank, k):
+    return (np.arange(k, dtype=np.int64) + rank) % 10
 
 
 def digits_input(rank, k):
-    return (np.arange(k, dtype=np.int64) + rank) % 10
+    """Rank's one digit per element, marked (see concat)."""
+    return 10 + digit(rank, k)
 
 
 def digits_want(ranks, k):
     """The fold of ranks' inputs in order: their digits side by side."""
-    acc = np.zeros(k, np.int64)
+    acc = np.ones(k, np.int64)
     for r in ranks:
-        acc = acc * 10 + digits_input(r, k)
+        acc = acc * 10 + digit(r, k)
     return acc
 
 
@@ -323,7 +338,7 @@ def r_user_python_op(comm, k, root, commute):
     ex = np.full(k, -1, np.int64)
     comm.Exscan(mine, ex, op=op)
     out["exscan"] = ex.tolist()
-    send = np.concatenate([digits_input(r, k) + j for j in range(n)]) % 10
+    send = 10 + np.concatenate([digit(r, k) + j for j in range(n)]) % 10
     rsb = np.zeros(k, np.int64)
     comm.Reduce_scatter_block(send, rsb, op=op)
     out["reduce_scatter_block"] = rsb.tolist()
@@ -343,11 +358,11 @@ _KEEP = {}
 
 
 def _c_digits(acc, src, n, ctx):
-    """acc[i] = acc[i] * (*ctx) + src[i] on int64."""
+    """acc[i] = concat(acc[i], src[i]) in base *ctx, on int64."""
     m = ctypes.c_int64.from_address(ctx).value
     a = np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(acc))
     b = np.ctypeslib.as_array((ctypes.c_int64 * n).from_address(src))
-    a[:] = a * m + b
+    a[:] = concat(a, b, m)
 
 
 def c_digits_op(base):
@@ -362,7 +377,7 @@ def c_digits_op(base):
 
 def r_user_c_op(comm, k, base):
     op = c_digits_op(base)
-    mine = digits_input(comm.rank, k)
+    mine = base + digit(comm.rank, k) % base
     recv = np.zeros(k, np.int64)
     comm.Allreduce(mine, recv, op=op)
     x = mine.copy()
@@ -541,9 +556,9 @@ def test_user_python_op_folds_in_rank_order(world, size, commute):
             assert out["scan"] == digits_want(range(r + 1), k).tolist()
             assert out["exscan"] == ([-1] * k if r == 0 else
                                      digits_want(range(r), k).tolist())
-            want_rsb = np.zeros(k, np.int64)
+            want_rsb = np.ones(k, np.int64)
             for q in range(size):
-                want_rsb = want_rsb * 10 + (digits_input(q, k) + r) % 10
+                want_rsb = want_rsb * 10 + (digit(q, k) + r) % 10
             assert out["reduce_scatter_block"] == want_rsb.tolist()
             assert out["sendbuf intact"] and out["pickle"] == "ValueError"
 
@@ -552,9 +567,9 @@ def test_user_python_op_folds_in_rank_order(world, size, commute):
 def test_user_c_op_through_ctypes(world, size):
     k = 6
     for base in (10, 7):
-        want = np.zeros(k, np.int64)
+        want = np.ones(k, np.int64)
         for q in range(size):
-            want = want * base + digits_input(q, k)
+            want = want * base + digit(q, k) % base
         for r, (recv, inplace, red) in enumerate(
                 world(size).run(r_user_c_op, k, base)):
             assert recv == want.tolist() and inplace == want.tolist()

@@ -155,8 +155,8 @@ def r_collectives(comm, a):
     out["reduce_scatter"] = rbuf.tolist()
     # a user op that does not commute (rank order counts), and AVG
     rbuf = np.zeros(3, np.int64)
-    ic.Allreduce(data(p, 3, np.int64), rbuf,
-                 gloocy.ops.Op.create(twice_plus, commute=False))
+    ic.Allreduce(100 + data(p, 3, np.int64), rbuf,
+                 gloocy.ops.Op.create(concat, commute=False))
     out["allreduce user"] = rbuf.tolist()
     rbuf = np.zeros(3)
     ic.Allreduce(data(p, 3), rbuf, gloocy.AVG)
@@ -185,8 +185,14 @@ def r_collectives(comm, a):
     return out
 
 
-def twice_plus(invec, inoutvec):
-    inoutvec[:] = 2 * invec + inoutvec
+def concat(invec, inoutvec):
+    """Non-commutative, associative (as MPI asks of user ops): the base-100
+    digits of invec then of inoutvec, after each number's leading 1 (which
+    only marks where its digits start)."""
+    p = np.ones_like(inoutvec)
+    while np.any(p * 100 <= inoutvec):
+        p = np.where(p * 100 <= inoutvec, p * 100, p)
+    inoutvec[:] = invec * p + inoutvec - p
 
 
 def uneven(total, n):
@@ -246,9 +252,9 @@ def expected(size, a, p):
     counts = uneven(total, len(mine))
     start = sum(counts[:me])
     out["reduce_scatter"] = full[start:start + counts[me]].tolist()
-    acc = data(theirs[0], 3, np.int64)
-    for q in theirs[1:]:
-        acc = 2 * acc + data(q, 3, np.int64)
+    acc = np.ones(3, np.int64)
+    for q in theirs:
+        acc = 100 * acc + data(q, 3, np.int64)
     out["allreduce user"] = acc.tolist()
     out["allreduce avg"] = (sum(data(q, 3) for q in theirs) / rs).tolist()
     out["obj allgather"] = [("a", q) for q in theirs]

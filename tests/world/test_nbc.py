@@ -141,13 +141,21 @@ def test_outstanding_collectives_finish_in_any_order(world, size, k):
 
 
 def digits(invec, inoutvec):
-    """Non-commutative: inoutvec = invec <op> inoutvec, the digits side by
-    side (invec's first)."""
-    inoutvec[:] = invec * 10 + inoutvec
+    """Non-commutative, associative: inoutvec = invec <op> inoutvec, the
+    digits side by side (invec's first) after each number's leading 1,
+    which only marks where its digits start."""
+    p = np.ones_like(inoutvec)
+    while np.any(p * 10 <= inoutvec):
+        p = np.where(p * 10 <= inoutvec, p * 10, p)
+    inoutvec[:] = invec * p + inoutvec - p
+
+
+def digit_of(rank, k):
+    return (np.arange(k, dtype=np.int64) + rank + 1) % 10
 
 
 def digits_of(rank, k):
-    return (np.arange(k, dtype=np.int64) + rank + 1) % 10
+    return 10 + digit_of(rank, k)
 
 
 def r_user_op_nonblocking(comm, k):
@@ -173,9 +181,9 @@ def test_noncommutative_user_op_nonblocking(world, size):
     k = 5
 
     def fold(ranks):
-        acc = np.zeros(k, np.int64)
+        acc = np.ones(k, np.int64)
         for j in ranks:
-            acc = acc * 10 + digits_of(j, k)
+            acc = acc * 10 + digit_of(j, k)
         return acc.tolist()
     results = world(size).run(r_user_op_nonblocking, k)
     for r, (everywhere, at_root, prefix) in enumerate(results):
