@@ -4,6 +4,8 @@
 
 cdef class Context:
     cdef readonly Node node           # the node segment, or None
+    cdef public bint node_wanted      # derived: share a node segment at the
+                                      # first collective (share_node_segment)
     cdef readonly Links links         # the connections, shared with Dups
     cdef int *_world                  # links rank of each of our ranks
     cdef int *_local                  # our rank of each links rank (-1: none)

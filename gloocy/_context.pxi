@@ -245,6 +245,13 @@ cdef class Context:
     cdef int begin(self, Coll *c, int kind, int op, int dtype, int root,
                    uint64_t count, object timeout) except -1:
         """Check we may run, then stamp the call's header and deadline."""
+        if self.node_wanted and kind != KIND_P2P:
+            # A derived context makes its node segment at its first
+            # collective, which every member reaches in the same order, so
+            # that a Dup that runs none stays cheap. Cleared first: the
+            # set-up's own collectives come back here.
+            self.node_wanted = False
+            share_node_segment(self, timeout)
         cdef double t = self.seconds(timeout)
         if not self.links.try_enter():      # free almost always: keep the GIL
             with nogil:

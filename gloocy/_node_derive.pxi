@@ -1,7 +1,8 @@
 # A node segment of its own for a derived communicator (Dup, Split,
 # Split_type, Create, Create_group) whose members all reach each other
 # through shared memory: the node algorithms then serve it as they serve
-# the world. Python name: share_node_segment.
+# the world. Python name: share_node_segment. Context.begin calls it at
+# the context's first collective (`node_wanted`), not at Dup.
 #
 # The lowest member makes a memfd segment; the others open it through
 # /proc/<pid>/fd/<fd> (allowed between processes of one user, Yama or not:

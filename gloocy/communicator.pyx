@@ -221,7 +221,7 @@ cdef class Comm(_Collectives):
         if _python_class(cls):      # a user's subclass: Split, Create... give
             cls = _native(cls)      # our class (Dup: its own, above)
         cdef Context ctx = self.live().derive_ranks(ranks, comm_id)
-        _core.share_node_segment(ctx)   # collective: every member derives it
+        ctx.node_wanted = True      # its node segment: at its first collective
         return _new_comm(cls, ctx, tuple([self._procs[m] for m in ranks]))
 
 
