@@ -86,15 +86,25 @@ class GloocyImpl(Impl):
 
     @classmethod
     def available_transports(cls) -> tuple[str, ...]:
+        """The transports this machine can run (ibverbs only with a usable
+        RDMA device)."""
         import gloocy.transport as t
-        return tuple(x for x in getattr(t, "TRANSPORTS", ("tcp",)) if x != "auto")
+        return tuple(x for x in getattr(t, "TRANSPORTS", ("tcp",))
+                     if x != "auto" and not cls._unusable(x))
+
+    @staticmethod
+    def _unusable(transport: str) -> str | None:
+        if transport != "ibverbs":
+            return None
+        from gloocy.transport import ibverbs
+        return ibverbs.probe()[1] or None
 
     def missing(self) -> str | None:
-        have = self.available_transports()
-        if self.transport not in have:
+        import gloocy.transport as t
+        if self.transport not in getattr(t, "TRANSPORTS", ("tcp",)):
             return (f"gloocy has no {self.transport!r} transport "
-                    f"(has: {', '.join(have)})")
-        return None
+                    f"(has: {', '.join(self.available_transports())})")
+        return self._unusable(self.transport)
 
     def collectives(self) -> tuple[str, ...]:
         from gloocy.communicator import Communicator
