@@ -79,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
                "plain torch from PyPI is the CUDA build, several GB: first "
                "install the CPU build, pip install torch==2.13.0 --index-url "
                "https://download.pytorch.org/whl/cpu. "
-               "Bare 'gloocy' means every transport gloocy has.")
+               "Bare 'gloocy' means every transport gloocy can run here.")
     p.add_argument("-n", type=int, nargs="+", default=[2], metavar="N",
                    help="world sizes (default: 2)")
     p.add_argument("--impl", nargs="+", default=["gloocy", "torch-gloo", "mpi4py"],
