@@ -125,6 +125,7 @@ def _dev_shm():
 
 _PACKAGES = tuple({sysconfig.get_paths()[k] + "/" for k in ("purelib", "platlib")})
 _torch_pipe = set()     # the one pipe torch.distributed keeps (see below)
+_MPICH_SHM = ("/dev/shm/mpich_shm_", "/dev/shm/ucx_shm_")
 
 
 def _not_kept_by_libraries(new):
@@ -132,8 +133,12 @@ def _not_kept_by_libraries(new):
     keeps for the life of the process once used (no test could free it):
     data files of installed packages left open (matplotlib keeps its fonts
     open), and the one pipe (both ends) that torch.distributed's libuv
-    makes with its first TCPStore and never closes. Anything else counts."""
+    makes with its first TCPStore and never closes, and the shared memory
+    MPICH maps once mpi4py's MPI is loaded here (it opens more on later
+    use). Anything else counts."""
     fds = {(fd, what) for fd, what in new.fds if not what.startswith(_PACKAGES)}
+    if "mpi4py.MPI" in sys.modules:
+        fds = {f for f in fds if not f[1].startswith(_MPICH_SHM)}
     pipes = {what for _, what in fds if what.startswith("pipe:")}
     if ("torch.distributed" in sys.modules and not _torch_pipe and len(pipes) == 1
             and sum(what in pipes for _, what in fds) == 2):

@@ -152,7 +152,8 @@ class ProcessWorld(World):
                 secret=self._secret, job=self.job,
                 comm_timeout=self.comm_timeout, sys_path=list(sys.path),
                 redirects=self._links.redirects(rank) if self._links else {})))
-        results = self._collect(list(range(self.size)), self.timeout,
+        results = self._collect(list(range(self.size)), dict.fromkeys(
+                                    range(self.size), 0), self.timeout,
                                 grace=None, what="start-up (gloocy.connect)")
         check_started(self, results)
         self._failed = False
@@ -210,11 +211,12 @@ class ProcessWorld(World):
             raise TypeError(
                 f"{fn_name(fn)} and its arguments must pickle (fn must be a "
                 f"module-level function): {e}") from None
+        offsets = {r: self._log_size(r) for r in ranks}   # before they run
         for r in ranks:
             self._send(r, ("run", ref, blobs[r]))
         timeout = self.timeout if timeout is None else float(timeout)
         self._leaks = {}
-        results = self._collect(ranks, timeout, grace,
+        results = self._collect(ranks, offsets, timeout, grace,
                                 what=f"{fn_name(fn)}")
         if self._leaks:
             self._failed = True       # not handed out again
@@ -232,11 +234,12 @@ class ProcessWorld(World):
         except OSError:
             pass      # the process is gone; _collect reports how it died
 
-    def _collect(self, ranks, timeout, grace, what):
-        """Wait for one reply from each of `ranks`; kill everything on timeout."""
+    def _collect(self, ranks, offsets, timeout, grace, what):
+        """Wait for one reply from each of `ranks`; kill everything on
+        timeout. offsets: where each rank's log stood before it was sent
+        what it answers (a fast rank may print before we get here)."""
         start = time.monotonic()
         deadline = start + timeout
-        offsets = {r: self._log_size(r) for r in ranks}
         pending = {self._conns[r]: r for r in ranks}
         results = {}
         while pending:

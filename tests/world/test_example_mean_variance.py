@@ -5,7 +5,7 @@ and shrinks to a world of 2."""
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 import gloocy
 from gloocy.testing import strategies as gst
@@ -68,7 +68,10 @@ def test_mean_and_variance(world, data):
 
 
 def test_hypothesis_finds_and_shrinks_the_bug(world):
-    @settings(max_examples=200, deadline=None, database=None)
+    # No health checks: on a busy machine "too slow" would end the search
+    # with an error of its own before it finds the bug.
+    @settings(max_examples=200, deadline=None, database=None,
+              suppress_health_check=list(HealthCheck))
     @given(spread_values())
     def test_buggy(data):
         check(world, mean_and_variance_buggy, data)
@@ -76,7 +79,7 @@ def test_hypothesis_finds_and_shrinks_the_bug(world):
     with pytest.raises(Exception) as info:      # RankFailure or AssertionError
         test_buggy()
     notes = "\n".join(getattr(info.value, "__notes__", []))
-    assert "Falsifying example" in notes
+    assert "Falsifying example" in notes, repr(info.value)
     # Shrunk to the smallest world that shows it: 2 ranks, one value apart.
     assert "data=[array([" in notes.replace("\n", "").replace(" ", ""), notes
     shares = notes.replace("\n", "").replace(" ", "").split("data=[", 1)[1]
