@@ -172,7 +172,6 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             if factor is not None:
                 c.mul_(factor)
             bufs.append(c)
-        comm = self._comm
         return self._post(
             call, lambda c: [c.Iallreduce(IN_PLACE, spec(b), op=code) for b in bufs],
             result, staged.finish, bufs, opts)
@@ -207,18 +206,21 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         staged = Staged()
         out = staged.contiguous(output, "reduce_scatter's output")
         inp = staged.contiguous(input, "reduce_scatter's input", output=False)
-        if inp.numel() != out.numel() * self._comm.size:
-            raise ValueError(
-                f"gloocy: reduce_scatter's input has {inp.numel()} elements, not "
-                f"the output's {out.numel()} times the group size {self._comm.size}")
+        self._check_group_multiple(inp, out, "reduce_scatter's input", "output")
         return self._reduce_scatter_flat(out, inp, opts.reduceOp, staged,
                                          [output], "reduce_scatter_tensor", opts)
+
+    def _check_group_multiple(self, whole, part, what, part_name):
+        """`whole` must hold the group size times `part`'s elements."""
+        if whole.numel() != part.numel() * self._comm.size:
+            raise ValueError(
+                f"gloocy: {what} has {whole.numel()} elements, not the "
+                f"{part_name}'s {part.numel()} times the group size {self._comm.size}")
 
     def _reduce_scatter_flat(self, out, flat, op, staged, result, call, opts=None):
         code, factor = reduce_op(op, out.dtype)
         if factor is not None:
             flat = flat * factor
-        comm = self._comm
         return self._post(call, lambda c: [c.Ireduce_scatter_block(
             spec(flat), spec(out), op=code)], result, staged.finish, (flat, out), opts)
 
@@ -232,7 +234,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         tensors, opts = _overload(tensors, opts, dist.BroadcastOptions, "rootRank")
         staged = Staged()
         t = staged.contiguous(one_tensor(tensors, "broadcast's tensors"), "broadcast's tensor")
-        root, comm = self._root(opts.rootRank), self._comm
+        root = self._root(opts.rootRank)
         return self._post("broadcast", lambda c: [c.Ibcast(spec(t), root=root)],
                           tensors, staged.finish, t, opts)
 
@@ -246,7 +248,6 @@ class ProcessGroupGloocy(dist.ProcessGroup):
             check_tensor(o, f"allgather's output {i}")
             self._check_like(o, inp, f"allgather's output {i}")
         flat, finish = _gather_target(outs, inp)
-        comm = self._comm
         return self._post("allgather", lambda c: [c.Iallgather(spec(inp), spec(flat))],
                           output_tensors, finish, (inp, flat))
 
@@ -254,12 +255,8 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         staged = Staged()
         out = staged.contiguous(output, "all_gather_into_tensor's output")
         inp = staged.contiguous(input, "all_gather_into_tensor's input", output=False)
-        if out.numel() != inp.numel() * self._comm.size:
-            raise ValueError(
-                f"gloocy: all_gather_into_tensor's output has {out.numel()} "
-                f"elements, not the input's {inp.numel()} times the group size "
-                f"{self._comm.size}")
-        comm = self._comm
+        self._check_group_multiple(out, inp, "all_gather_into_tensor's output",
+                                   "input")
         return self._post("all_gather_into_tensor",
                           lambda c: [c.Iallgather(spec(inp), spec(out))],
                           [output], staged.finish, (inp, out), opts)
@@ -314,7 +311,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         staged = Staged()
         out = staged.contiguous(output, "all_to_all_single's output")
         inp = staged.contiguous(input, "all_to_all_single's input", output=False)
-        comm, n = self._comm, self._comm.size
+        n = self._comm.size
         if not output_split_sizes and not input_split_sizes:
             if inp.numel() % n or out.numel() != inp.numel():
                 raise ValueError(
@@ -331,7 +328,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
                           [output], staged.finish, (inp, out))
 
     def alltoall(self, output_tensors, input_tensors, opts=None):
-        comm, n = self._comm, self._comm.size
+        n = self._comm.size
         self._check_count(output_tensors, "all_to_all's output list")
         self._check_count(input_tensors, "all_to_all's input list")
         for i, t in enumerate(input_tensors):
@@ -363,7 +360,6 @@ class ProcessGroupGloocy(dist.ProcessGroup):
     # -- synchronisation and point-to-point ---------------------------------
 
     def barrier(self, opts=None):
-        comm = self._comm
         return self._post("barrier", lambda c: [c.Ibarrier()], [], None, None, opts)
 
     def send(self, tensors, dst, tag):

@@ -24,6 +24,13 @@ import gloocy.torch  # noqa: F401  (registers "gloocy")
 FAILURES, CASES = [], []
 
 
+def report(result):
+    """The rank's "RESULT {json}" line, in one write: ranks under torchrun
+    share one stdout, and print's text and newline may go as two writes
+    (unbuffered), letting another rank's line in between."""
+    sys.stdout.write("RESULT " + json.dumps(result) + "\n")
+    sys.stdout.flush()
+
 def case(name, ok, detail=""):
     CASES.append(name)
     if not ok:
@@ -312,8 +319,7 @@ def ddp():
     except dist.DistBackendError as e:
         print(f"MISMATCH {e}"[:600], flush=True)
         case("mismatch names a rank", "rank" in str(e) and "count" in str(e), str(e)[:300])
-    print("RESULT " + json.dumps({"rank": rank, "cases": len(CASES), "failures": FAILURES}),
-          flush=True)
+    report({"rank": rank, "cases": len(CASES), "failures": FAILURES})
     os._exit(0)      # the context is poisoned: no collective goodbye
 
 
@@ -336,8 +342,7 @@ def kill():
         print(f"RAISED {type(e).__name__} after {seconds:.1f} s: {e}"[:600], flush=True)
         case("kill raised a torch error", isinstance(e, RuntimeError), type(e).__name__)
         case("kill names the rank", f"rank {n - 1}" in str(e).lower(), str(e)[:300])
-    print("RESULT " + json.dumps({"rank": rank, "cases": len(CASES), "failures": FAILURES}),
-          flush=True)
+    report({"rank": rank, "cases": len(CASES), "failures": FAILURES})
     os._exit(0)      # the group is broken: no collective goodbye
 
 
@@ -364,6 +369,5 @@ if __name__ == "__main__":
     case(f"backend {backend}", dist.get_backend() == backend, dist.get_backend())
     GLOO = dist.new_group(backend="gloo")
     {"collectives": collectives, "ddp": ddp, "kill": kill}[mode]()
-    print("RESULT " + json.dumps({"rank": dist.get_rank(), "cases": len(CASES),
-                                  "failures": FAILURES}), flush=True)
+    report({"rank": dist.get_rank(), "cases": len(CASES), "failures": FAILURES})
     dist.destroy_process_group()
