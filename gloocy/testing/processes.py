@@ -27,9 +27,8 @@ Beyond ``run``/``run_each`` (see gloocy.testing.World):
 
 Leak checks: each rank notes its fds, threads and child processes right
 after the world formed; after a call it must hold nothing more, except what
-the world's communicator keeps for life (the eventfd of a Dup, the worker
-thread and shadow communicator of nonblocking collectives), or the call
-fails with ``RankLeak``. At close each rank frees its communicator and must
+the world's communicator keeps for life (the eventfd of a Dup), or the
+call fails with ``RankLeak``. At close each rank frees its communicator and must
 hold no more than before ``gloocy.connect``; what is left goes to
 ``gloocy.testing.close_leaks``.
 """
@@ -410,19 +409,12 @@ def _module_ref(fn):
     return (name, str(root))
 
 
-def _kept_by(comm):
+def _not_kept_for_life(new):
     """allowed() for grown(): the part of a rank's growth since the world
     formed that the world's communicator does not keep for its lifetime:
-    its context's eventfd, made once a Dup shares its connections, and,
-    once a nonblocking collective ran, the worker thread and the shadow
-    communicator (with an eventfd of its own) that run them."""
-    def allowed(new):
-        worker = getattr(comm, "_worker", None)
-        threads = new.threads - {getattr(worker, "_thread", None)}
-        kept = 1 + (getattr(comm, "_shadow", None) is not None)
-        efds = sorted(f for f in new.fds if f[1] == "anon_inode:[eventfd]")
-        return new._replace(threads=threads, fds=new.fds - set(efds[:kept]))
-    return allowed
+    its context's eventfd, made once a Dup shares its connections."""
+    efds = sorted(f for f in new.fds if f[1] == "anon_inode:[eventfd]")
+    return new._replace(fds=new.fds - set(efds[:1]))
 
 
 def _import_main(path):
@@ -508,7 +500,7 @@ def _worker(fd):
         except BaseException as e:
             reply("err", error_payload(e))
         else:
-            reply("ok", result, grown(formed, _kept_by(comm)))
+            reply("ok", result, grown(formed, _not_kept_for_life))
 
 
 # The worker's command line: the rank's end of the socket pair is argv[1].
