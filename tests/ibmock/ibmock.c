@@ -11,7 +11,10 @@
  * rkeys, bounds and access flags in its own MR table and answers with a
  * status, which the requester turns into a work completion, as an HCA does.
  *
- * Faults (environment): GLOOCY_IBMOCK_MAX_MR (registration limit),
+ * Faults (environment): GLOOCY_IBMOCK_MAX_MR (registration limit: how
+ * many), GLOOCY_IBMOCK_MAX_MR_BYTES (how many bytes, in whole pages, as
+ * the locked-memory limit bounds pinned memory; ibv_reg_mr then fails
+ * with ENOMEM),
  * GLOOCY_IBMOCK_DELAY_US (each response delayed; _READ_DELAY_US: RDMA
  * read responses only), GLOOCY_IBMOCK_QP_ERROR_AFTER
  * (a QP is forced into the error state after that many sends in this
@@ -19,6 +22,8 @@
  * GLOOCY_IBMOCK_BAD_RKEY (RDMA requests carry a wrong rkey);
  * GLOOCY_IBMOCK_LINK_LAYER=ethernet makes the port a RoCE one (no LID: a QP
  * in RTR must be given a global route with a GID of index < 4).
+ * An MR used after its memory was unmapped and mapped again fails as a
+ * protection error (see same_pages in ibmock_serve.c).
  * A peer process that dies gives IBV_WC_RETRY_EXC_ERR after the QP's
  * retry time (timeout and retry_cnt, capped at GLOOCY_IBMOCK_RETRY_MS).
  */
@@ -180,6 +185,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d) {
     read_delay_us = getenv("GLOOCY_IBMOCK_READ_DELAY_US") ? atol(getenv("GLOOCY_IBMOCK_READ_DELAY_US")) : 0;
     bad_rkey = getenv("GLOOCY_IBMOCK_BAD_RKEY") ? atol(getenv("GLOOCY_IBMOCK_BAD_RKEY")) : 0;
     max_mr = getenv("GLOOCY_IBMOCK_MAX_MR") ? atoi(getenv("GLOOCY_IBMOCK_MAX_MR")) : MAX_MR_SLOTS - 1;
+    max_mr_bytes = getenv("GLOOCY_IBMOCK_MAX_MR_BYTES") ? atoll(getenv("GLOOCY_IBMOCK_MAX_MR_BYTES")) : 0;
     if (pipe2(async_pipe, O_CLOEXEC) < 0) goto fail;
     c->async_fd = async_pipe[0];
     wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -214,6 +220,7 @@ EXPORT int ibv_close_device(struct ibv_context *c) {
         if (loose[i]) { close(loose[i]->fd); free(loose[i]); loose[i] = NULL; }
     close(listen_fd); close(wake_fd);
     close(async_pipe[0]); close(async_pipe[1]);
+    mr_pages_close();
     sock_path(path, sizeof(path), getpid());
     unlink(path);
     opened = 0;
@@ -281,7 +288,13 @@ EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
     m->mr.rkey = m->mr.lkey;
     m->access = access;
     m->live = 1;
+    mr_pages(m);
+    if (max_mr_bytes && mr_bytes + (long long)m->pinned > max_mr_bytes) {
+        /* over the locked-memory limit: what pinning more pages gives */
+        pthread_mutex_unlock(&G); free(m->pfn); free(m); errno = ENOMEM; return NULL;
+    }
     mrs[i] = m;
+    mr_bytes += m->pinned;
     n_mr++;
     pthread_mutex_unlock(&G);
     return &m->mr;
@@ -300,7 +313,9 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
     pthread_mutex_lock(&G);
     mrs[mr->lkey >> 8] = NULL;
     n_mr--;
+    mr_bytes -= m->pinned;
     pthread_mutex_unlock(&G);
+    free(m->pfn);
     free(m);
     return 0;
 }

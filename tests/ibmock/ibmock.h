@@ -84,12 +84,21 @@ struct mcq {
     int armed;
 };
 
-struct mmr { struct ibv_mr mr; int access; int live; };
+struct mmr {
+    struct ibv_mr mr;
+    int access, live;
+    size_t pinned;           /* bytes counted against the limit (whole pages) */
+    uintptr_t page0;         /* the first page's address ... */
+    uint64_t *pfn;           /* ... and the physical pages seen at registration
+                                (NULL: not known, the check is off) */
+    size_t npages;
+};
 
 extern pthread_mutex_t G;
 extern struct mqp *qps[MAX_QP];
 extern struct mmr *mrs[MAX_MR_SLOTS];
 extern int n_mr, max_mr;
+extern long long mr_bytes, max_mr_bytes;
 extern unsigned mr_gen;
 extern int listen_fd, wake_fd, stop, opened;
 extern pthread_t helper;
@@ -110,6 +119,8 @@ int wc_opcode(int wr_opcode);
 void async_event(struct ibv_qp *qp, enum ibv_event_type type);
 void qp_fail(struct mqp *q, int first);
 struct mmr *find_mr(uint32_t key);
+void mr_pages(struct mmr *m);
+void mr_pages_close(void);
 int mr_allows(uint32_t key, uint64_t addr, uint64_t len, int access);
 void enqueue(struct conn *c, const struct msg *m, const void *body, const struct ibv_sge *sge, int nsge);
 void serve_held(struct mqp *q);
