@@ -15,9 +15,9 @@ shared memory), carried by two protocols:
 - rendezvous, for a payload of at least GLOOCY_IB_RDV_BYTES: the sender
   registers the payload and sends its address and rkey (RDV); the receiver
   registers the receive buffer and RDMA-reads the payload straight into it,
-  then says FIN. No copy of the payload on either side. Memory is
-  registered per transfer and deregistered when it completes (see
-  `_register` on why there is no cache of user registrations).
+  then says FIN. No copy of the payload on either side. Registrations of
+  user buffers are kept in the device's cache while their owner lives
+  (_ibverbs_regcache.pxi); other memory is registered for one transfer.
 
 Completions arrive through a completion channel; the pair's poll fd is an
 epoll set of that channel and of the TCP connection of the handshake, kept
@@ -139,6 +139,7 @@ _EVENTS = {0: "IBV_EVENT_CQ_ERR", 1: "IBV_EVENT_QP_FATAL", 2: "IBV_EVENT_QP_REQ_
            9: "IBV_EVENT_PORT_ACTIVE", 10: "IBV_EVENT_PORT_ERR"}
 
 
+include "_ibverbs_regcache.pxi"   # RegCache: registrations of user buffers
 include "_ibverbs_device.pxi"     # load(), device_names(), IbvDevice
 
 
@@ -173,16 +174,21 @@ cdef class IbvPair(StreamPair):
     # the rendezvous we receive (the RDV at the head of the inbox)
     cdef RdvInfo rr
     cdef bint rr_parsed           # rr holds the head RDV (what is left of it)
+    cdef bint rr_bounce           # its registration was refused: via the stage
     cdef bint rr_reading          # an RDMA read is in flight ...
     cdef bint rr_done             # ... and has completed
     cdef char *rr_dst
     cdef int64_t rr_n
-    cdef glv_mr *rr_mr
+    cdef glv_mr *rr_mr            # rr_reg's (NULL: read through the stage)
+    cdef RegEntry rr_reg
     # the rendezvous we send (waiting for its FIN)
     cdef const char *rs_base
     cdef int64_t rs_len
-    cdef glv_mr *rs_mr
+    cdef glv_mr *rs_mr            # rs_reg's
+    cdef RegEntry rs_reg
     cdef bint rs_fin
+    cdef const char *rs_refused_lo    # a payload the device would not register
+    cdef const char *rs_refused_hi    # (the rest of it goes eager, untried)
     cdef int failed_status        # a failed work completion's status (0: none)
     cdef bint sock_eof
 
@@ -328,8 +334,8 @@ cdef class IbvPair(StreamPair):
         _dereg(&self.rmr)
         _dereg(&self.smr)
         _dereg(&self.stage_mr)
-        _dereg(&self.rr_mr)
-        _dereg(&self.rs_mr)
+        self._release_reg(True)
+        self._release_reg(False)
         if self.cq is not NULL:
             glv.destroy_cq(self.cq)
             self.cq = NULL
@@ -400,7 +406,9 @@ cdef class IbvPair(StreamPair):
         cdef glv_send_wr *bad
         cdef glv_mr *mr = self.stage_mr
         if dst != self.stage:
-            self.rr_mr = self._register(dst, n, GLV_ACCESS_LOCAL_WRITE)
+            if not self.rr_bounce:
+                self.rr_mr = self._acquire(False, dst, n, GLV_ACCESS_LOCAL_WRITE)
+                self.rr_bounce = self.rr_mr is NULL
             if self.rr_mr is not NULL:
                 mr = self.rr_mr
             else:
@@ -424,15 +432,35 @@ cdef class IbvPair(StreamPair):
         self.rr_n = n
         return 0
 
-    cdef glv_mr *_register(self, const char *addr, int64_t n, int access) noexcept nogil:
-        # Registered per transfer, released when it completes. A cache of
-        # user registrations would have to know when memory is unmapped and
-        # mapped again at the same address (a stale registration then points
-        # at the old pages: silent corruption); nothing short of hooking
-        # munmap (as UCX does) or on-demand paging tells us, and a wrong
-        # guess costs correctness, a registration only time. NULL when the
-        # device refuses (its registration limit): the caller falls back.
-        return glv.reg_mr(self.dev.pd, <void *>addr, <size_t>n, access)
+    cdef glv_mr *_acquire(self, bint sending, const char *addr, int64_t n,
+                          int access) except? NULL nogil:
+        """A registration of [addr, addr+n) for the rendezvous we send or
+        receive, from the device's cache; NULL when the device refuses (its
+        registration limit, after evicting what the cache could): the
+        caller falls back to copies."""
+        with gil:
+            e = self.dev.cache.acquire(addr, n, access)
+            if sending:
+                self.rs_reg = e
+            else:
+                self.rr_reg = e
+            return NULL if e is None else (<RegEntry>e).mr
+
+    cdef void _release_reg(self, bint sending) noexcept nogil:
+        """The rendezvous is over: give its registration back."""
+        with gil:
+            e = self.rs_reg if sending else self.rr_reg
+            if sending:
+                self.rs_reg = None
+                self.rs_mr = NULL
+            else:
+                self.rr_reg = None
+                self.rr_mr = NULL
+            if e is not None and self.dev is not None:
+                try:
+                    self.dev.cache.release(e)
+                except Exception:
+                    pass           # only ever MemoryError; the MR leaks
 
     # -- completions -----------------------------------------------------------
 
@@ -560,8 +588,7 @@ cdef class IbvPair(StreamPair):
             if not self.rs_fin:
                 return WOULD_BLOCK
             total = self.rs_len            # the peer read it: all delivered
-            glv.dereg_mr(self.rs_mr)
-            self.rs_mr = NULL
+            self._release_reg(True)
             self.rs_base = NULL
             self.rs_fin = False
             return total
@@ -596,10 +623,15 @@ cdef class IbvPair(StreamPair):
     cdef bint _start_rdv(self, const char *base, int64_t n) except -1 nogil:
         """Offer `n` bytes at `base` to the peer to read; False if they
         cannot be registered (they then go eager)."""
-        cdef glv_mr *mr = self._register(base, n, GLV_ACCESS_REMOTE_READ)
+        cdef glv_mr *mr
         cdef RdvInfo *info
         cdef int slot
+        if self.rs_refused_lo < base < self.rs_refused_hi:
+            return False               # the rest of a payload refused before
+        mr = self._acquire(True, base, n, GLV_ACCESS_REMOTE_READ)
         if mr is NULL:
+            self.rs_refused_lo = base
+            self.rs_refused_hi = base + n
             return False
         self.nsfree -= 1
         slot = self.sfree[self.nsfree]
@@ -668,11 +700,11 @@ cdef class IbvPair(StreamPair):
             elif self.rr_mr is NULL and dst != self.stage:
                 memcpy(dst, self.stage, k)     # read through the stage (no MR)
             self.rr_reading = self.rr_done = False
-            _dereg(&self.rr_mr)
+            self._release_reg(False)
             self.rr.addr += <uint64_t>k
             self.rr.length -= <uint64_t>k
             if self.rr.length == 0:
-                self.rr_parsed = False
+                self.rr_parsed = self.rr_bounce = False
                 self._inbox_pop()
                 self.ctl_out += 1
                 self._post_msg(MSG_FIN, NO_SLOT, 0)

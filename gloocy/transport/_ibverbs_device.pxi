@@ -35,6 +35,7 @@ cdef class IbvDevice:
     cdef readonly int mtu             # the port's active MTU (enum ibv_mtu)
     cdef readonly bint ethernet       # RoCE: address by GID
     cdef glv_gid gid
+    cdef readonly RegCache cache      # registrations of user buffers
     cdef object __weakref__
 
     def __cinit__(self, str name, int port, int gid_index):
@@ -60,6 +61,8 @@ cdef class IbvDevice:
         self.pd = glv.alloc_pd(self.ctx)
         if self.pd is NULL:
             raise RuntimeError(f"ibverbs: cannot allocate a protection domain on {name}")
+        self.cache = RegCache()
+        self.cache.pd = self.pd
         # async events are read when a transfer fails, never waited for
         fcntl(self.ctx.async_fd, F_SETFL, fcntl(self.ctx.async_fd, F_GETFL) | O_NONBLOCK)
         memset(&attr, 0, sizeof(attr))
@@ -81,6 +84,8 @@ cdef class IbvDevice:
                                f"{self.gid_index}")
 
     def __dealloc__(self):
+        if self.cache is not None:
+            self.cache.close()
         if self.pd is not NULL:
             glv.dealloc_pd(self.pd)
         if self.ctx is not NULL:

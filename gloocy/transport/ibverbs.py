@@ -23,7 +23,7 @@ from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport.handshake import recv_exact
 
 __all__ = ["probe", "require", "agree", "ib_pair", "parse_hca", "select_ports",
-           "settings"]
+           "settings", "reg_cache_stats"]
 
 _ADDR = struct.Struct("<8sIIH16sBII")
 _ADDR_MAGIC = b"GLCYIBV1"
@@ -33,6 +33,7 @@ LIBRARY = "libibverbs.so.1"        # GLOOCY_IB_LIBRARY: another path
 DEFAULT_RDV = 32768
 DEFAULT_SLOTS = 64
 DEFAULT_SLOT_BYTES = 8192
+DEFAULT_REG_CACHE = 256 << 20
 
 _open = weakref.WeakValueDictionary()     # one open device per (name, port, gid)
 
@@ -85,12 +86,49 @@ def settings():
     """The pair's knobs, checked (ValueError naming the variable):
     GLOOCY_IB_SLOTS eager receive slots per peer, GLOOCY_IB_SLOT_BYTES each
     (the same on every rank), GLOOCY_IB_RDV_BYTES the smallest payload sent
-    by rendezvous (RDMA read into the receive buffer) rather than copied."""
+    by rendezvous (RDMA read into the receive buffer) rather than copied.
+    (GLOOCY_IB_REG_CACHE_BYTES: see reg_cache_bytes.)"""
     gid_index()
+    reg_cache_bytes()
+    qp_settings()
     parse_hca(os.environ.get("GLOOCY_IB_HCA", ""))
     return dict(slots=_int_env("GLOOCY_IB_SLOTS", DEFAULT_SLOTS, 4),
                 slot_bytes=_int_env("GLOOCY_IB_SLOT_BYTES", DEFAULT_SLOT_BYTES, 256),
                 rdv_min=_int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
+
+
+def qp_settings():
+    """The queue pair's retries, as NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT:
+    GLOOCY_IB_TIMEOUT (0-31; a try waits 4.096 us * 2**timeout) and
+    GLOOCY_IB_RETRY_CNT (0-7 tries) bound how long a send to a peer that
+    stopped answering takes to fail (IBV_WC_RETRY_EXC_ERR: PeerLostError)."""
+    out = {}
+    for key, name, default, high in (("timeout", "GLOOCY_IB_TIMEOUT", 14, 31),
+                                     ("retry_cnt", "GLOOCY_IB_RETRY_CNT", 7, 7)):
+        out[key] = _int_env(name, default, 0)
+        if out[key] > high:
+            raise ValueError(f"{name}={os.environ[name]!r}: must be at most {high}")
+    return out
+
+
+def reg_cache_bytes():
+    """GLOOCY_IB_REG_CACHE_BYTES: how many bytes of user buffers stay
+    registered between transfers (whole pages; 0: none, every rendezvous
+    registers its buffer and deregisters it after)."""
+    return _int_env("GLOOCY_IB_REG_CACHE_BYTES", DEFAULT_REG_CACHE, 0)
+
+
+def reg_cache_stats():
+    """The registration caches' counters in this process, summed over the
+    open devices: hits, misses, invalidations (an owner died or moved its
+    memory), evictions (LRU, or to make room when the device refused a
+    registration), refused (registrations the device refused: the transfer
+    went by copies), entries and bytes kept now."""
+    total = {}
+    for dev in list(_open.values()):
+        for k, v in dev.cache.counters().items():
+            total[k] = total.get(k, 0) + v
+    return total
 
 
 def gid_index():
@@ -123,6 +161,12 @@ def probe():
         except RuntimeError as e:
             reasons.append(str(e))
             continue
+        dev.cache.limit = reg_cache_bytes()
+        if dev.cache.limit:
+            # the cache keeps registrations of buffers whose owner it knows
+            from gloocy import _core
+            _core.set_buffer_watch(_ibverbs.note_buffer,
+                                   _int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
         _open[(name, port, gid)] = dev
         return dev, ""
     return None, "; ".join(reasons)
@@ -179,7 +223,7 @@ def ib_pair(sock, rank, peer, address, dev, deadline, *, dead_s=0):
                 f"rank {rank}: rank {peer} ({address}) has GLOOCY_IB_SLOTS/"
                 f"GLOOCY_IB_SLOT_BYTES {rslots}/{rslot_bytes}, this rank "
                 f"{slots}/{slot_bytes}: they must be the same on every rank")
-        pair.connect(rqpn, rpsn, rlid, rgid, rmtu)
+        pair.connect(rqpn, rpsn, rlid, rgid, rmtu, **qp_settings())
         # Both queue pairs are ready to receive before either sends.
         sock.sendall(b"R")
         if recv_exact(sock, 1, "the queue pair's readiness") != b"R":

@@ -74,6 +74,9 @@ def test_a_bad_port_is_named():
     ("GLOOCY_IB_RDV_BYTES", "0", "GLOOCY_IB_RDV_BYTES='0'"),
     ("GLOOCY_IB_GID_INDEX", "-2", "GLOOCY_IB_GID_INDEX='-2'"),
     ("GLOOCY_IB_HCA", "mlx5_0:one", "port 'one' of 'mlx5_0'"),
+    ("GLOOCY_IB_REG_CACHE_BYTES", "-1", "GLOOCY_IB_REG_CACHE_BYTES='-1'"),
+    ("GLOOCY_IB_TIMEOUT", "32", "GLOOCY_IB_TIMEOUT='32': must be at most 31"),
+    ("GLOOCY_IB_RETRY_CNT", "8", "GLOOCY_IB_RETRY_CNT='8': must be at most 7"),
 ])
 def test_bad_knobs_are_named_before_any_connection(monkeypatch, name, value, why):
     from gloocy.transport import _settings

@@ -2,8 +2,9 @@
 pairs use it, what set-up says when RDMA is missing, and how it fails (a
 named peer or a ProtocolError, never a hang or a bad copy): a peer killed
 mid-rendezvous, a bad rkey, a queue pair forced into the error state, the
-registration limit, and buffers freed and allocated again at the same
-address between transfers. Nothing here ran on real RDMA hardware."""
+registration limits (how many, how many bytes) and the registration cache
+under buffer churn (freed and allocated again at the same address: the
+stand-in fails an access through a registration whose pages changed). Nothing here ran on real RDMA hardware."""
 
 import gc
 import os
@@ -144,7 +145,11 @@ def test_a_queue_pair_forced_into_error_names_the_peer(ib_env):
 
 def r_churn(comm, rounds, n):
     """Send `rounds` fresh buffers of n doubles (allocated, sent, freed:
-    the allocator hands the same address out again); count the reuses."""
+    the allocator hands the same address out again), then one buffer
+    `rounds` times. Returns whether every receive got what was sent, how
+    many addresses were reused, and the registration cache's counters after
+    each half."""
+    from gloocy.transport.ibverbs import reg_cache_stats
     addresses, ok = [], True
     for i in range(rounds):
         if comm.rank == 0:
@@ -155,17 +160,43 @@ def r_churn(comm, rounds, n):
             b = np.empty(n)
             addresses.append(b.ctypes.data)
             comm.Recv(b, 0, tag=i)
-            ok = ok and bool(np.all(b == i))
+            ok = ok and bool(np.array_equal(b, np.full(n, float(i))))
         a = b = None                     # freed: the next round may get its address
         gc.collect()
-    return ok, len(addresses) - len(set(addresses))
+    churned = reg_cache_stats()
+    kept = np.empty(n)
+    for i in range(rounds):
+        if comm.rank == 0:
+            kept[:] = np.arange(n) * i
+            comm.Send(kept, 1, tag=i)
+        else:
+            comm.Recv(kept, 0, tag=i)
+            ok = ok and bool(np.array_equal(kept, np.arange(n) * i))
+    return ok, len(addresses) - len(set(addresses)), churned, reg_cache_stats()
 
 
 def test_buffers_freed_and_reallocated_at_the_same_address(ib_env):
+    rounds = 12
     with World(2, env=ib_env, timeout=60) as w:
-        (ok0, reused0), (ok1, reused1) = w.run(r_churn, 12, 1 << 17)
-    assert ok0 and ok1
-    assert reused0 > 0 and reused1 > 0       # the churn really reused addresses
+        out = w.run(r_churn, rounds, 1 << 17)
+    for ok, reused, churned, after in out:
+        assert ok
+        assert reused > 0                # the churn really reused addresses
+        # every freed buffer's registration went with it, none was reused
+        assert churned["invalidations"] == rounds, churned
+        assert churned["hits"] == 0 and churned["misses"] == rounds, churned
+        # a buffer that lives is registered once and found again
+        assert after["hits"] - churned["hits"] == rounds - 1, after
+        assert after["misses"] - churned["misses"] == 1, after
+        assert after["entries"] == 1 and after["refused"] == 0, after
+
+
+def test_without_the_cache_every_transfer_registers_its_buffer(ib_env):
+    with World(2, env={**ib_env, "GLOOCY_IB_REG_CACHE_BYTES": "0"}, timeout=60) as w:
+        out = w.run(r_churn, 4, 1 << 17)
+    for ok, reused, churned, after in out:
+        assert ok
+        assert after["hits"] == 0 and after["misses"] == 8 and after["entries"] == 0, after
 
 
 @pytest.mark.parametrize("size", [3])
@@ -175,6 +206,49 @@ def test_the_registration_limit_falls_back_to_copies(ib_env, size):
     env = {**ib_env, "GLOOCY_IBMOCK_MAX_MR": str(3 * (size - 1))}
     with World(size, env=env, timeout=60) as w:
         assert w.run(r_large_exchange, 300_000) == [True] * size
+
+
+def r_two_buffers(comm, rounds, n):
+    """Rank 0 sends two live buffers in turn, rank 1 receives into two;
+    whether all arrived, and the cache's counters."""
+    from gloocy.transport.ibverbs import reg_cache_stats
+    bufs, ok = [np.empty(n), np.empty(n)], True
+    for i in range(rounds):
+        b = bufs[i % 2]
+        if comm.rank == 0:
+            b[:] = np.arange(n) + i
+            comm.Send(b, 1, tag=i)
+        else:
+            comm.Recv(b, 0, tag=i)
+            ok = ok and bool(np.array_equal(b, np.arange(n) + i))
+    return ok, reg_cache_stats()
+
+
+# The slots, the stage and one 1.5 MiB buffer fit under 3.9 MB of registered
+# memory (about 1.2 + 1.6 MB), two such buffers do not.
+N_LIMIT = 3 << 16
+
+
+def test_at_the_locked_memory_limit_the_cache_evicts_and_registers_again(ib_env):
+    env = {**ib_env, "GLOOCY_IBMOCK_MAX_MR_BYTES": "3900000"}
+    with World(2, env=env, timeout=60) as w:
+        out = w.run(r_two_buffers, 6, N_LIMIT)
+    for ok, stats in out:
+        assert ok
+        # each buffer in turn pushed the other one out
+        assert stats["evictions"] == 5 and stats["misses"] == 6, stats
+        assert stats["refused"] == 0 and stats["entries"] == 1, stats
+
+
+def test_beyond_the_locked_memory_limit_transfers_go_by_copies(ib_env):
+    env = {**ib_env, "GLOOCY_IBMOCK_MAX_MR_BYTES": "2000000"}
+    with World(2, env=env, timeout=60) as w:
+        out = w.run(r_two_buffers, 4, N_LIMIT)
+    (ok0, sender), (ok1, receiver) = out
+    assert ok0 and ok1
+    # one refusal per message; what the sender copied needs no registration
+    assert sender["refused"] == 4 and sender["entries"] == 0, sender
+    assert receiver["misses"] == 0, receiver
 
 
 def test_a_registration_limit_below_the_slots_is_a_clear_error(ib_env):
