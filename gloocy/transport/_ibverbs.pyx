@@ -32,6 +32,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 from posix.unistd cimport close as c_close, usleep
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from gloocy._core cimport Xfer, XF_HEAP
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
@@ -190,6 +191,7 @@ cdef class IbvPair(StreamPair):
     cdef const char *rs_refused_lo    # a payload the device would not register
     cdef const char *rs_refused_hi    # (the rest of it goes eager, untried)
     cdef int failed_status        # a failed work completion's status (0: none)
+    cdef int events_seen          # of the device's async events, checked
     cdef bint sock_eof
 
     def __cinit__(self, IbvDevice dev, int sock, int rank, int peer, str address,
@@ -217,6 +219,11 @@ cdef class IbvPair(StreamPair):
         ev.events = EPOLLIN
         ev.data.fd = self.chan.fd
         if epoll_ctl(self.fd, EPOLL_CTL_ADD, self.chan.fd, &ev) != 0:
+            _raise_verbs("epoll_ctl", errno)
+        # the device's asynchronous events (port down, QP fatal) wake us too
+        ev.events = EPOLLIN
+        ev.data.fd = dev.ctx.async_fd
+        if epoll_ctl(self.fd, EPOLL_CTL_ADD, dev.ctx.async_fd, &ev) != 0:
             _raise_verbs("epoll_ctl", errno)
         self.sock = -1
         if sock >= 0:
@@ -524,15 +531,37 @@ cdef class IbvPair(StreamPair):
 
     cdef str _async_events(self):
         """What the device reported for our QP or its port (async events)."""
-        cdef glv_async_event ev
-        seen = []
         if self.dev is None:
             return ""
-        while glv.get_async_event(self.dev.ctx, &ev) == 0:
-            if ev.element.qp == self.qp or ev.event_type in (8, 9, 10):
-                seen.append(_EVENTS.get(ev.event_type, str(ev.event_type)))
-            glv.ack_async_event(&ev)
-        return f" (the device reported {', '.join(seen)})" if seen else ""
+        self.dev.drain_async()
+        seen = self.dev.fatal_for(<size_t>self.qp, <size_t>self.cq)
+        return f" (the device reported {seen})" if seen else ""
+
+    cdef int _check_async(self) except -1 nogil:
+        """Read the device's asynchronous events (at most every millisecond:
+        its fd wakes every pair of the device); PeerLostError if one ends
+        our queue pair: a QP error, the port going down, the device failing.
+        (A port that goes down ends every queue pair on it, whether or not a
+        transfer was in flight: a rank waiting to receive would otherwise
+        wait for as long as the TCP connection beside it lives.)"""
+        cdef timespec ts
+        cdef double now
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        now = ts.tv_sec + ts.tv_nsec * 1e-9
+        if now - self.dev.async_at < 0.001 and self.dev.events_seen == self.events_seen:
+            return 0
+        with gil:
+            if now - self.dev.async_at >= 0.001:
+                self.dev.async_at = now
+                self.dev.drain_async()
+            if self.dev.events_seen == self.events_seen:
+                return 0
+            self.events_seen = self.dev.events_seen
+            seen = self.dev.fatal_for(<size_t>self.qp, <size_t>self.cq)
+            if seen:
+                self.peer_gone = True
+                return self.lost(f"the device reported {seen}".encode(), 0)
+        return 0
 
     cdef void _inbox_push(self, int slot, int nbytes, int kind) noexcept nogil:
         cdef int n = self.slots + CTL_SLOTS
@@ -759,6 +788,8 @@ cdef class IbvPair(StreamPair):
         self._arm()
         if self.poll_cq():                 # came while arming
             moved |= StreamPair.progress(self)
+        if not moved:
+            self._check_async()
         return moved
 
     cdef short wait_events(self) noexcept nogil:

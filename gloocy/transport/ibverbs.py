@@ -5,7 +5,8 @@ comma-separated list of device names, each optionally `:port`; names match
 as prefixes (`mlx5` matches mlx5_0 and mlx5_1) unless the list starts with
 `=` (exact names); a list starting with `^` excludes what it names. Unset:
 every device, port 1. GLOOCY_IB_GID_INDEX picks the GID (needed on RoCE,
-where addresses are GIDs; default 0 there, LIDs on InfiniBand).
+where addresses are GIDs; unset, as NCCL does: the port's RoCE v2 GID,
+an IPv4-mapped one first, else index 0; LIDs on InfiniBand).
 
 Over each authenticated TCP connection the two ranks first say whether they
 can use ibverbs (`agree`); a pair then exchanges its queue pair's address
@@ -135,6 +136,34 @@ def gid_index():
     return _int_env("GLOOCY_IB_GID_INDEX", -1, -1)
 
 
+SYSFS = "/sys/class/infiniband"
+
+
+def roce_v2_gid(name, port, root=SYSFS):
+    """The index of `name` port `port`'s RoCE v2 GID (routable over IP), an
+    IPv4-mapped one (::ffff:a.b.c.d) before others, from the kernel's GID
+    table in sysfs; None if it lists none (InfiniBand, or no sysfs)."""
+    base = os.path.join(root, name, "ports", str(port))
+    found = []
+    try:
+        indices = sorted(int(i) for i in os.listdir(os.path.join(base, "gid_attrs", "types"))
+                         if i.isdigit())
+    except OSError:
+        return None
+    for i in indices:
+        try:
+            with open(os.path.join(base, "gid_attrs", "types", str(i))) as f:
+                kind = f.read().strip()
+            with open(os.path.join(base, "gids", str(i))) as f:
+                gid = f.read().strip().lower()
+        except OSError:
+            continue                   # an unused entry (the kernel says EINVAL)
+        if kind.lower() != "roce v2" or not gid.strip("0:"):
+            continue
+        found.append((not gid.startswith("0000:0000:0000:0000:0000:ffff:"), i))
+    return min(found)[1] if found else None
+
+
 def probe():
     """(device, '') with the first usable device and port, or (None, why
     not): the library, a device, an active port."""
@@ -156,8 +185,9 @@ def probe():
         dev = _open.get((name, port, gid))
         if dev is not None:
             return dev, ""
+        index = gid if gid >= 0 else roce_v2_gid(name, port)
         try:
-            dev = _ibverbs.IbvDevice(name, port, gid)
+            dev = _ibverbs.IbvDevice(name, port, -1 if index is None else index)
         except RuntimeError as e:
             reasons.append(str(e))
             continue

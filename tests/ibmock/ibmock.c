@@ -19,6 +19,9 @@
  * read responses only), GLOOCY_IBMOCK_QP_ERROR_AFTER
  * (a QP is forced into the error state after that many sends in this
  * process, with an IBV_EVENT_QP_FATAL async event), GLOOCY_IBMOCK_PORT_DOWN,
+ * GLOOCY_IBMOCK_PORT_ERR_AFTER_MS (the port goes down that long after the
+ * device opens: an IBV_EVENT_PORT_ERR async event, and nothing reaches the
+ * peers after it),
  * GLOOCY_IBMOCK_BAD_RKEY (RDMA requests carry a wrong rkey);
  * GLOOCY_IBMOCK_LINK_LAYER=ethernet makes the port a RoCE one (no LID: a QP
  * in RTR must be given a global route with a GID of index < 4).
@@ -185,6 +188,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d) {
     read_delay_us = getenv("GLOOCY_IBMOCK_READ_DELAY_US") ? atol(getenv("GLOOCY_IBMOCK_READ_DELAY_US")) : 0;
     bad_rkey = getenv("GLOOCY_IBMOCK_BAD_RKEY") ? atol(getenv("GLOOCY_IBMOCK_BAD_RKEY")) : 0;
     max_mr = getenv("GLOOCY_IBMOCK_MAX_MR") ? atoi(getenv("GLOOCY_IBMOCK_MAX_MR")) : MAX_MR_SLOTS - 1;
+    port_err_at = getenv("GLOOCY_IBMOCK_PORT_ERR_AFTER_MS") ?
+                  now() + atof(getenv("GLOOCY_IBMOCK_PORT_ERR_AFTER_MS")) * 1e-3 : 0;
+    port_failed = 0;
     max_mr_bytes = getenv("GLOOCY_IBMOCK_MAX_MR_BYTES") ? atoll(getenv("GLOOCY_IBMOCK_MAX_MR_BYTES")) : 0;
     if (pipe2(async_pipe, O_CLOEXEC) < 0) goto fail;
     c->async_fd = async_pipe[0];
@@ -244,7 +250,7 @@ EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat_ib
     if (port != 1) return EINVAL;
     /* only the old (compat) part of the struct: callers pass that size */
     memset(a, 0, offsetof(struct ibv_port_attr, link_layer) + 1);
-    a->state = getenv("GLOOCY_IBMOCK_PORT_DOWN") ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+    a->state = getenv("GLOOCY_IBMOCK_PORT_DOWN") || port_failed ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
     a->max_mtu = a->active_mtu = IBV_MTU_4096;
     a->gid_tbl_len = 4;
     a->max_msg_sz = 1u << 31;

@@ -17,6 +17,8 @@ struct ibv_device dev0, *devlist[2];
 struct ibv_context *ctx0;
 int async_pipe[2] = {-1, -1};
 long delay_us, read_delay_us, qp_error_after, sends_posted, bad_rkey;
+double port_err_at;          /* when the port goes down (0: never) */
+int port_failed;
 char sock_dir[80];
 struct conn *loose[MAX_QP];   /* accepted, HELLO not read yet */
 
@@ -482,6 +484,13 @@ void *serve_loop(void *arg) {
                     loose[slot[i]] = NULL; close(c->fd); free(c->body); free(c);
                 }
             }
+        }
+        if (port_err_at && !port_failed && now() >= port_err_at) {
+            /* the link is gone: nothing reaches the peers any more */
+            port_failed = 1;
+            async_event(NULL, IBV_EVENT_PORT_ERR);
+            for (i = 0; i < MAX_QP; i++)
+                if (qps[i] && qps[i]->out) kill_conn(qps[i]->out);
         }
         for (i = 0; i < MAX_QP; i++) {
             struct mqp *q = qps[i];

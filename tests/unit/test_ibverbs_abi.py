@@ -84,3 +84,37 @@ def test_bad_knobs_are_named_before_any_connection(monkeypatch, name, value, why
     with pytest.raises(ValueError) as info:
         _settings("auto", 0)
     assert why in str(info.value)
+
+
+def _gid_table(root, entries):
+    """A sysfs GID table of device mlx5_0 port 1: index -> (type, gid)."""
+    port = root / "mlx5_0" / "ports" / "1"
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    (port / "gids").mkdir()
+    for i, (kind, gid) in entries.items():
+        (port / "gid_attrs" / "types" / str(i)).write_text(kind + "\n")
+        (port / "gids" / str(i)).write_text(gid + "\n")
+    return root
+
+
+LINK_LOCAL = "fe80:0000:0000:0000:0202:c9ff:fe00:0001"
+V4_MAPPED = "0000:0000:0000:0000:0000:ffff:0a00:0001"
+ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+@pytest.mark.parametrize("entries, want", [
+    # as NCCL picks: RoCE v2, IPv4-mapped first
+    ({0: ("IB/RoCE v1", LINK_LOCAL), 1: ("RoCE v2", LINK_LOCAL),
+      2: ("IB/RoCE v1", V4_MAPPED), 3: ("RoCE v2", V4_MAPPED)}, 3),
+    ({0: ("IB/RoCE v1", LINK_LOCAL), 1: ("RoCE v2", LINK_LOCAL)}, 1),
+    ({0: ("IB/RoCE v1", LINK_LOCAL), 1: ("RoCE v2", ZERO)}, None),
+    ({0: ("IB/RoCE v1", LINK_LOCAL)}, None),          # InfiniBand
+])
+def test_the_roce_v2_gid_is_found_in_the_kernels_table(tmp_path, entries, want):
+    from gloocy.transport.ibverbs import roce_v2_gid
+    assert roce_v2_gid("mlx5_0", 1, str(_gid_table(tmp_path, entries))) == want
+
+
+def test_without_a_gid_table_no_gid_is_chosen(tmp_path):
+    from gloocy.transport.ibverbs import roce_v2_gid
+    assert roce_v2_gid("mlx5_0", 1, str(tmp_path)) is None

@@ -1,7 +1,8 @@
 """The ibverbs transport on the libibverbs stand-in (tests/ibmock): which
 pairs use it, what set-up says when RDMA is missing, and how it fails (a
 named peer or a ProtocolError, never a hang or a bad copy): a peer killed
-mid-rendezvous, a bad rkey, a queue pair forced into the error state, the
+mid-rendezvous, a bad rkey, a queue pair forced into the error state, a
+port that goes down while ranks only wait (an asynchronous event), the
 registration limits (how many, how many bytes) and the registration cache
 under buffer churn (freed and allocated again at the same address: the
 stand-in fails an access through a registration whose pages changed). Nothing here ran on real RDMA hardware."""
@@ -110,6 +111,42 @@ def test_a_peer_killed_mid_rendezvous_is_named(ib_env):
     assert took < 10, took
 
 
+def r_die_on_the_second(comm, n):
+    """Rank 0 sends n doubles twice and is killed while rank 1 reads the
+    second into the buffer of the first: its registration, found in the
+    cache, is in use when the peer goes. Dropping the buffer then
+    invalidates it."""
+    from gloocy.transport.ibverbs import reg_cache_stats
+    if comm.rank == 0:
+        comm.Send(np.ones(n), 1, tag=1)
+        threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGKILL)).start()
+        comm.Send(np.ones(n), 1, tag=2)
+        return "sent"
+    buf = np.empty(n)
+    comm.Recv(buf, 0, tag=1)
+    first_ok = bool(np.all(buf == 1))
+    try:
+        comm.Recv(buf, 0, tag=2)
+    except gloocy.PeerLostError as e:
+        during = reg_cache_stats()
+        buf = None
+        gc.collect()
+        return first_ok, str(e), during, reg_cache_stats()
+    return "received"
+
+
+def test_a_peer_killed_while_a_cached_registration_is_read_into(ib_env):
+    env = {**ib_env, "GLOOCY_IBMOCK_READ_DELAY_US": "3000000",
+           "GLOOCY_IBMOCK_RETRY_MS": "300"}
+    with World(2, env=env, timeout=30) as w:
+        died, (first_ok, message, during, after) = w.run(r_die_on_the_second,
+                                                         1 << 17, check=False)
+    assert died.type_name == "ProcessDied"
+    assert first_ok and "rank 1: lost peer rank 0" in message, message
+    assert during["hits"] == 1 and during["misses"] == 1, during
+    assert after["invalidations"] == during["invalidations"] + 1, after
+
+
 def r_large_exchange(comm, n):
     x = np.arange(n, dtype=np.float64) + comm.rank
     comm.Allreduce(gloocy.IN_PLACE, x)
@@ -141,6 +178,29 @@ def test_a_queue_pair_forced_into_error_names_the_peer(ib_env):
     assert any(not isinstance(e, bool) and e.is_a("PeerLostError")
                and "error state" in e.message and "IBV_EVENT_QP_FATAL" in e.message
                for e in out), out
+
+
+def r_wait_for_each_other(comm):
+    """Each rank waits to receive from the other; nothing is ever sent."""
+    t = time.monotonic()
+    try:
+        comm.Recv(np.empty(4), 1 - comm.rank, tag=5)
+    except gloocy.PeerLostError as e:
+        return str(e), e.rank, time.monotonic() - t
+    return "received"
+
+
+def test_a_port_that_goes_down_ends_an_idle_wait(ib_env):
+    # Nothing is in flight, so no work completion fails, and the TCP
+    # connections beside the queue pairs stay up: only the device's
+    # asynchronous event says that the port went down.
+    env = {**ib_env, "GLOOCY_IBMOCK_PORT_ERR_AFTER_MS": "1500"}
+    with World(2, env=env, timeout=30) as w:
+        out = w.run(r_wait_for_each_other, check=False)
+    for r, (message, rank, took) in enumerate(out):
+        assert rank == 1 - r and f"rank {r}: lost peer rank {1 - r}" in message, message
+        assert "IBV_EVENT_PORT_ERR" in message, message
+        assert took < 15, took
 
 
 def r_churn(comm, rounds, n):
