@@ -101,7 +101,8 @@ cdef class IbvDevice:
         """Read the device's pending asynchronous events (non-blocking)."""
         cdef glv_async_event ev
         while glv.get_async_event(self.ctx, &ev) == 0:
-            self.events.append((<size_t>ev.element.qp, ev.event_type))
+            if ev.event_type in (0, 1, 2, 3, 8, 10):    # kept: the fatal ones
+                self.events.append((<size_t>ev.element.qp, ev.event_type))
             glv.ack_async_event(&ev)
         self.events_seen = len(self.events)
         return 0
