@@ -19,9 +19,9 @@
  * read responses only), GLOOCY_IBMOCK_QP_ERROR_AFTER
  * (a QP is forced into the error state after that many sends in this
  * process, with an IBV_EVENT_QP_FATAL async event), GLOOCY_IBMOCK_PORT_DOWN,
- * GLOOCY_IBMOCK_PORT_ERR_AFTER_MS (the port goes down that long after the
- * device opens: an IBV_EVENT_PORT_ERR async event, and nothing reaches the
- * peers after it),
+ * GLOOCY_IBMOCK_PORT_ERR_FILE (the port goes down once that file exists:
+ * an IBV_EVENT_PORT_ERR async event, and nothing reaches the peers after
+ * it),
  * GLOOCY_IBMOCK_BAD_RKEY (RDMA requests carry a wrong rkey);
  * GLOOCY_IBMOCK_LINK_LAYER=ethernet makes the port a RoCE one (no LID: a QP
  * in RTR must be given a global route with a GID of index < 4).
@@ -188,8 +188,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d) {
     read_delay_us = getenv("GLOOCY_IBMOCK_READ_DELAY_US") ? atol(getenv("GLOOCY_IBMOCK_READ_DELAY_US")) : 0;
     bad_rkey = getenv("GLOOCY_IBMOCK_BAD_RKEY") ? atol(getenv("GLOOCY_IBMOCK_BAD_RKEY")) : 0;
     max_mr = getenv("GLOOCY_IBMOCK_MAX_MR") ? atoi(getenv("GLOOCY_IBMOCK_MAX_MR")) : MAX_MR_SLOTS - 1;
-    port_err_at = getenv("GLOOCY_IBMOCK_PORT_ERR_AFTER_MS") ?
-                  now() + atof(getenv("GLOOCY_IBMOCK_PORT_ERR_AFTER_MS")) * 1e-3 : 0;
+    port_err_file = getenv("GLOOCY_IBMOCK_PORT_ERR_FILE");
     port_failed = 0;
     max_mr_bytes = getenv("GLOOCY_IBMOCK_MAX_MR_BYTES") ? atoll(getenv("GLOOCY_IBMOCK_MAX_MR_BYTES")) : 0;
     if (pipe2(async_pipe, O_CLOEXEC) < 0) goto fail;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -106,7 +107,7 @@ extern struct ibv_device dev0, *devlist[2];
 extern struct ibv_context *ctx0;
 extern int async_pipe[2];
 extern long delay_us, read_delay_us, qp_error_after, sends_posted, bad_rkey;
-extern double port_err_at;
+extern const char *port_err_file;
 extern int port_failed;
 extern char sock_dir[80];
 extern struct conn *loose[MAX_QP];

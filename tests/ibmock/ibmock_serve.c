@@ -17,7 +17,7 @@ struct ibv_device dev0, *devlist[2];
 struct ibv_context *ctx0;
 int async_pipe[2] = {-1, -1};
 long delay_us, read_delay_us, qp_error_after, sends_posted, bad_rkey;
-double port_err_at;          /* when the port goes down (0: never) */
+const char *port_err_file;   /* the port goes down once it exists */
 int port_failed;
 char sock_dir[80];
 struct conn *loose[MAX_QP];   /* accepted, HELLO not read yet */
@@ -485,7 +485,7 @@ void *serve_loop(void *arg) {
                 }
             }
         }
-        if (port_err_at && !port_failed && now() >= port_err_at) {
+        if (port_err_file && !port_failed && access(port_err_file, F_OK) == 0) {
             /* the link is gone: nothing reaches the peers any more */
             port_failed = 1;
             async_event(NULL, IBV_EVENT_PORT_ERR);

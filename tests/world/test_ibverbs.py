@@ -180,8 +180,12 @@ def test_a_queue_pair_forced_into_error_names_the_peer(ib_env):
                for e in out), out
 
 
-def r_wait_for_each_other(comm):
-    """Each rank waits to receive from the other; nothing is ever sent."""
+def r_wait_for_each_other(comm, flag):
+    """Each rank waits to receive from the other; nothing is ever sent.
+    Half a second in, rank 0 takes the port down (the stand-in's fault)."""
+    comm.Barrier()
+    if comm.rank == 0:
+        threading.Timer(0.5, open, (flag, "w")).start()
     t = time.monotonic()
     try:
         comm.Recv(np.empty(4), 1 - comm.rank, tag=5)
@@ -190,13 +194,14 @@ def r_wait_for_each_other(comm):
     return "received"
 
 
-def test_a_port_that_goes_down_ends_an_idle_wait(ib_env):
+def test_a_port_that_goes_down_ends_an_idle_wait(ib_env, tmp_path):
     # Nothing is in flight, so no work completion fails, and the TCP
     # connections beside the queue pairs stay up: only the device's
     # asynchronous event says that the port went down.
-    env = {**ib_env, "GLOOCY_IBMOCK_PORT_ERR_AFTER_MS": "1500"}
+    flag = str(tmp_path / "port-down")
+    env = {**ib_env, "GLOOCY_IBMOCK_PORT_ERR_FILE": flag}
     with World(2, env=env, timeout=30) as w:
-        out = w.run(r_wait_for_each_other, check=False)
+        out = w.run(r_wait_for_each_other, flag, check=False)
     for r, (message, rank, took) in enumerate(out):
         assert rank == 1 - r and f"rank {r}: lost peer rank {1 - r}" in message, message
         assert "IBV_EVENT_PORT_ERR" in message, message
