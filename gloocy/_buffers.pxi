@@ -135,6 +135,21 @@ cdef class Buf:
         return (<bytes>self.view.format).decode("ascii", "replace")
 
 
+# Told of each user buffer of at least _watch_min bytes a call acquires:
+# the ibverbs transport's registration cache learns which object owns the
+# memory it is asked to register (set_buffer_watch). None: nobody listens.
+cdef object _buffer_watch = None
+cdef int64_t _watch_min = 0
+
+
+def set_buffer_watch(watch, int64_t min_bytes=0):
+    """Call watch(obj, address, nbytes) for every user buffer of at least
+    min_bytes as a call acquires it; None: stop."""
+    global _buffer_watch, _watch_min
+    _buffer_watch = watch
+    _watch_min = min_bytes
+
+
 cdef Buf get_buffer(object obj, str name, bint writable, bint typed=False):
     """Acquire `obj`'s buffer; errors name the argument. A Buf (the message
     layer acquired it already) is used as it is."""
@@ -170,6 +185,8 @@ cdef Buf get_buffer(object obj, str name, bint writable, bint typed=False):
         raise BufferError(f"{name}: buffer is read-only but must receive data")
     b.ptr = <char *>b.view.buf
     b.nbytes = b.view.len
+    if _buffer_watch is not None and b.nbytes >= _watch_min:
+        _buffer_watch(obj, <size_t>b.ptr, b.nbytes)
     b.itemsize = b.view.itemsize if b.view.itemsize > 0 else 1
     if typed:
         b.dtype = -1

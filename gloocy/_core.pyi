@@ -1,6 +1,6 @@
 """Type stubs for gloocy._core (Cython): buffers, kernels, Context, Pair."""
 
-from typing import Any, Final, Sequence, TypeVar
+from typing import Any, Callable, Final, Sequence, TypeVar
 
 from numpy import ndarray
 from typing_extensions import Buffer, Self, TypeAlias, disjoint_base
@@ -23,6 +23,12 @@ ALGORITHMS: Final[dict[str, int]]     # allreduce algorithm name -> code
 # on Python >= 3.12, hence the union).
 _Buffer: TypeAlias = "Buffer | ndarray[Any, Any]"
 _P = TypeVar("_P", bound="Pair | None")   # any list of pairs, e.g. list[TcpPair | None]
+
+
+def set_buffer_watch(watch: Callable[[object, int, int], object] | None,
+                     min_bytes: int = 0) -> None:
+    """Call watch(obj, address, nbytes) for every user buffer of at least
+    min_bytes as a call acquires it; None: stop."""
 
 
 def reduce_local(src: _Buffer, acc: _Buffer, op: int, dtype: int) -> None:

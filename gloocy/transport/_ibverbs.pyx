@@ -15,9 +15,9 @@ shared memory), carried by two protocols:
 - rendezvous, for a payload of at least GLOOCY_IB_RDV_BYTES: the sender
   registers the payload and sends its address and rkey (RDV); the receiver
   registers the receive buffer and RDMA-reads the payload straight into it,
-  then says FIN. No copy of the payload on either side. Memory is
-  registered per transfer and deregistered when it completes (see
-  `_register` on why there is no cache of user registrations).
+  then says FIN. No copy of the payload on either side. Registrations of
+  user buffers are kept in the device's cache while their owner lives
+  (_ibverbs_regcache.pxi); other memory is registered for one transfer.
 
 Completions arrive through a completion channel; the pair's poll fd is an
 epoll set of that channel and of the TCP connection of the handshake, kept
@@ -32,6 +32,7 @@ from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t, uintptr
 from libc.stdlib cimport malloc, calloc, free
 from libc.string cimport memcpy, memset
 from posix.unistd cimport close as c_close, usleep
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 
 from gloocy._core cimport Xfer, XF_HEAP
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
@@ -139,6 +140,7 @@ _EVENTS = {0: "IBV_EVENT_CQ_ERR", 1: "IBV_EVENT_QP_FATAL", 2: "IBV_EVENT_QP_REQ_
            9: "IBV_EVENT_PORT_ACTIVE", 10: "IBV_EVENT_PORT_ERR"}
 
 
+include "_ibverbs_regcache.pxi"   # RegCache: registrations of user buffers
 include "_ibverbs_device.pxi"     # load(), device_names(), IbvDevice
 
 
@@ -173,17 +175,23 @@ cdef class IbvPair(StreamPair):
     # the rendezvous we receive (the RDV at the head of the inbox)
     cdef RdvInfo rr
     cdef bint rr_parsed           # rr holds the head RDV (what is left of it)
+    cdef bint rr_bounce           # its registration was refused: via the stage
     cdef bint rr_reading          # an RDMA read is in flight ...
     cdef bint rr_done             # ... and has completed
     cdef char *rr_dst
     cdef int64_t rr_n
-    cdef glv_mr *rr_mr
+    cdef glv_mr *rr_mr            # rr_reg's (NULL: read through the stage)
+    cdef RegEntry rr_reg
     # the rendezvous we send (waiting for its FIN)
     cdef const char *rs_base
     cdef int64_t rs_len
-    cdef glv_mr *rs_mr
+    cdef glv_mr *rs_mr            # rs_reg's
+    cdef RegEntry rs_reg
     cdef bint rs_fin
+    cdef const char *rs_refused_lo    # a payload the device would not register
+    cdef const char *rs_refused_hi    # (the rest of it goes eager, untried)
     cdef int failed_status        # a failed work completion's status (0: none)
+    cdef int events_seen          # of the device's async events, checked
     cdef bint sock_eof
 
     def __cinit__(self, IbvDevice dev, int sock, int rank, int peer, str address,
@@ -211,6 +219,11 @@ cdef class IbvPair(StreamPair):
         ev.events = EPOLLIN
         ev.data.fd = self.chan.fd
         if epoll_ctl(self.fd, EPOLL_CTL_ADD, self.chan.fd, &ev) != 0:
+            _raise_verbs("epoll_ctl", errno)
+        # the device's asynchronous events (port down, QP fatal) wake us too
+        ev.events = EPOLLIN
+        ev.data.fd = dev.ctx.async_fd
+        if epoll_ctl(self.fd, EPOLL_CTL_ADD, dev.ctx.async_fd, &ev) != 0:
             _raise_verbs("epoll_ctl", errno)
         self.sock = -1
         if sock >= 0:
@@ -328,8 +341,8 @@ cdef class IbvPair(StreamPair):
         _dereg(&self.rmr)
         _dereg(&self.smr)
         _dereg(&self.stage_mr)
-        _dereg(&self.rr_mr)
-        _dereg(&self.rs_mr)
+        self._release_reg(True)
+        self._release_reg(False)
         if self.cq is not NULL:
             glv.destroy_cq(self.cq)
             self.cq = NULL
@@ -400,7 +413,9 @@ cdef class IbvPair(StreamPair):
         cdef glv_send_wr *bad
         cdef glv_mr *mr = self.stage_mr
         if dst != self.stage:
-            self.rr_mr = self._register(dst, n, GLV_ACCESS_LOCAL_WRITE)
+            if not self.rr_bounce:
+                self.rr_mr = self._acquire(False, dst, n, GLV_ACCESS_LOCAL_WRITE)
+                self.rr_bounce = self.rr_mr is NULL
             if self.rr_mr is not NULL:
                 mr = self.rr_mr
             else:
@@ -424,15 +439,35 @@ cdef class IbvPair(StreamPair):
         self.rr_n = n
         return 0
 
-    cdef glv_mr *_register(self, const char *addr, int64_t n, int access) noexcept nogil:
-        # Registered per transfer, released when it completes. A cache of
-        # user registrations would have to know when memory is unmapped and
-        # mapped again at the same address (a stale registration then points
-        # at the old pages: silent corruption); nothing short of hooking
-        # munmap (as UCX does) or on-demand paging tells us, and a wrong
-        # guess costs correctness, a registration only time. NULL when the
-        # device refuses (its registration limit): the caller falls back.
-        return glv.reg_mr(self.dev.pd, <void *>addr, <size_t>n, access)
+    cdef glv_mr *_acquire(self, bint sending, const char *addr, int64_t n,
+                          int access) except? NULL nogil:
+        """A registration of [addr, addr+n) for the rendezvous we send or
+        receive, from the device's cache; NULL when the device refuses (its
+        registration limit, after evicting what the cache could): the
+        caller falls back to copies."""
+        with gil:
+            e = self.dev.cache.acquire(addr, n, access)
+            if sending:
+                self.rs_reg = e
+            else:
+                self.rr_reg = e
+            return NULL if e is None else (<RegEntry>e).mr
+
+    cdef void _release_reg(self, bint sending) noexcept nogil:
+        """The rendezvous is over: give its registration back."""
+        with gil:
+            e = self.rs_reg if sending else self.rr_reg
+            if sending:
+                self.rs_reg = None
+                self.rs_mr = NULL
+            else:
+                self.rr_reg = None
+                self.rr_mr = NULL
+            if e is not None and self.dev is not None:
+                try:
+                    self.dev.cache.release(e)
+                except Exception:
+                    pass           # only ever MemoryError; the MR leaks
 
     # -- completions -----------------------------------------------------------
 
@@ -496,15 +531,37 @@ cdef class IbvPair(StreamPair):
 
     cdef str _async_events(self):
         """What the device reported for our QP or its port (async events)."""
-        cdef glv_async_event ev
-        seen = []
         if self.dev is None:
             return ""
-        while glv.get_async_event(self.dev.ctx, &ev) == 0:
-            if ev.element.qp == self.qp or ev.event_type in (8, 9, 10):
-                seen.append(_EVENTS.get(ev.event_type, str(ev.event_type)))
-            glv.ack_async_event(&ev)
-        return f" (the device reported {', '.join(seen)})" if seen else ""
+        self.dev.drain_async()
+        seen = self.dev.fatal_for(<size_t>self.qp, <size_t>self.cq)
+        return f" (the device reported {seen})" if seen else ""
+
+    cdef int _check_async(self) except -1 nogil:
+        """Read the device's asynchronous events (at most every millisecond:
+        its fd wakes every pair of the device); PeerLostError if one ends
+        our queue pair: a QP error, the port going down, the device failing.
+        (A port that goes down ends every queue pair on it, whether or not a
+        transfer was in flight: a rank waiting to receive would otherwise
+        wait for as long as the TCP connection beside it lives.)"""
+        cdef timespec ts
+        cdef double now
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        now = ts.tv_sec + ts.tv_nsec * 1e-9
+        if now - self.dev.async_at < 0.001 and self.dev.events_seen == self.events_seen:
+            return 0
+        with gil:
+            if now - self.dev.async_at >= 0.001:
+                self.dev.async_at = now
+                self.dev.drain_async()
+            if self.dev.events_seen == self.events_seen:
+                return 0
+            self.events_seen = self.dev.events_seen
+            seen = self.dev.fatal_for(<size_t>self.qp, <size_t>self.cq)
+            if seen:
+                self.peer_gone = True
+                return self.lost(f"the device reported {seen}".encode(), 0)
+        return 0
 
     cdef void _inbox_push(self, int slot, int nbytes, int kind) noexcept nogil:
         cdef int n = self.slots + CTL_SLOTS
@@ -560,8 +617,7 @@ cdef class IbvPair(StreamPair):
             if not self.rs_fin:
                 return WOULD_BLOCK
             total = self.rs_len            # the peer read it: all delivered
-            glv.dereg_mr(self.rs_mr)
-            self.rs_mr = NULL
+            self._release_reg(True)
             self.rs_base = NULL
             self.rs_fin = False
             return total
@@ -596,10 +652,15 @@ cdef class IbvPair(StreamPair):
     cdef bint _start_rdv(self, const char *base, int64_t n) except -1 nogil:
         """Offer `n` bytes at `base` to the peer to read; False if they
         cannot be registered (they then go eager)."""
-        cdef glv_mr *mr = self._register(base, n, GLV_ACCESS_REMOTE_READ)
+        cdef glv_mr *mr
         cdef RdvInfo *info
         cdef int slot
+        if self.rs_refused_lo < base < self.rs_refused_hi:
+            return False               # the rest of a payload refused before
+        mr = self._acquire(True, base, n, GLV_ACCESS_REMOTE_READ)
         if mr is NULL:
+            self.rs_refused_lo = base
+            self.rs_refused_hi = base + n
             return False
         self.nsfree -= 1
         slot = self.sfree[self.nsfree]
@@ -668,11 +729,11 @@ cdef class IbvPair(StreamPair):
             elif self.rr_mr is NULL and dst != self.stage:
                 memcpy(dst, self.stage, k)     # read through the stage (no MR)
             self.rr_reading = self.rr_done = False
-            _dereg(&self.rr_mr)
+            self._release_reg(False)
             self.rr.addr += <uint64_t>k
             self.rr.length -= <uint64_t>k
             if self.rr.length == 0:
-                self.rr_parsed = False
+                self.rr_parsed = self.rr_bounce = False
                 self._inbox_pop()
                 self.ctl_out += 1
                 self._post_msg(MSG_FIN, NO_SLOT, 0)
@@ -727,6 +788,8 @@ cdef class IbvPair(StreamPair):
         self._arm()
         if self.poll_cq():                 # came while arming
             moved |= StreamPair.progress(self)
+        if not moved:
+            self._check_async()
         return moved
 
     cdef short wait_events(self) noexcept nogil:

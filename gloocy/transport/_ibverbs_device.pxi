@@ -35,6 +35,12 @@ cdef class IbvDevice:
     cdef readonly int mtu             # the port's active MTU (enum ibv_mtu)
     cdef readonly bint ethernet       # RoCE: address by GID
     cdef glv_gid gid
+    cdef readonly RegCache cache      # registrations of user buffers
+    # Asynchronous events, read by whichever pair finds the device's fd
+    # readable (drain_async) and kept for all: (element address, type).
+    cdef list events
+    cdef int events_seen              # len(events), for pairs without the GIL
+    cdef double async_at              # when drain_async last read
     cdef object __weakref__
 
     def __cinit__(self, str name, int port, int gid_index):
@@ -60,6 +66,9 @@ cdef class IbvDevice:
         self.pd = glv.alloc_pd(self.ctx)
         if self.pd is NULL:
             raise RuntimeError(f"ibverbs: cannot allocate a protection domain on {name}")
+        self.cache = RegCache()
+        self.cache.pd = self.pd
+        self.events = []
         # async events are read when a transfer fails, never waited for
         fcntl(self.ctx.async_fd, F_SETFL, fcntl(self.ctx.async_fd, F_GETFL) | O_NONBLOCK)
         memset(&attr, 0, sizeof(attr))
@@ -81,10 +90,30 @@ cdef class IbvDevice:
                                f"{self.gid_index}")
 
     def __dealloc__(self):
+        if self.cache is not None:
+            self.cache.close()
         if self.pd is not NULL:
             glv.dealloc_pd(self.pd)
         if self.ctx is not NULL:
             glv.close_device(self.ctx)
+
+    cdef int drain_async(self) except -1:
+        """Read the device's pending asynchronous events (non-blocking)."""
+        cdef glv_async_event ev
+        while glv.get_async_event(self.ctx, &ev) == 0:
+            if ev.event_type in (0, 1, 2, 3, 8, 10):    # kept: the fatal ones
+                self.events.append((<size_t>ev.element.qp, ev.event_type))
+            glv.ack_async_event(&ev)
+        self.events_seen = len(self.events)
+        return 0
+
+    cdef str fatal_for(self, size_t qp, size_t cq):
+        """The names of the events that end a queue pair `qp` (its own
+        errors, its CQ's, the device's or the port's); '' if none."""
+        names = [_EVENTS.get(kind, str(kind)) for at, kind in self.events
+                 if kind in (8, 10) or (kind in (1, 2, 3) and at == qp)
+                 or (kind == 0 and at == cq)]
+        return ", ".join(dict.fromkeys(names))
 
     def address(self):
         """(lid, gid bytes) of our port."""

@@ -5,7 +5,8 @@ comma-separated list of device names, each optionally `:port`; names match
 as prefixes (`mlx5` matches mlx5_0 and mlx5_1) unless the list starts with
 `=` (exact names); a list starting with `^` excludes what it names. Unset:
 every device, port 1. GLOOCY_IB_GID_INDEX picks the GID (needed on RoCE,
-where addresses are GIDs; default 0 there, LIDs on InfiniBand).
+where addresses are GIDs; unset, as NCCL does: the port's RoCE v2 GID,
+an IPv4-mapped one first, else index 0; LIDs on InfiniBand).
 
 Over each authenticated TCP connection the two ranks first say whether they
 can use ibverbs (`agree`); a pair then exchanges its queue pair's address
@@ -23,7 +24,7 @@ from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport.handshake import recv_exact
 
 __all__ = ["probe", "require", "agree", "ib_pair", "parse_hca", "select_ports",
-           "settings"]
+           "settings", "reg_cache_stats"]
 
 _ADDR = struct.Struct("<8sIIH16sBII")
 _ADDR_MAGIC = b"GLCYIBV1"
@@ -33,6 +34,7 @@ LIBRARY = "libibverbs.so.1"        # GLOOCY_IB_LIBRARY: another path
 DEFAULT_RDV = 32768
 DEFAULT_SLOTS = 64
 DEFAULT_SLOT_BYTES = 8192
+DEFAULT_REG_CACHE = 256 << 20
 
 _open = weakref.WeakValueDictionary()     # one open device per (name, port, gid)
 
@@ -85,16 +87,81 @@ def settings():
     """The pair's knobs, checked (ValueError naming the variable):
     GLOOCY_IB_SLOTS eager receive slots per peer, GLOOCY_IB_SLOT_BYTES each
     (the same on every rank), GLOOCY_IB_RDV_BYTES the smallest payload sent
-    by rendezvous (RDMA read into the receive buffer) rather than copied."""
+    by rendezvous (RDMA read into the receive buffer) rather than copied.
+    (GLOOCY_IB_REG_CACHE_BYTES: see reg_cache_bytes.)"""
     gid_index()
+    reg_cache_bytes()
+    qp_settings()
     parse_hca(os.environ.get("GLOOCY_IB_HCA", ""))
     return dict(slots=_int_env("GLOOCY_IB_SLOTS", DEFAULT_SLOTS, 4),
                 slot_bytes=_int_env("GLOOCY_IB_SLOT_BYTES", DEFAULT_SLOT_BYTES, 256),
                 rdv_min=_int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
 
 
+def qp_settings():
+    """The queue pair's retries, as NCCL_IB_TIMEOUT and NCCL_IB_RETRY_CNT:
+    GLOOCY_IB_TIMEOUT (0-31; a try waits 4.096 us * 2**timeout) and
+    GLOOCY_IB_RETRY_CNT (0-7 tries) bound how long a send to a peer that
+    stopped answering takes to fail (IBV_WC_RETRY_EXC_ERR: PeerLostError)."""
+    out = {}
+    for key, name, default, high in (("timeout", "GLOOCY_IB_TIMEOUT", 14, 31),
+                                     ("retry_cnt", "GLOOCY_IB_RETRY_CNT", 7, 7)):
+        out[key] = _int_env(name, default, 0)
+        if out[key] > high:
+            raise ValueError(f"{name}={os.environ[name]!r}: must be at most {high}")
+    return out
+
+
+def reg_cache_bytes():
+    """GLOOCY_IB_REG_CACHE_BYTES: how many bytes of user buffers stay
+    registered between transfers (whole pages; 0: none, every rendezvous
+    registers its buffer and deregisters it after)."""
+    return _int_env("GLOOCY_IB_REG_CACHE_BYTES", DEFAULT_REG_CACHE, 0)
+
+
+def reg_cache_stats():
+    """The registration caches' counters in this process, summed over the
+    open devices: hits, misses, invalidations (an owner died or moved its
+    memory), evictions (LRU, or to make room when the device refused a
+    registration), refused (registrations the device refused: the transfer
+    went by copies), entries and bytes kept now."""
+    total = {}
+    for dev in list(_open.values()):
+        for k, v in dev.cache.counters().items():
+            total[k] = total.get(k, 0) + v
+    return total
+
+
 def gid_index():
     return _int_env("GLOOCY_IB_GID_INDEX", -1, -1)
+
+
+SYSFS = "/sys/class/infiniband"
+
+
+def roce_v2_gid(name, port, root=SYSFS):
+    """The index of `name` port `port`'s RoCE v2 GID (routable over IP), an
+    IPv4-mapped one (::ffff:a.b.c.d) before others, from the kernel's GID
+    table in sysfs; None if it lists none (InfiniBand, or no sysfs)."""
+    base = os.path.join(root, name, "ports", str(port))
+    found = []
+    try:
+        indices = sorted(int(i) for i in os.listdir(os.path.join(base, "gid_attrs", "types"))
+                         if i.isdigit())
+    except OSError:
+        return None
+    for i in indices:
+        try:
+            with open(os.path.join(base, "gid_attrs", "types", str(i))) as f:
+                kind = f.read().strip()
+            with open(os.path.join(base, "gids", str(i))) as f:
+                gid = f.read().strip().lower()
+        except OSError:
+            continue                   # an unused entry (the kernel says EINVAL)
+        if kind.lower() != "roce v2" or not gid.strip("0:"):
+            continue
+        found.append((not gid.startswith("0000:0000:0000:0000:0000:ffff:"), i))
+    return min(found)[1] if found else None
 
 
 def probe():
@@ -118,11 +185,18 @@ def probe():
         dev = _open.get((name, port, gid))
         if dev is not None:
             return dev, ""
+        index = gid if gid >= 0 else roce_v2_gid(name, port)
         try:
-            dev = _ibverbs.IbvDevice(name, port, gid)
+            dev = _ibverbs.IbvDevice(name, port, -1 if index is None else index)
         except RuntimeError as e:
             reasons.append(str(e))
             continue
+        dev.cache.limit = reg_cache_bytes()
+        if dev.cache.limit:
+            # the cache keeps registrations of buffers whose owner it knows
+            from gloocy import _core
+            _core.set_buffer_watch(_ibverbs.note_buffer,
+                                   _int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
         _open[(name, port, gid)] = dev
         return dev, ""
     return None, "; ".join(reasons)
@@ -179,7 +253,7 @@ def ib_pair(sock, rank, peer, address, dev, deadline, *, dead_s=0):
                 f"rank {rank}: rank {peer} ({address}) has GLOOCY_IB_SLOTS/"
                 f"GLOOCY_IB_SLOT_BYTES {rslots}/{rslot_bytes}, this rank "
                 f"{slots}/{slot_bytes}: they must be the same on every rank")
-        pair.connect(rqpn, rpsn, rlid, rgid, rmtu)
+        pair.connect(rqpn, rpsn, rlid, rgid, rmtu, **qp_settings())
         # Both queue pairs are ready to receive before either sends.
         sock.sendall(b"R")
         if recv_exact(sock, 1, "the queue pair's readiness") != b"R":

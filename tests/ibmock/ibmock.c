@@ -11,14 +11,22 @@
  * rkeys, bounds and access flags in its own MR table and answers with a
  * status, which the requester turns into a work completion, as an HCA does.
  *
- * Faults (environment): GLOOCY_IBMOCK_MAX_MR (registration limit),
+ * Faults (environment): GLOOCY_IBMOCK_MAX_MR (registration limit: how
+ * many), GLOOCY_IBMOCK_MAX_MR_BYTES (how many bytes, in whole pages, as
+ * the locked-memory limit bounds pinned memory; ibv_reg_mr then fails
+ * with ENOMEM),
  * GLOOCY_IBMOCK_DELAY_US (each response delayed; _READ_DELAY_US: RDMA
  * read responses only), GLOOCY_IBMOCK_QP_ERROR_AFTER
  * (a QP is forced into the error state after that many sends in this
  * process, with an IBV_EVENT_QP_FATAL async event), GLOOCY_IBMOCK_PORT_DOWN,
+ * GLOOCY_IBMOCK_PORT_ERR_FILE (the port goes down once that file exists:
+ * an IBV_EVENT_PORT_ERR async event, and nothing reaches the peers after
+ * it),
  * GLOOCY_IBMOCK_BAD_RKEY (RDMA requests carry a wrong rkey);
  * GLOOCY_IBMOCK_LINK_LAYER=ethernet makes the port a RoCE one (no LID: a QP
  * in RTR must be given a global route with a GID of index < 4).
+ * An MR used after its memory was unmapped and mapped again fails as a
+ * protection error (see same_pages in ibmock_serve.c).
  * A peer process that dies gives IBV_WC_RETRY_EXC_ERR after the QP's
  * retry time (timeout and retry_cnt, capped at GLOOCY_IBMOCK_RETRY_MS).
  */
@@ -180,6 +188,9 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *d) {
     read_delay_us = getenv("GLOOCY_IBMOCK_READ_DELAY_US") ? atol(getenv("GLOOCY_IBMOCK_READ_DELAY_US")) : 0;
     bad_rkey = getenv("GLOOCY_IBMOCK_BAD_RKEY") ? atol(getenv("GLOOCY_IBMOCK_BAD_RKEY")) : 0;
     max_mr = getenv("GLOOCY_IBMOCK_MAX_MR") ? atoi(getenv("GLOOCY_IBMOCK_MAX_MR")) : MAX_MR_SLOTS - 1;
+    port_err_file = getenv("GLOOCY_IBMOCK_PORT_ERR_FILE");
+    port_failed = 0;
+    max_mr_bytes = getenv("GLOOCY_IBMOCK_MAX_MR_BYTES") ? atoll(getenv("GLOOCY_IBMOCK_MAX_MR_BYTES")) : 0;
     if (pipe2(async_pipe, O_CLOEXEC) < 0) goto fail;
     c->async_fd = async_pipe[0];
     wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -214,6 +225,7 @@ EXPORT int ibv_close_device(struct ibv_context *c) {
         if (loose[i]) { close(loose[i]->fd); free(loose[i]); loose[i] = NULL; }
     close(listen_fd); close(wake_fd);
     close(async_pipe[0]); close(async_pipe[1]);
+    mr_pages_close();
     sock_path(path, sizeof(path), getpid());
     unlink(path);
     opened = 0;
@@ -237,7 +249,7 @@ EXPORT int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat_ib
     if (port != 1) return EINVAL;
     /* only the old (compat) part of the struct: callers pass that size */
     memset(a, 0, offsetof(struct ibv_port_attr, link_layer) + 1);
-    a->state = getenv("GLOOCY_IBMOCK_PORT_DOWN") ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
+    a->state = getenv("GLOOCY_IBMOCK_PORT_DOWN") || port_failed ? IBV_PORT_DOWN : IBV_PORT_ACTIVE;
     a->max_mtu = a->active_mtu = IBV_MTU_4096;
     a->gid_tbl_len = 4;
     a->max_msg_sz = 1u << 31;
@@ -281,7 +293,13 @@ EXPORT struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int 
     m->mr.rkey = m->mr.lkey;
     m->access = access;
     m->live = 1;
+    mr_pages(m);
+    if (max_mr_bytes && mr_bytes + (long long)m->pinned > max_mr_bytes) {
+        /* over the locked-memory limit: what pinning more pages gives */
+        pthread_mutex_unlock(&G); free(m->pfn); free(m); errno = ENOMEM; return NULL;
+    }
     mrs[i] = m;
+    mr_bytes += m->pinned;
     n_mr++;
     pthread_mutex_unlock(&G);
     return &m->mr;
@@ -300,7 +318,9 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
     pthread_mutex_lock(&G);
     mrs[mr->lkey >> 8] = NULL;
     n_mr--;
+    mr_bytes -= m->pinned;
     pthread_mutex_unlock(&G);
+    free(m->pfn);
     free(m);
     return 0;
 }

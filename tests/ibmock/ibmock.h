@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -84,12 +85,21 @@ struct mcq {
     int armed;
 };
 
-struct mmr { struct ibv_mr mr; int access; int live; };
+struct mmr {
+    struct ibv_mr mr;
+    int access, live;
+    size_t pinned;           /* bytes counted against the limit (whole pages) */
+    uintptr_t page0;         /* the first page's address ... */
+    uint64_t *pfn;           /* ... and the physical pages seen at registration
+                                (NULL: not known, the check is off) */
+    size_t npages;
+};
 
 extern pthread_mutex_t G;
 extern struct mqp *qps[MAX_QP];
 extern struct mmr *mrs[MAX_MR_SLOTS];
 extern int n_mr, max_mr;
+extern long long mr_bytes, max_mr_bytes;
 extern unsigned mr_gen;
 extern int listen_fd, wake_fd, stop, opened;
 extern pthread_t helper;
@@ -97,6 +107,8 @@ extern struct ibv_device dev0, *devlist[2];
 extern struct ibv_context *ctx0;
 extern int async_pipe[2];
 extern long delay_us, read_delay_us, qp_error_after, sends_posted, bad_rkey;
+extern const char *port_err_file;
+extern int port_failed;
 extern char sock_dir[80];
 extern struct conn *loose[MAX_QP];
 
@@ -110,6 +122,8 @@ int wc_opcode(int wr_opcode);
 void async_event(struct ibv_qp *qp, enum ibv_event_type type);
 void qp_fail(struct mqp *q, int first);
 struct mmr *find_mr(uint32_t key);
+void mr_pages(struct mmr *m);
+void mr_pages_close(void);
 int mr_allows(uint32_t key, uint64_t addr, uint64_t len, int access);
 void enqueue(struct conn *c, const struct msg *m, const void *body, const struct ibv_sge *sge, int nsge);
 void serve_held(struct mqp *q);

@@ -3,11 +3,13 @@
  * ibmock.c for the whole). */
 #define _GNU_SOURCE
 #include "ibmock.h"
+#include <sys/mman.h>
 
 pthread_mutex_t G = PTHREAD_MUTEX_INITIALIZER;
 struct mqp *qps[MAX_QP];
 struct mmr *mrs[MAX_MR_SLOTS];
 int n_mr, max_mr = MAX_MR_SLOTS;
+long long mr_bytes, max_mr_bytes;   /* registered (whole pages); 0: no limit */
 unsigned mr_gen = 1;
 int listen_fd = -1, wake_fd = -1, stop, opened;
 pthread_t helper;
@@ -15,6 +17,8 @@ struct ibv_device dev0, *devlist[2];
 struct ibv_context *ctx0;
 int async_pipe[2] = {-1, -1};
 long delay_us, read_delay_us, qp_error_after, sends_posted, bad_rkey;
+const char *port_err_file;   /* the port goes down once it exists */
+int port_failed;
 char sock_dir[80];
 struct conn *loose[MAX_QP];   /* accepted, HELLO not read yet */
 
@@ -111,13 +115,83 @@ struct mmr *find_mr(uint32_t key) {
     return m && m->live && (m->mr.lkey == key || m->mr.rkey == key) ? m : NULL;
 }
 
-/* Does MR `key` cover [addr, addr+len) with `access`? */
+/* Stale registrations. ibv_reg_mr pins the pages behind a range; memory
+ * unmapped and mapped again at the same address gets other pages, and an
+ * HCA goes on using the old, pinned ones: silent corruption. The stand-in
+ * pins nothing, but it remembers which physical pages backed an MR
+ * (/proc/self/pagemap) and fails an access through it when they changed,
+ * so that a stale registration shows in tests. The page frame numbers need
+ * CAP_SYS_ADMIN; without it they read as 0 and the check is off. */
+static int pagemap_fd = -2;
+
+/* The frame numbers of n pages from page0 (0: not present); -1 if unknown. */
+static int read_pfns(uintptr_t page0, size_t n, uint64_t *out) {
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t i;
+    if (pagemap_fd == -2) pagemap_fd = open("/proc/self/pagemap", O_RDONLY | O_CLOEXEC);
+    if (pagemap_fd < 0 ||
+        pread(pagemap_fd, out, n * 8, (off_t)(page0 / ps) * 8) != (ssize_t)(n * 8))
+        return -1;
+    for (i = 0; i < n; i++)
+        out[i] = (out[i] >> 63) ? out[i] & ((1ull << 55) - 1) : 0;
+    return 0;
+}
+
+/* At registration: fault the pages in, writable where the mapping allows
+ * (as pinning them does), and remember them. */
+void mr_pages(struct mmr *m) {
+    long ps = sysconf(_SC_PAGESIZE);
+    uintptr_t lo = (uintptr_t)m->mr.addr & ~(uintptr_t)(ps - 1);
+    uintptr_t hi = ((uintptr_t)m->mr.addr + m->mr.length + ps - 1) & ~(uintptr_t)(ps - 1);
+    size_t i;
+    m->page0 = lo;
+    m->npages = (hi - lo) / ps;
+    m->pinned = hi - lo;
+    if (!m->mr.length || !(m->pfn = malloc(m->npages * 8))) return;
+    if (madvise((void *)lo, hi - lo, MADV_POPULATE_WRITE) != 0)
+        madvise((void *)lo, hi - lo, MADV_POPULATE_READ);
+    if (read_pfns(lo, m->npages, m->pfn) == 0)
+        for (i = 0; i < m->npages; i++)
+            if (m->pfn[i]) return;
+    free(m->pfn);                   /* unknown (unprivileged): no check */
+    m->pfn = NULL;
+}
+
+void mr_pages_close(void) {
+    if (pagemap_fd >= 0) close(pagemap_fd);
+    pagemap_fd = -2;
+}
+
+/* Are [addr, addr+len) of m still on the pages it was registered over? */
+static int same_pages(const struct mmr *m, uint64_t addr, uint64_t len) {
+    long ps = sysconf(_SC_PAGESIZE);
+    size_t first, n, i;
+    uint64_t now_pfn[64];
+    if (!m->pfn || !len) return 1;
+    first = (addr - m->page0) / ps;
+    n = (addr + len - 1 - m->page0) / ps + 1 - first;
+    for (i = 0; i < n; i += 64) {
+        size_t k = n - i < 64 ? n - i : 64, j;
+        if (read_pfns(m->page0 + (first + i) * ps, k, now_pfn) != 0) return 1;
+        for (j = 0; j < k; j++)
+            if (now_pfn[j] != m->pfn[first + i + j]) {
+                fprintf(stderr, "ibmock: a stale memory registration (key %#x): the "
+                        "pages at %#lx are not the ones registered\n", m->mr.lkey,
+                        (unsigned long)(m->page0 + (first + i + j) * ps));
+                return 0;
+            }
+    }
+    return 1;
+}
+
+/* Does MR `key` cover [addr, addr+len) with `access`, on its own pages? */
 int mr_allows(uint32_t key, uint64_t addr, uint64_t len, int access) {
     struct mmr *m = find_mr(key);
     uint64_t lo;
     if (!m || (m->access & access) != access) return 0;
     lo = (uint64_t)(uintptr_t)m->mr.addr;
-    return addr >= lo && len <= m->mr.length && addr - lo <= m->mr.length - len;
+    return addr >= lo && len <= m->mr.length && addr - lo <= m->mr.length - len
+           && same_pages(m, addr, len);
 }
 
 /* -- messages ---------------------------------------------------------- */
@@ -410,6 +484,13 @@ void *serve_loop(void *arg) {
                     loose[slot[i]] = NULL; close(c->fd); free(c->body); free(c);
                 }
             }
+        }
+        if (port_err_file && !port_failed && access(port_err_file, F_OK) == 0) {
+            /* the link is gone: nothing reaches the peers any more */
+            port_failed = 1;
+            async_event(NULL, IBV_EVENT_PORT_ERR);
+            for (i = 0; i < MAX_QP; i++)
+                if (qps[i] && qps[i]->out) kill_conn(qps[i]->out);
         }
         for (i = 0; i < MAX_QP; i++) {
             struct mqp *q = qps[i];

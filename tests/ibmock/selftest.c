@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 static int failures;
@@ -195,6 +196,34 @@ int main(void) {
     post_recv(qd, b_buf, 64, mb->lkey);
     CHECK(next_wc(cqa).status == IBV_WC_SUCCESS, "... and completes once a receive is posted");
     next_wc(cqb);
+
+    /* memory unmapped and mapped again at the same address under an MR:
+     * hardware would use the old pages; the stand-in fails (it needs the
+     * page frame numbers, which only a privileged process can read) */
+    if (geteuid() == 0) {
+        char *p = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        struct ibv_mr *ms = ibv_reg_mr(pd, p, 8192, IBV_ACCESS_LOCAL_WRITE);
+        char *q, *scratch;
+        qc = make_qp(cqa); qd = make_qp(cqb);
+        to_init(qc, 0); to_init(qd, 0);
+        to_rts(qc, qd->qp_num, 7); to_rts(qd, qc->qp_num, 7);
+        post_recv(qd, b_buf, 64, mb->lkey);
+        post(qc, IBV_WR_SEND, p, 8, ms->lkey, 0, 0, 0);
+        CHECK(next_wc(cqa).status == IBV_WC_SUCCESS, "a registered mapping can be sent");
+        next_wc(cqb);
+        munmap(p, 8192);
+        /* take the freed pages (the allocator would hand them out again
+         * first), as they would stay pinned under the MR on hardware */
+        scratch = mmap(NULL, 1 << 22, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        memset(scratch, 1, 1 << 22);
+        q = mmap(p, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0);
+        memset(q, 1, 8192);
+        post(qc, IBV_WR_SEND, q, 8, ms->lkey, 0, 0, 0);
+        CHECK(q == p && next_wc(cqa).status == IBV_WC_LOC_PROT_ERR,
+              "its memory unmapped and mapped again at the same address: LOC_PROT_ERR");
+    } else {
+        printf("skip a stale registration (page frame numbers need CAP_SYS_ADMIN)\n");
+    }
 
     ibv_close_device(ctx);
     printf("%d failures\n", failures);

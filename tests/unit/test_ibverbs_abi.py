@@ -74,6 +74,9 @@ def test_a_bad_port_is_named():
     ("GLOOCY_IB_RDV_BYTES", "0", "GLOOCY_IB_RDV_BYTES='0'"),
     ("GLOOCY_IB_GID_INDEX", "-2", "GLOOCY_IB_GID_INDEX='-2'"),
     ("GLOOCY_IB_HCA", "mlx5_0:one", "port 'one' of 'mlx5_0'"),
+    ("GLOOCY_IB_REG_CACHE_BYTES", "-1", "GLOOCY_IB_REG_CACHE_BYTES='-1'"),
+    ("GLOOCY_IB_TIMEOUT", "32", "GLOOCY_IB_TIMEOUT='32': must be at most 31"),
+    ("GLOOCY_IB_RETRY_CNT", "8", "GLOOCY_IB_RETRY_CNT='8': must be at most 7"),
 ])
 def test_bad_knobs_are_named_before_any_connection(monkeypatch, name, value, why):
     from gloocy.transport import _settings
@@ -81,3 +84,37 @@ def test_bad_knobs_are_named_before_any_connection(monkeypatch, name, value, why
     with pytest.raises(ValueError) as info:
         _settings("auto", 0)
     assert why in str(info.value)
+
+
+def _gid_table(root, entries):
+    """A sysfs GID table of device mlx5_0 port 1: index -> (type, gid)."""
+    port = root / "mlx5_0" / "ports" / "1"
+    (port / "gid_attrs" / "types").mkdir(parents=True)
+    (port / "gids").mkdir()
+    for i, (kind, gid) in entries.items():
+        (port / "gid_attrs" / "types" / str(i)).write_text(kind + "\n")
+        (port / "gids" / str(i)).write_text(gid + "\n")
+    return root
+
+
+LINK_LOCAL = "fe80:0000:0000:0000:0202:c9ff:fe00:0001"
+V4_MAPPED = "0000:0000:0000:0000:0000:ffff:0a00:0001"
+ZERO = "0000:0000:0000:0000:0000:0000:0000:0000"
+
+
+@pytest.mark.parametrize("entries, want", [
+    # as NCCL picks: RoCE v2, IPv4-mapped first
+    ({0: ("IB/RoCE v1", LINK_LOCAL), 1: ("RoCE v2", LINK_LOCAL),
+      2: ("IB/RoCE v1", V4_MAPPED), 3: ("RoCE v2", V4_MAPPED)}, 3),
+    ({0: ("IB/RoCE v1", LINK_LOCAL), 1: ("RoCE v2", LINK_LOCAL)}, 1),
+    ({0: ("IB/RoCE v1", LINK_LOCAL), 1: ("RoCE v2", ZERO)}, None),
+    ({0: ("IB/RoCE v1", LINK_LOCAL)}, None),          # InfiniBand
+])
+def test_the_roce_v2_gid_is_found_in_the_kernels_table(tmp_path, entries, want):
+    from gloocy.transport.ibverbs import roce_v2_gid
+    assert roce_v2_gid("mlx5_0", 1, str(_gid_table(tmp_path, entries))) == want
+
+
+def test_without_a_gid_table_no_gid_is_chosen(tmp_path):
+    from gloocy.transport.ibverbs import roce_v2_gid
+    assert roce_v2_gid("mlx5_0", 1, str(tmp_path)) is None
