@@ -17,8 +17,9 @@ client sets it: the wake-up latency of a key with P×T waiters.
 
 Reported per point: connect time for N clients (the slowest driver's), ops/s of the mix, the
 latency of one op (median and 99th percentile over all threads), the
-server's CPU time per op (from /proc: less sensitive to a loaded machine
-than wall-clock), the gate's wake-up latency, and the server's threads,
+server's CPU time per op, user and system (from /proc: less sensitive to
+a loaded machine than wall-clock; the system part is mostly loopback TCP
+sends), the gate's wake-up latency, and the server's threads,
 open fds and resident memory with N clients connected. Every get's value
 and the counter's final sum are checked. Implementations run interleaved
 per client count; the ratio column is gloocy / torch (ops/s: > 1 is
@@ -156,7 +157,7 @@ def proc_stats(pid: int) -> dict:
     return {"threads": int(status["Threads"]),
             "fds": len(os.listdir(f"/proc/{pid}/fd")),
             "rss_mib": int(status["VmRSS"].split()[0]) / 1024,
-            "cpu_s": (int(stat[11]) + int(stat[12])) / tick}
+            "user_s": int(stat[11]) / tick, "sys_s": int(stat[12]) / tick}
 
 
 def point(impl: str, nclients: int, nprocs: int, nthreads: int, ops: int) -> dict:
@@ -228,16 +229,22 @@ def point(impl: str, nclients: int, nprocs: int, nthreads: int, ops: int) -> dic
             "ops": nops, "ops_per_s": nops / max(m["mix_s"] for m in mixes),
             "lat_p50_us": 1e6 * lat[len(lat) // 2],
             "lat_p99_us": 1e6 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
-            "server_cpu_us_per_op": 1e6 * (busy["cpu_s"] - idle["cpu_s"]) / nops,
+            "server_user_us_per_op": 1e6 * (busy["user_s"] - idle["user_s"]) / nops,
+            "server_sys_us_per_op": 1e6 * (busy["sys_s"] - idle["sys_s"]) / nops,
             "gate_ms": 1e3 * gate, "server_threads": idle["threads"],
             "server_fds": idle["fds"], "server_rss_mib": idle["rss_mib"],
             "errors": errors}
 
 
+def ratio(a: dict, b: dict, key: str) -> str:
+    return f"{a[key] / b[key]:.2f}×" if b[key] else "–"
+
+
 def table(results: list[dict], impls: list[str]) -> str:
     cols = [("connect_s", "connect s", "{:.2f}"), ("ops_per_s", "ops/s", "{:.0f}"),
             ("lat_p50_us", "p50 µs", "{:.0f}"), ("lat_p99_us", "p99 µs", "{:.0f}"),
-            ("server_cpu_us_per_op", "srv CPU µs/op", "{:.1f}"),
+            ("server_user_us_per_op", "srv user µs/op", "{:.1f}"),
+            ("server_sys_us_per_op", "srv sys µs/op", "{:.1f}"),
             ("gate_ms", "gate ms", "{:.1f}"), ("server_threads", "srv thr", "{}"),
             ("server_fds", "srv fds", "{}"), ("server_rss_mib", "srv MiB", "{:.0f}")]
     head = "| clients | impl | " + " | ".join(c[1] for c in cols) + " | ok |"
@@ -255,7 +262,8 @@ def table(results: list[dict], impls: list[str]) -> str:
                          f"{g['ops_per_s'] / t['ops_per_s']:.2f}× | "
                          f"{g['lat_p50_us'] / t['lat_p50_us']:.2f}× | "
                          f"{g['lat_p99_us'] / t['lat_p99_us']:.2f}× | "
-                         f"{g['server_cpu_us_per_op'] / t['server_cpu_us_per_op']:.2f}× | "
+                         f"{ratio(g, t, 'server_user_us_per_op')} | "
+                         f"{ratio(g, t, 'server_sys_us_per_op')} | "
                          f"{g['gate_ms'] / t['gate_ms']:.2f}× | | | | |")
     return "\n".join(lines)
 
