@@ -28,6 +28,15 @@ def client(srv, **kw):
     return TCPStore(srv.host, srv.port, secret=kw.pop("secret", SECRET), **kw)
 
 
+def run_threads(fn, n, timeout):
+    """fn(0) ... fn(n - 1), each in a thread; join each for ``timeout`` s."""
+    threads = [threading.Thread(target=fn, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -155,11 +164,7 @@ def test_many_concurrent_clients(server):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(10)
+    run_threads(work, n, 10)
     assert not errors
     with client(server) as store:
         assert store.get("counter") == str(n * reps).encode()
@@ -315,11 +320,7 @@ def test_800_concurrent_clients_match_a_dict(server):
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=work, args=(w,)) for w in range(workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    run_threads(work, workers, 60)
     assert not errors
     assert got == expected
 
