@@ -554,6 +554,29 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     return bytes(buf)
 
 
+def _recv_reply(sock: socket.socket, deadline: float) -> bytearray:
+    """The reply frame (length, body) to the one request in flight, in one
+    recv when it fits: nothing may follow it."""
+    buf, need = bytearray(), 4
+    while len(buf) < need:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError
+        sock.settimeout(max(remaining, 0.001))
+        chunk = sock.recv(min(max(need - len(buf), RECV_SIZE), 1 << 20))
+        if not chunk:
+            raise ConnectionError("connection closed by the store")
+        buf += chunk
+        if need == 4 and len(buf) >= 4:
+            (n,) = _U32.unpack_from(buf)
+            if not 1 <= n <= MAX_FRAME:
+                raise _Malformed(f"bad reply length {n}")
+            need += n
+    if len(buf) > need:
+        raise _Malformed("bytes after the reply")
+    return buf
+
+
 class TCPStore(Store):
     """Client of a TCPStoreServer.
 
@@ -661,10 +684,7 @@ class TCPStore(Store):
                 sock = self._sock
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
                 sock.sendall(frame)
-                (n,) = _U32.unpack(_recv_exact(sock, 4, deadline))
-                if not 1 <= n <= MAX_FRAME:
-                    raise _Malformed(f"bad reply length {n}")
-                status, reply = _unpack(_recv_exact(sock, n, deadline))
+                status, reply = _unpack(_recv_reply(sock, deadline), 4)
             except RendezvousError:
                 self._disconnect()
                 raise
