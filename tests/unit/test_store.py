@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gloocy.errors import RendezvousError, RendezvousTimeout
-from gloocy.rendezvous import TCPStore, TCPStoreServer, connect
+from gloocy.rendezvous import TCPStore, TCPStoreServer, connect, tcp_store
 
 SECRET = b"s" * 32
 
@@ -222,6 +222,37 @@ def test_client_refuses_an_impostor_server():
     t.start()
     with pytest.raises(RendezvousError, match="prove"):
         TCPStore("127.0.0.1", port, secret=SECRET, connect_timeout=3.0)
+    t.join(3)
+    listener.close()
+
+
+@pytest.mark.parametrize("reply, error", [
+    (b"\x00\x00\x00\x01\x00" + b"junk", "bytes after the reply"),
+    (b"\xff\xff\xff\xff", "bad reply length"),
+])
+def test_client_refuses_a_broken_reply(reply, error):
+    """A server that knows the secret but breaks the framing is named, not
+    trusted: the client drops the connection and says why."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def server():
+        conn, _ = listener.accept()
+        with conn:
+            nonce = os.urandom(32)
+            conn.sendall(nonce)
+            answer = conn.recv(64)
+            conn.sendall(tcp_store._mac(SECRET, tcp_store.SERVER_LABEL, answer[32:] + nonce))
+            conn.recv(1024)  # the request
+            conn.sendall(reply)
+            conn.recv(1)
+
+    t = threading.Thread(target=server, daemon=True)
+    t.start()
+    store = TCPStore("127.0.0.1", port, secret=SECRET, timeout=3.0)
+    with pytest.raises(RendezvousError, match=error):
+        store.set("k", b"v")
+    store.close()
     t.join(3)
     listener.close()
 
