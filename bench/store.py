@@ -17,9 +17,10 @@ client sets it: the wake-up latency of a key with P×T waiters.
 
 Reported per point: connect time for N clients (the slowest driver's), ops/s of the mix, the
 latency of one op (median and 99th percentile over all threads), the
-server's CPU time per op, user and system (from /proc: less sensitive to
-a loaded machine than wall-clock; the system part is mostly loopback TCP
-sends), the gate's wake-up latency, and the server's threads,
+server's CPU time per op (from /proc's schedstat, in ns: less sensitive
+to a loaded machine than wall-clock), and its user and system parts (from
+/proc's stat, in 10 ms ticks: coarse for short runs; the system part is
+mostly loopback TCP sends), the gate's wake-up latency, and the server's threads,
 open fds and resident memory with N clients connected. Every get's value
 and the counter's final sum are checked. Implementations run interleaved
 per client count; the ratio column is gloocy / torch (ops/s: > 1 is
@@ -157,7 +158,10 @@ def proc_stats(pid: int) -> dict:
     return {"threads": int(status["Threads"]),
             "fds": len(os.listdir(f"/proc/{pid}/fd")),
             "rss_mib": int(status["VmRSS"].split()[0]) / 1024,
-            "user_s": int(stat[11]) / tick, "sys_s": int(stat[12]) / tick}
+            "user_s": int(stat[11]) / tick, "sys_s": int(stat[12]) / tick,
+            # all of its threads' time on a CPU, in ns (stat counts 10 ms ticks)
+            "cpu_s": sum(int(open(f"/proc/{pid}/task/{t}/schedstat").read().split()[0])
+                         for t in os.listdir(f"/proc/{pid}/task")) / 1e9}
 
 
 def point(impl: str, nclients: int, nprocs: int, nthreads: int, ops: int) -> dict:
@@ -229,6 +233,7 @@ def point(impl: str, nclients: int, nprocs: int, nthreads: int, ops: int) -> dic
             "ops": nops, "ops_per_s": nops / max(m["mix_s"] for m in mixes),
             "lat_p50_us": 1e6 * lat[len(lat) // 2],
             "lat_p99_us": 1e6 * lat[min(len(lat) - 1, int(0.99 * len(lat)))],
+            "server_cpu_us_per_op": 1e6 * (busy["cpu_s"] - idle["cpu_s"]) / nops,
             "server_user_us_per_op": 1e6 * (busy["user_s"] - idle["user_s"]) / nops,
             "server_sys_us_per_op": 1e6 * (busy["sys_s"] - idle["sys_s"]) / nops,
             "gate_ms": 1e3 * gate, "server_threads": idle["threads"],
@@ -243,6 +248,7 @@ def ratio(a: dict, b: dict, key: str) -> str:
 def table(results: list[dict], impls: list[str]) -> str:
     cols = [("connect_s", "connect s", "{:.2f}"), ("ops_per_s", "ops/s", "{:.0f}"),
             ("lat_p50_us", "p50 µs", "{:.0f}"), ("lat_p99_us", "p99 µs", "{:.0f}"),
+            ("server_cpu_us_per_op", "srv CPU µs/op", "{:.1f}"),
             ("server_user_us_per_op", "srv user µs/op", "{:.1f}"),
             ("server_sys_us_per_op", "srv sys µs/op", "{:.1f}"),
             ("gate_ms", "gate ms", "{:.1f}"), ("server_threads", "srv thr", "{}"),
@@ -262,6 +268,7 @@ def table(results: list[dict], impls: list[str]) -> str:
                          f"{g['ops_per_s'] / t['ops_per_s']:.2f}× | "
                          f"{g['lat_p50_us'] / t['lat_p50_us']:.2f}× | "
                          f"{g['lat_p99_us'] / t['lat_p99_us']:.2f}× | "
+                         f"{ratio(g, t, 'server_cpu_us_per_op')} | "
                          f"{ratio(g, t, 'server_user_us_per_op')} | "
                          f"{ratio(g, t, 'server_sys_us_per_op')} | "
                          f"{g['gate_ms'] / t['gate_ms']:.2f}× | | | | |")
