@@ -472,7 +472,13 @@ class TCPStoreServer:
             self._park(conn, op, keys)  # one was deleted while it waited for another
             return
         conn.parked = None
-        self._reply(conn, OK, [] if op == WAIT else [data[k] for k in keys])
+        values = [] if op == WAIT else [data[k] for k in keys]
+        if 1 + sum(4 + len(v) for v in values) > MAX_FRAME:
+            self._reply(conn, ERR, [f"the values of these {len(keys)} keys are over the "
+                                    f"store's frame limit of {MAX_FRAME} bytes; ask for "
+                                    f"fewer at a time".encode()])
+        else:
+            self._reply(conn, OK, values)
         self._ready.append(conn)  # it may have more requests buffered
 
     # -- output --------------------------------------------------------------

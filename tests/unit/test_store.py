@@ -397,6 +397,17 @@ def test_get_many_waits_again_for_a_key_deleted_meanwhile(server):
         assert got == [[b"3", b"2"]]
 
 
+def test_get_many_over_the_frame_limit_is_refused_by_name(server, monkeypatch):
+    monkeypatch.setattr(tcp_store, "MAX_FRAME", 1000)  # the real one is 64 MiB
+    big = b"x" * 600
+    with client(server) as store:
+        store.set("a", big)
+        store.set("b", big)
+        with pytest.raises(ValueError, match="frame limit"):
+            store.get_many(["a", "b"])
+        assert store.get_many(["a"]) == [big]  # the connection is fine
+
+
 # -- file descriptors ---------------------------------------------------------
 
 _SERVE_WITH_LIMIT = r"""
