@@ -546,17 +546,22 @@ class TCPStoreServer:
 # client
 
 
+def _recv_some(sock: socket.socket, most: int, deadline: float) -> bytes:
+    """1 to ``most`` bytes from ``sock`` before ``deadline``."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    sock.settimeout(max(remaining, 0.001))
+    chunk = sock.recv(min(most, 1 << 20))
+    if not chunk:
+        raise ConnectionError("connection closed by the store")
+    return chunk
+
+
 def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     buf = bytearray()
     while len(buf) < n:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        sock.settimeout(max(remaining, 0.001))
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            raise ConnectionError("connection closed by the store")
-        buf += chunk
+        buf += _recv_some(sock, n - len(buf), deadline)
     return bytes(buf)
 
 
@@ -565,14 +570,7 @@ def _recv_reply(sock: socket.socket, deadline: float) -> bytearray:
     recv when it fits: nothing may follow it."""
     buf, need = bytearray(), 4
     while len(buf) < need:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError
-        sock.settimeout(max(remaining, 0.001))
-        chunk = sock.recv(min(max(need - len(buf), RECV_SIZE), 1 << 20))
-        if not chunk:
-            raise ConnectionError("connection closed by the store")
-        buf += chunk
+        buf += _recv_some(sock, max(need - len(buf), RECV_SIZE), deadline)
         if need == 4 and len(buf) >= 4:
             (n,) = _U32.unpack_from(buf)
             if not 1 <= n <= MAX_FRAME:
