@@ -55,6 +55,9 @@ class PrefixStore(Store):
     def _get(self, key: str, timeout: float) -> bytes:
         return self._inner().get(self._head + key, timeout=timeout)
 
+    def _get_many(self, keys: list[str], timeout: float) -> list[bytes]:
+        return self._inner().get_many([self._head + k for k in keys], timeout=timeout)
+
     def _add(self, key: str, amount: int) -> int:
         return self._inner().add(self._head + key, amount)
 

@@ -11,6 +11,7 @@ check the arguments once, so every store rejects bad input the same way.
 from __future__ import annotations
 
 import abc
+import time
 from collections.abc import Sequence
 
 __all__ = ["Store", "DEFAULT_TIMEOUT"]
@@ -82,6 +83,14 @@ class Store(abc.ABC):
         Raises RendezvousTimeout if the key does not appear in time.
         """
         return self._get(_check_key(key), self._timeout(timeout))
+
+    def get_many(self, keys: Sequence[str], *, timeout: float | None = None) -> list[bytes]:
+        """The values of ``keys``, in order, waiting until every one is set.
+
+        One deadline for all of them. Raises RendezvousTimeout if some key
+        does not appear in time.
+        """
+        return self._get_many(_check_keys(keys), self._timeout(timeout))
 
     def add(self, key: str, amount: int = 1) -> int:
         """Atomically add ``amount`` to the integer at ``key`` and return the sum.
@@ -159,6 +168,12 @@ class Store(abc.ABC):
     def _delete(self, key: str) -> bool: ...
 
     # Not abstract, so that stores written before these existed still load.
+
+    def _get_many(self, keys: list[str], timeout: float) -> list[bytes]:
+        """One get after another under one deadline; a store that can ask
+        for all at once (one round trip) overrides this."""
+        deadline = time.monotonic() + timeout
+        return [self._get(k, max(0.0, deadline - time.monotonic())) for k in keys]
 
     def _compare_set(self, key: str, expected: bytes | None,
                      desired: bytes) -> bytes | None:

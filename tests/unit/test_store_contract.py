@@ -136,6 +136,7 @@ _ops = st.one_of(
     st.tuples(st.just("add"), _keys, st.integers(-(10**20), 10**20)),
     st.tuples(st.just("get"), _keys),
     st.tuples(st.just("check"), st.lists(_keys, max_size=3)),
+    st.tuples(st.just("get_many"), st.lists(_keys, max_size=3)),
     st.tuples(st.just("delete"), _keys),
     st.tuples(st.just("cas"), _keys, st.none() | _vals, _vals),
     st.tuples(st.just("clear"), st.sampled_from(["", "a", "é", "x", "zz"])),
@@ -170,6 +171,12 @@ def test_semantics_match_a_dict(store, ops):
                     store.get(args[0], timeout=0.01)
         elif op == "check":
             assert store.check(args[0]) == all(k in oracle for k in args[0])
+        elif op == "get_many":
+            if all(k in oracle for k in args[0]):
+                assert store.get_many(args[0]) == [oracle[k] for k in args[0]]
+            else:
+                with pytest.raises(RendezvousTimeout):
+                    store.get_many(args[0], timeout=0.01)
         elif op == "delete":
             assert store.delete(args[0]) == (oracle.pop(args[0], None) is not None)
         elif op == "cas":
@@ -200,6 +207,10 @@ def test_argument_checks(store):
         store.wait("abc")
     with pytest.raises(TypeError, match="each key"):
         store.wait(["a", 2])
+    with pytest.raises(TypeError, match="keys"):
+        store.get_many("abc")
+    with pytest.raises(ValueError, match="key"):
+        store.get_many(["a", ""])
     with pytest.raises(TypeError, match="amount"):
         store.add("k", 1.5)
     with pytest.raises(TypeError, match="amount"):
@@ -250,6 +261,21 @@ def test_get_and_wait_block_until_another_client_sets(backend):
     assert not t.is_alive() and not errors
 
 
+def test_get_many_returns_values_in_order_once_all_are_set(backend):
+    reader, writer = backend.client(), backend.client()
+    assert reader.get_many([]) == []
+    writer.set("m1", b"one")
+    t, got, errors = in_thread(reader.get_many, ["m2", "m1", "m3", "m2"])
+    writer.set("m2", b"two")
+    t.join(0.3)
+    assert t.is_alive()  # m3 is still missing
+    writer.add("m3", 3)
+    t.join(5)
+    assert not t.is_alive() and not errors
+    assert got == [[b"two", b"one", b"3", b"two"]]
+    assert reader.get_many(["m3", "m1"], timeout=0) == [b"3", b"one"]
+
+
 def test_many_waiters_all_wake(backend):
     n = 8
     clients = [backend.client() for _ in range(n)]
@@ -271,7 +297,8 @@ def test_deadlines(backend):
     store = backend.client(timeout=60)
     store.set("there", b"1")
     for call in (lambda: store.get("nope", timeout=0.3),
-                 lambda: store.wait(["there", "nope"], timeout=0.3)):
+                 lambda: store.wait(["there", "nope"], timeout=0.3),
+                 lambda: store.get_many(["there", "nope"], timeout=0.3)):
         start = time.monotonic()
         with pytest.raises(RendezvousTimeout) as info:
             call()
