@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .. import ops as _ops
+from .. import _core, ops as _ops
 from ..datatypes import BFLOAT16_T, from_typecode
 
-__all__ = ["Staged", "spec", "reduce_op", "one_tensor"]
+__all__ = ["Staged", "spec", "reduce_op", "one_tensor", "RAW", "raw_entry"]
 
 _Red = dist.ReduceOp.RedOpType
 _OPS = {
@@ -141,6 +141,38 @@ def _resolve(op, kind, dtype):
         return _OPS[kind], None
     except KeyError:
         raise ValueError(f"gloocy: ReduceOp {kind} is not supported") from None
+
+
+# -- the raw path of allreduce ---------------------------------------------------
+# A contiguous CPU tensor is reduced on its data_ptr(); what the call needs
+# of its dtype and op is looked up once per (dtype, op). hash() of a torch
+# ReduceOp is its RedOpType's value (its own code avoids the slower .op);
+# checked here, and RAW stays empty (every call taking the general path)
+# if a torch defines it otherwise.
+RAW = {}        # (torch dtype, hash(ReduceOp)) -> (dtype code, itemsize, op code) or ()
+_HASHES_ARE_KINDS = all(hash(dist.ReduceOp(kind)) == kind.value for kind in _OPS)
+
+
+def raw_entry(dtype, op):
+    """What the raw allreduce needs for `dtype` under `op`: (gloocy dtype
+    code, itemsize, op code), or () when the general path must run (AVG,
+    PREMUL_SUM, complex, a dtype or op gloocy refuses: that path scales,
+    divides or names the error)."""
+    key = (dtype, hash(op))
+    entry = RAW.get(key)
+    if entry is None:
+        entry = ()
+        if _HASHES_ARE_KINDS and not dtype.is_complex:
+            try:
+                code, factor = reduce_op(op, dtype)
+            except ValueError:
+                code, factor = None, None
+            name = str(dtype).rpartition(".")[2]
+            if code is not None and factor is None and code is not _ops.AVG \
+                    and name in _core.DTYPE_CODES:
+                entry = (_core.DTYPE_CODES[name], dtype.itemsize, code.code)
+        RAW[key] = entry
+    return entry
 
 
 def one_tensor(tensors, name):
