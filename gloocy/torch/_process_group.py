@@ -587,7 +587,7 @@ def _joined(works, result):
     def finish():
         for w in works:
             w._complete()
-    where = works[0]._where if works else "coalesced"
+    where = next((w._where for w in works if w._where is not None), "coalesced")
     return GloocyWork(requests, result, where, finish)
 
 

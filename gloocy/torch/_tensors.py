@@ -3,9 +3,9 @@ gloocy's.
 
 A contiguous CPU tensor is passed by its own memory (``numpy()`` shares
 it); bfloat16, which NumPy lacks, travels as its 16-bit pattern with
-gloocy's BFLOAT16 datatype. A non-contiguous tensor is staged through a
-contiguous copy that is written back when the operation completes, as
-gloo does.
+gloocy's BFLOAT16 datatype. A non-contiguous tensor (or a view with a
+negative or conjugate bit) is staged through a contiguous copy that is
+written back when the operation completes, as gloo does.
 """
 
 from __future__ import annotations
@@ -57,9 +57,11 @@ class Staged:
 
     def contiguous(self, t, name, output=True):
         check_tensor(t, name)
-        if t.is_contiguous():
+        if t.is_contiguous() and not (t.is_neg() or t.is_conj()):
             return t
-        c = t.contiguous()
+        # (a view with a negative or conjugate bit has memory holding
+        # other values than it shows: staged as those values)
+        c = t.contiguous().resolve_neg().resolve_conj()
         if output:
             self._back.append((t, c))
         return c
