@@ -101,6 +101,11 @@ def collectives():
                       lambda: [inputs(rank, torch.float32, (4, 6)).t()])
     same("all_reduce non-contiguous", mine[0], gloo[0])
     case("all_reduce non-contiguous stays a view", not mine[0].is_contiguous())
+    # (blocking collectives reduce one plain tensor on its address: the
+    # module doing it is built with gloocy, so its absence is a failure)
+    blocking = os.environ.get("GLOOCY_TORCH_NONBLOCKING", "0") == "0"
+    case("allreduce's raw path is on unless nonblocking",
+         (dist.group.WORLD._raw is not None) == blocking)
     # memory that is not simply the tensor's: a slice at an offset into a
     # bigger storage (its neighbours stay as they were), a Parameter that
     # requires grad, a 0-dim and an empty tensor
