@@ -176,13 +176,11 @@ class ProcessGroupGloocy(dist.ProcessGroup):
                 raw_entry(t.dtype, opts.reduceOp)
             if entry and type(t) in _PLAIN and t.is_cpu and t.is_contiguous() \
                     and not t.is_neg() and self._coalesced is None:
-                self._calls += 1
                 try:
                     raw(self._raw_ctx, t.data_ptr(), t.nbytes, *entry)
                 except GloocyError as e:
-                    raise backend_error(e, _Where(self._comm.rank, self._comm.size,
-                                                  self._name, "allreduce",
-                                                  self._calls)) from None
+                    raise backend_error(e, self._where("allreduce")) from None
+                self._calls += 1
                 return GloocyWork((), tensors, None) if opts.asyncOp else None
         tensors, opts = _overload(tensors, opts, dist.AllreduceOptions, "reduceOp")
         t = one_tensor(tensors, "allreduce's tensors")
