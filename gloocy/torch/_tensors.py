@@ -149,10 +149,21 @@ def _resolve(op, kind, dtype):
 # A contiguous CPU tensor is reduced on its data_ptr(); what the call needs
 # of its dtype and op is looked up once per (dtype, op). hash() of a torch
 # ReduceOp is its RedOpType's value (its own code avoids the slower .op);
-# checked here, and RAW stays empty (every call taking the general path)
-# if a torch defines it otherwise.
+# checked here (PREMUL_SUM's, whatever its factor, must be none of the
+# others'), and RAW stays empty (every call taking the general path) if a
+# torch defines it otherwise.
 RAW = {}        # (torch dtype, hash(ReduceOp)) -> (dtype code, itemsize, op code) or ()
-_HASHES_ARE_KINDS = all(hash(dist.ReduceOp(kind)) == kind.value for kind in _OPS)
+
+
+def _hashes_are_kinds():
+    premul = getattr(dist, "_make_nccl_premul_sum", None)
+    kinds = {kind.value for kind in _OPS}
+    return premul is not None and all(
+        hash(dist.ReduceOp(kind)) == kind.value for kind in _OPS) and all(
+        hash(premul(factor)) not in kinds for factor in (0.0, 0.5, 2.0))
+
+
+_HASHES_ARE_KINDS = _hashes_are_kinds()
 
 
 def raw_entry(dtype, op):
