@@ -16,7 +16,8 @@ tensor of zeros (so repeated sums stay zero) is reduced in place (SUM) by
           written in Python can cost;
 - gloo:   dist.all_reduce(tensor) on a gloo group over the same ranks.
 
-Rounds are short and rotate which goes first; each rank keeps its best
+Each is checked once against the closed form (rank r gives r + 1), then
+timed. Rounds are short and rotate which goes first; each rank keeps its best
 round per column, and a figure is the slowest rank's. Columns are µs per
 call and ratios to own.
 """
@@ -91,10 +92,14 @@ def worker(args):
 
         runs = {"own": own, "gloocy": lambda: dist.all_reduce(t), "floor": floor,
                 "gloo": lambda: dist.all_reduce(t, group=gloo)}
-        for run in runs.values():           # warm-up
+        for label, run in runs.items():     # each checked once, as warm-up
+            t.fill_(rank + 1)
             run()
-        # Rounds of about a millisecond for gloocy's own call (fewer
-        # preemptions by the other processes of a busy machine).
+            if not bool((t == n * (n + 1) // 2).all()):
+                sys.exit(f"rank {rank}: {label} all_reduce of {size} B is wrong")
+        t.zero_()       # (repeated sums stay zero)
+        # Rounds of about 2 ms of gloocy's own call (fewer preemptions by
+        # the other processes of a busy machine).
         iters = max(3, min(200, int(2e-3 / _time(own, comm))))
         best = dict.fromkeys(runs, float("inf"))
         for round_ in range(args.rounds):
@@ -116,9 +121,8 @@ def worker(args):
 
 
 def _time(run, comm):
-    import gloocy
-
     """Seconds one call takes (the slowest rank's, so all agree)."""
+    import gloocy
     comm.Barrier()
     t0 = time.perf_counter()
     for _ in range(3):
