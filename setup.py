@@ -37,6 +37,9 @@ extensions = [
               extra_compile_args=CFLAGS),
     Extension("gloocy.transport._shm", ["gloocy/transport/_shm.pyx"],
               include_dirs=["gloocy"], extra_compile_args=CFLAGS),
+    # the torch backend's allreduce on a tensor's address (imports no torch)
+    Extension("gloocy.torch._raw", ["gloocy/torch/_raw.pyx"],
+              include_dirs=["gloocy"], extra_compile_args=CFLAGS),
     # ibverbs: libibverbs.so.1 is dlopen'ed at run time (_ibv_abi.h), so
     # this builds and imports without rdma-core.
     Extension("gloocy.transport._ibverbs", ["gloocy/transport/_ibverbs.pyx"],

@@ -1,4 +1,4 @@
-"""A DDP training step and dist.all_reduce on gloocy's torch backend
+"""A DDP training step on gloocy's torch backend
 against torch's gloo backend, interleaved.
 
     python bench/ddp.py [-n 2 4] [--steps 20] [--rounds 3] [--json FILE]
@@ -12,9 +12,8 @@ it) and an SGD step, timed as the slowest rank's median step. Models: a
 small MLP (~5 K parameters) and a mid-sized one (~4.2 M parameters, 16 MiB
 of gradients).
 
-It also times dist.all_reduce through the backend against gloocy's own
-Allreduce (comm.Allreduce(IN_PLACE, tensor.numpy())) on the same tensor:
-the cost of the torch layer. Ratios below 1 favour gloocy.
+Ratios below 1 favour gloocy. bench/torch_overhead.py times
+dist.all_reduce through the backend against gloocy's own Allreduce.
 """
 
 import argparse
@@ -31,37 +30,39 @@ MODELS = {
     "small MLP": [32, 64, 64, 10],
     "mid MLP": [1024, 2048, 1024, 64],
 }
-ALLREDUCE_BYTES = [4, 4096, 1 << 20]
+
+
+def run_ranks(script, n, worker_args):
+    """Start `script --worker WORKER_ARGS` as N ranks on this host (torch's
+    env:// rendezvous on a free port); the rows its rank 0 prints as
+    "ROW {json}"."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
+               MASTER_PORT=str(port), OMP_NUM_THREADS="1",
+               LOCAL_WORLD_SIZE=str(n))
+    procs = [subprocess.Popen(
+        [sys.executable, script, "--worker", *worker_args],
+        env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE)
+        for r in range(n)]
+    outs = [p.communicate()[0].decode() for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit(f"N = {n}: a rank failed (exit codes "
+                 f"{[p.returncode for p in procs]})")
+    return [json.loads(line[4:]) for line in outs[0].splitlines()
+            if line.startswith("ROW ")]
 
 
 def launch(args):
     rows = []
     for n in args.n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        env = dict(os.environ, WORLD_SIZE=str(n), MASTER_ADDR="127.0.0.1",
-                   MASTER_PORT=str(port), OMP_NUM_THREADS="1",
-                   LOCAL_WORLD_SIZE=str(n))
-        procs = [subprocess.Popen(
-            [sys.executable, __file__, "--worker", "--steps", str(args.steps),
-             "--rounds", str(args.rounds)],
-            env=dict(env, RANK=str(r), LOCAL_RANK=str(r)), stdout=subprocess.PIPE)
-            for r in range(n)]
-        outs = [p.communicate()[0].decode() for p in procs]
-        if any(p.returncode for p in procs):
-            sys.exit(f"N = {n}: a rank failed (exit codes "
-                     f"{[p.returncode for p in procs]})")
-        for line in outs[0].splitlines():
-            if line.startswith("ROW "):
-                rows.append(json.loads(line[4:]))
-    print(f"{'what':<38}{'N':>3}{'base':>12}{'gloocy':>12}{'ratio':>8}{'gloo':>12}")
+        rows += run_ranks(__file__, n, ["--steps", str(args.steps),
+                                        "--rounds", str(args.rounds)])
+    print(f"{'what':<38}{'N':>3}{'gloo':>12}{'gloocy':>12}{'ratio':>8}")
     for r in rows:
-        gloo = f"{r['gloo_s'] * 1e6:>10.0f}us" if r.get("gloo_s") else ""
         print(f"{r['what']:<38}{r['n']:>3}{r['base_s'] * 1e6:>10.0f}us"
-              f"{r['gloocy_s'] * 1e6:>10.0f}us{r['gloocy_s'] / r['base_s']:>8.2f}{gloo}")
-    print("base: torch's gloo backend for DDP rows, gloocy's own Allreduce for "
-          "all_reduce rows (whose gloo column is dist.all_reduce on gloo)")
+              f"{r['gloocy_s'] * 1e6:>10.0f}us{r['gloocy_s'] / r['base_s']:>8.2f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -76,8 +77,7 @@ def worker(args):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
-    import gloocy
-    import gloocy.torch
+    import gloocy.torch  # noqa: F401  (registers "gloocy")
 
     dist.init_process_group("gloocy", timeout=datetime.timedelta(seconds=300))
     gloo = dist.new_group(backend="gloo")
@@ -90,10 +90,10 @@ def worker(args):
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=gloo)
         return float(t)
 
-    def emit(what, base, mine, gloo_s=None):
+    def emit(what, base, mine):
         if rank == 0:
             print("ROW " + json.dumps({"what": what, "n": n, "base_s": base,
-                                       "gloocy_s": mine, "gloo_s": gloo_s}), flush=True)
+                                       "gloocy_s": mine}), flush=True)
 
     for name, widths in MODELS.items():
         replicas = {}
@@ -122,27 +122,6 @@ def worker(args):
              slowest(statistics.median(times["gloo"])),
              slowest(statistics.median(times["gloocy"])))
 
-    comm = gloocy.torch.communicator()
-    for size in ALLREDUCE_BYTES:
-        t = torch.ones(max(size // 4, 1), dtype=torch.float32)
-        a = t.numpy()
-        iters = 2000 if size <= 4096 else 100
-        runs = {"own": lambda: comm.Allreduce(gloocy.IN_PLACE, a),
-                "torch": lambda: dist.all_reduce(t),
-                "gloo": lambda: dist.all_reduce(t, group=gloo)}
-        times = {label: [] for label in runs}
-        for round_ in range(args.rounds):
-            order = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
-            for label in order:
-                run = runs[label]
-                comm.Barrier()
-                t0 = time.perf_counter()
-                for _ in range(iters):
-                    run()
-                times[label].append((time.perf_counter() - t0) / iters)
-        emit(f"all_reduce {_bytes(size)} (vs own Allreduce)",
-             slowest(min(times["own"])), slowest(min(times["torch"])),
-             slowest(min(times["gloo"])))
     dist.destroy_process_group()
 
 
@@ -153,14 +132,6 @@ def mlp(torch, widths):
     for a, b in zip(widths, widths[1:]):
         layers += [torch.nn.Linear(a, b), torch.nn.ReLU()]
     return torch.nn.Sequential(*layers[:-1])
-
-
-def _bytes(n):
-    for unit in ("B", "KiB", "MiB"):
-        if n < 1024:
-            return f"{n} {unit}"
-        n //= 1024
-    return f"{n} GiB"
 
 
 def main():

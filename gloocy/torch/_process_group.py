@@ -23,8 +23,17 @@ import torch.distributed as dist
 from .. import IN_PLACE, ANY_SOURCE
 from ..errors import GloocyError, CollectiveTimeout
 from ._store import C10dStore
-from ._tensors import Staged, adjacent, check_tensor, one_tensor, reduce_op, spec
+from ._tensors import (RAW, Staged, adjacent, check_tensor, one_tensor,
+                       raw_entry, reduce_op, spec)
 from ._work import GloocyWork, backend_error
+
+try:
+    from ._raw import allreduce as _raw_allreduce
+except ImportError:         # not built: every call takes the general path
+    _raw_allreduce = None
+
+_AllreduceOptions = dist.AllreduceOptions
+_PLAIN = (torch.Tensor, torch.nn.Parameter)     # types whose memory is their data_ptr()
 
 __all__ = ["ProcessGroupGloocy", "create"]
 
@@ -91,6 +100,9 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         self._coalesced = None   # the Works of a coalescing block, or None
         # what collectives are posted on: see _post
         self._collectives = comm if _nonblocking() else _Blocking(comm)
+        # allreduce's raw path (blocking collectives only): see allreduce
+        self._raw = None if _raw_allreduce is None or _nonblocking() else _raw_allreduce
+        self._raw_ctx = comm._ctx
 
     # -- identity ----------------------------------------------------------
 
@@ -154,6 +166,22 @@ class ProcessGroupGloocy(dist.ProcessGroup):
     # -- reductions ----------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
+        raw = self._raw
+        if raw is not None and type(opts) is _AllreduceOptions \
+                and type(tensors) is list and len(tensors) == 1:
+            # dist.all_reduce's call on one plain tensor: reduced on its
+            # data_ptr(), the checks cut to what the address relies on.
+            t = tensors[0]
+            entry = RAW.get((t.dtype, hash(opts.reduceOp))) or \
+                raw_entry(t.dtype, opts.reduceOp)
+            if entry and type(t) in _PLAIN and t.is_cpu and t.is_contiguous() \
+                    and not t.is_neg() and self._coalesced is None:
+                try:
+                    raw(self._raw_ctx, t.data_ptr(), t.nbytes, *entry)
+                except GloocyError as e:
+                    raise backend_error(e, self._where("allreduce")) from None
+                self._calls += 1
+                return GloocyWork((), tensors, None) if opts.asyncOp else None
         tensors, opts = _overload(tensors, opts, dist.AllreduceOptions, "reduceOp")
         t = one_tensor(tensors, "allreduce's tensors")
         return self._allreduce_many([t], opts.reduceOp, tensors, "allreduce", opts)
@@ -395,6 +423,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         global _world_comm
         comm, self._comm = self._comm, _Closed(self._comm.rank)
         self._collectives = self._comm
+        self._raw = None
         if comm is _world_comm:
             _world_comm = None
         if not isinstance(comm, _Closed) and not comm.closed:
@@ -556,7 +585,7 @@ def _joined(works, result):
     def finish():
         for w in works:
             w._complete()
-    where = works[0]._where if works else "coalesced"
+    where = next((w._where for w in works if w._where is not None), "coalesced")
     return GloocyWork(requests, result, where, finish)
 
 

@@ -3,9 +3,9 @@ gloocy's.
 
 A contiguous CPU tensor is passed by its own memory (``numpy()`` shares
 it); bfloat16, which NumPy lacks, travels as its 16-bit pattern with
-gloocy's BFLOAT16 datatype. A non-contiguous tensor is staged through a
-contiguous copy that is written back when the operation completes, as
-gloo does.
+gloocy's BFLOAT16 datatype. A non-contiguous tensor (or a view with a
+negative or conjugate bit) is staged through a contiguous copy that is
+written back when the operation completes, as gloo does.
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from .. import ops as _ops
+from .. import _core, ops as _ops
 from ..datatypes import BFLOAT16_T, from_typecode
 
-__all__ = ["Staged", "spec", "reduce_op", "one_tensor"]
+__all__ = ["Staged", "spec", "reduce_op", "one_tensor", "RAW", "raw_entry"]
 
 _Red = dist.ReduceOp.RedOpType
 _OPS = {
@@ -57,9 +57,11 @@ class Staged:
 
     def contiguous(self, t, name, output=True):
         check_tensor(t, name)
-        if t.is_contiguous():
+        if t.is_contiguous() and not (t.is_neg() or t.is_conj()):
             return t
-        c = t.contiguous()
+        # (a view with a negative or conjugate bit has memory holding
+        # other values than it shows: staged as those values)
+        c = t.contiguous().resolve_neg().resolve_conj()
         if output:
             self._back.append((t, c))
         return c
@@ -141,6 +143,49 @@ def _resolve(op, kind, dtype):
         return _OPS[kind], None
     except KeyError:
         raise ValueError(f"gloocy: ReduceOp {kind} is not supported") from None
+
+
+# -- the raw path of allreduce ---------------------------------------------------
+# A contiguous CPU tensor is reduced on its data_ptr(); what the call needs
+# of its dtype and op is looked up once per (dtype, op). hash() of a torch
+# ReduceOp is its RedOpType's value (its own code avoids the slower .op);
+# checked here (PREMUL_SUM's, whatever its factor, must be none of the
+# others'), and RAW stays empty (every call taking the general path) if a
+# torch defines it otherwise.
+RAW = {}        # (torch dtype, hash(ReduceOp)) -> (dtype code, itemsize, op code) or ()
+
+
+def _hashes_are_kinds():
+    premul = getattr(dist, "_make_nccl_premul_sum", None)
+    kinds = {kind.value for kind in _OPS}
+    return premul is not None and all(
+        hash(dist.ReduceOp(kind)) == kind.value for kind in _OPS) and all(
+        hash(premul(factor)) not in kinds for factor in (0.0, 0.5, 2.0))
+
+
+_HASHES_ARE_KINDS = _hashes_are_kinds()
+
+
+def raw_entry(dtype, op):
+    """What the raw allreduce needs for `dtype` under `op`: (gloocy dtype
+    code, itemsize, op code), or () when the general path must run (AVG,
+    PREMUL_SUM, complex, a dtype or op gloocy refuses: that path scales,
+    divides or names the error)."""
+    key = (dtype, hash(op))
+    entry = RAW.get(key)
+    if entry is None:
+        entry = ()
+        if _HASHES_ARE_KINDS and not dtype.is_complex:
+            try:
+                code, factor = reduce_op(op, dtype)
+            except ValueError:
+                code, factor = None, None
+            name = str(dtype).rpartition(".")[2]
+            if code is not None and factor is None and code is not _ops.AVG \
+                    and name in _core.DTYPE_CODES:
+                entry = (_core.DTYPE_CODES[name], dtype.itemsize, code.code)
+        RAW[key] = entry
+    return entry
 
 
 def one_tensor(tensors, name):

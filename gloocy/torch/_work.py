@@ -36,18 +36,26 @@ def backend_error(e, where):
 class GloocyWork(dist.Work):
     """The pending result of one torch.distributed call on gloocy."""
 
+    # A Work complete when made (a blocking call's) sets only its result.
+    _requests = ()
+    _where = None           # "rank R of group G, allreduce #n"
+    _finish = None          # callable run once, after completion
+    _keep = None            # buffers that must outlive the requests
+    _error = None
+    _done = True
+    _source = -1
+
     def __init__(self, requests, result, where, finish=None, keep=None):
         super().__init__()
-        self._requests = list(requests)
         self._result = result        # what the Future holds: a list of tensors
-        self._where = where          # "rank R of group G, allreduce #n"
-        self._finish = finish        # callable run once, after completion
-        self._keep = keep            # buffers that must outlive the requests
-        self._error = None
-        self._done = not self._requests
-        self._source = -1
-        if self._done:
-            self._complete()
+        if requests:
+            self._requests = list(requests)
+            self._where = where
+            self._finish = finish
+            self._keep = keep
+            self._done = False
+        elif finish is not None:
+            finish()
 
     def _complete(self):
         self._done = True

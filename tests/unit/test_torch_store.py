@@ -86,3 +86,28 @@ def test_tensor_buffers_share_memory():
     flat = _tensors.adjacent(chunks)
     assert flat.data_ptr() == chunks[0].data_ptr() and flat.numel() == 12
     assert _tensors.adjacent([torch.zeros(4), torch.zeros(4)]) is None
+
+
+DTYPE_NAMES = {torch.float32: "float32", torch.float64: "float64",
+               torch.float16: "float16", torch.bfloat16: "bfloat16",
+               torch.int8: "int8", torch.uint8: "uint8", torch.int32: "int32",
+               torch.int64: "int64", torch.bool: "bool"}
+
+
+@pytest.mark.parametrize("dtype", list(DTYPE_NAMES))
+@pytest.mark.parametrize("op", [R.SUM, R.PRODUCT, R.MIN, R.MAX, R.BAND])
+def test_raw_allreduce_uses_the_general_paths_dtype_and_op(op, dtype):
+    from gloocy import _core
+    if op == R.BAND and dtype.is_floating_point:
+        assert _tensors.raw_entry(dtype, R(op)) == ()     # the general path refuses it
+        return
+    want_op, _ = _tensors.reduce_op(op, dtype)
+    assert _tensors.raw_entry(dtype, R(op)) == (
+        _core.DTYPE_CODES[DTYPE_NAMES[dtype]], dtype.itemsize, want_op.code)
+
+
+@pytest.mark.parametrize("op, dtype", [
+    (R.AVG, torch.float32), (R.SUM, torch.complex64),
+    (torch._C._distributed_c10d._make_nccl_premul_sum(0.5), torch.float32)])
+def test_raw_allreduce_leaves_what_needs_more_to_the_general_path(op, dtype):
+    assert _tensors.raw_entry(dtype, op if isinstance(op, R) else R(op)) == ()

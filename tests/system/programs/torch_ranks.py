@@ -101,6 +101,30 @@ def collectives():
                       lambda: [inputs(rank, torch.float32, (4, 6)).t()])
     same("all_reduce non-contiguous", mine[0], gloo[0])
     case("all_reduce non-contiguous stays a view", not mine[0].is_contiguous())
+    # (blocking collectives reduce one plain tensor on its address: the
+    # module doing it is built with gloocy, so its absence is a failure)
+    blocking = os.environ.get("GLOOCY_TORCH_NONBLOCKING", "0") == "0"
+    case("allreduce's raw path is on unless nonblocking",
+         (dist.group.WORLD._raw is not None) == blocking)
+    # memory that is not simply the tensor's: a slice at an offset into a
+    # bigger storage (its neighbours stay as they were), a Parameter that
+    # requires grad, a 0-dim and an empty tensor
+    gloo, mine = both(lambda g, part, whole: dist.all_reduce(part, group=g),
+                      lambda: (lambda w: [w[3:8], w])(inputs(rank, torch.float32, (12,), salt=9)))
+    same("all_reduce of a slice, and its storage", mine, gloo)
+    gloo, mine = both(lambda g, p: dist.all_reduce(p, op=R.MAX, group=g),
+                      lambda: [torch.nn.Parameter(inputs(rank, torch.float32, salt=10))])
+    same("all_reduce of a Parameter", [mine[0].detach()], [gloo[0].detach()])
+    for shape in ((), (0,)):
+        gloo, mine = both(lambda g, t: dist.all_reduce(t, group=g),
+                          lambda: [inputs(rank, torch.float64, shape, salt=11)])
+        same(f"all_reduce of shape {shape}", mine[0], gloo[0])
+    # a view with a negative bit: its memory holds 1 + rank, it shows the
+    # negatives (gloo reduces the memory; the oracle is the values shown)
+    t = torch.tensor([complex(0, rank + 1)]).conj().imag
+    case("a negative-bit view is one", t.is_neg() and t.is_contiguous())
+    dist.all_reduce(t, op=R.MAX)
+    same("all_reduce MAX of a negative-bit view", t.resolve_neg(), torch.tensor([-1.0]))
     # async: several outstanding, waited in reverse order
     ts = [inputs(rank, torch.float32, salt=s) for s in range(3)]
     works = [dist.all_reduce(t, async_op=True) for t in ts]
