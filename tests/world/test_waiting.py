@@ -246,25 +246,27 @@ def test_a_peer_dying_while_a_pair_waiter_sleeps_is_named_within_a_second():
         assert 0 <= after < 1.0
 
 
-def r_bcast_loop(comm, n, rounds):
-    """`rounds` Bcasts of n bytes from root k % size in round k, the
-    readers never waiting for each other; every round's bytes."""
+def r_bcast_loop(comm, n, rounds, algorithm):
+    """`rounds` Bcasts of n bytes from root k % size in round k (through
+    the node segment, algorithm="shm": the readers never wait for each
+    other); every round's bytes."""
     out = []
     for k in range(rounds):
         root = k % comm.size
         x = (np.full(n, (k * 7 + 1) % 251, np.uint8) if comm.rank == root
              else np.zeros(n, np.uint8))
-        comm.Bcast(x, root=root)
+        comm.Bcast(x, root=root, algorithm=algorithm)
         out.append(x.copy())
     comm.Barrier()
     return out
 
 
 @pytest.mark.parametrize("size", [3, 4])
-def test_bcasts_back_to_back_are_right_with_readers_running_ahead(size):
+@pytest.mark.parametrize("algorithm", ["shm", None])     # node segment, auto (pairs)
+def test_bcasts_back_to_back_are_right_with_readers_running_ahead(size, algorithm):
     n, rounds = 64, 200
     with World(size, env={"GLOOCY_TRANSPORT": "shm", **YIELDING}) as w:
-        got = w.run(r_bcast_loop, n, rounds, timeout=60)
+        got = w.run(r_bcast_loop, n, rounds, algorithm, timeout=60)
     for r in range(size):
         for k in range(rounds):
             np.testing.assert_array_equal(got[r][k], np.full(n, (k * 7 + 1) % 251, np.uint8))
@@ -275,7 +277,7 @@ def r_bcast_against_allreduce(comm):
     every rank's first error (reader 1 waits for the root alone, so it
     hears of rank 2 in its next call)."""
     x = np.ones(4)
-    for call in (lambda: comm.Bcast(x, root=0) if comm.rank < 2
+    for call in (lambda: comm.Bcast(x, root=0, algorithm="shm") if comm.rank < 2
                  else comm.Allreduce(gloocy.IN_PLACE, x),
                  lambda: comm.Barrier(timeout=10)):
         try:
@@ -295,9 +297,10 @@ def test_a_bcast_reader_that_ran_ahead_hears_of_a_mismatch_next():
 
 # -- a rank asleep on the node futex: Ctrl-C, deadline, peer death ----------------------
 
-def r_interrupted_in_a_barrier(comm):
-    """Rank 0 gets SIGINT 0.5 s into a Barrier the last rank joins 3 s late:
-    (what stopped it, seconds from the signal)."""
+def r_interrupted_in_a_barrier(comm, how="barrier"):
+    """Rank 0 gets SIGINT 0.5 s into a Barrier the last rank joins 3 s late
+    (how="recv": a Recv from the last rank, asleep on its pairs' futex
+    words): (what stopped it, seconds from the signal)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     comm.Barrier()
     if comm.rank == comm.size - 1:
@@ -309,7 +312,12 @@ def r_interrupted_in_a_barrier(comm):
             os.kill(os.getpid(), signal.SIGINT)
         threading.Timer(0.5, interrupt).start()
     try:
-        comm.Barrier(timeout=30)
+        if how == "barrier":
+            comm.Barrier(timeout=30)
+        elif comm.rank == 0:
+            comm.Recv(np.zeros(1), source=comm.size - 1, timeout=30)
+        elif comm.rank == comm.size - 1:
+            comm.Send(np.zeros(1), dest=0)
     except KeyboardInterrupt:
         return "KeyboardInterrupt", time.monotonic() - sent[0]
     except gloocy.errors.GloocyError as e:
@@ -317,10 +325,11 @@ def r_interrupted_in_a_barrier(comm):
     return "no error", None
 
 
-def test_ctrl_c_stops_a_sleeping_wait_within_a_second():
+@pytest.mark.parametrize("how", ["barrier", "recv"])
+def test_ctrl_c_stops_a_sleeping_wait_within_a_second(how):
     env = SLEEP_AT_ONCE
     with World(3, env={"GLOOCY_TRANSPORT": "shm", **env}) as w:
-        got = w.run(r_interrupted_in_a_barrier, check=False, timeout=60)
+        got = w.run(r_interrupted_in_a_barrier, how, check=False, timeout=60)
     name, after = got[0]
     assert name == "KeyboardInterrupt", got
     assert after < 1.0, got
