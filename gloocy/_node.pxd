@@ -29,8 +29,9 @@ cdef enum:
     # most one call ahead of the slowest reader. At n = 4 on the project's
     # 2-core machine loaded by other jobs (forced, interleaved, slowest
     # rank): 8 B 13-16 vs 250-370 us, 1 KiB 8-15 vs 285-370 us, 16 KiB
-    # 34-80 vs 285-350 us; from 64 KiB they tie.
-    NODE_BCAST_MIN = 64 << 10
+    # 34-80 vs 285-350 us, 64 KiB 190-440 vs 445-880 us; 256 KiB 780-2840
+    # vs 460-620 us.
+    NODE_BCAST_MIN = 128 << 10
 
 
 cdef class Node:
