@@ -36,7 +36,7 @@ cdef object call_bcast(Context ctx, object buf, int root, object timeout,
     cdef int algo = _algorithm("bcast", algorithm, ctx.env_algorithms)
     ctx.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
     try:
-        algo = node_choice(ctx, algo, b.nbytes, NODE_ALWAYS)
+        algo = node_choice(ctx, algo, b.nbytes, NODE_BCAST_MIN)
         if algo == ALGO_SHM:
             ctx.last_algorithm = "shm"
             with nogil:

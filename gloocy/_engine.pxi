@@ -167,6 +167,10 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
     cdef int64_t left = c.deadline - now_ns()
     if left <= 0:
         return _raise_timeout(ctx, c)
+    if (not (ctx.links.users > 1 or ctx.links.contended
+             or ctx.links.wild_head is not NULL)
+            and block_on_words(ctx, min(POLL_SLICE_MS * 1000000, left))):
+        return 0
     if ctx.size > 64:
         pfds = <pollfd *>malloc((ctx.size + 1) * sizeof(pollfd))
         pairs_at = <int *>malloc((ctx.size + 1) * sizeof(int))
@@ -228,6 +232,64 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
             free(pfds)
             free(pairs_at)
     return 0
+
+
+from libc.errno cimport EAGAIN, ENOSYS
+
+cdef extern from "_futex.h" nogil:
+    int futex_sleep_any(void *w, int n, int64_t ns)
+
+cdef bint words_unsupported = False  # futex_waitv(2) is missing (Linux < 5.16)
+
+
+cdef int block_on_words(Context ctx, int64_t ns) except -1 nogil:
+    """block_poll where every pair sleeps on futex words (shared-memory
+    pairs) and no other thread may wake us: sleep on them, up to `ns`. 1
+    if it slept or a pair is ready; 0: sleep in poll(2) instead. A dead
+    peer wakes no futex: when the sleep ends without a wake-up, the pairs
+    look at their sockets (a dead process has closed its) and Ctrl-C gets
+    its chance."""
+    global words_unsupported
+    cdef WordWait w[WORDS_MAX]
+    cdef int i, k, n = 0, r, err
+    if words_unsupported:
+        return 0
+    for i in range(ctx.size):
+        if i == ctx.rank:
+            continue
+        k = (<Pair>ctx._pair_ptrs[i]).wait_words(w + n, WORDS_MAX - n)
+        if k == WORDS_NONE:
+            return 0
+        if k == WORDS_READY:
+            if not (<Pair>ctx._pair_ptrs[i]).busy():
+                (<Pair>ctx._pair_ptrs[i]).progress()   # read it (or its end)
+            return 1
+        n += k
+    if n == 0:
+        return 0
+    ctx.links.leave()
+    r = futex_sleep_any(w, n, ns)
+    err = errno
+    ctx.links.enter()
+    if ctx.links.failed:
+        return _raise_links_failed(ctx)
+    if r < 0 and err == ENOSYS:
+        words_unsupported = True
+        return 0
+    if r >= 0 or err == EAGAIN:       # woken, or a flag fell before we slept
+        for i in range(ctx.size):       # idle pairs: read what woke us
+            if i != ctx.rank and not (<Pair>ctx._pair_ptrs[i]).busy():
+                (<Pair>ctx._pair_ptrs[i]).progress()
+        return 1
+    for i in range(ctx.size):
+        if i != ctx.rank:
+            (<Pair>ctx._pair_ptrs[i]).drain_wakeups()
+    ctx.links.leave()
+    try:
+        _check_signals()
+    finally:
+        ctx.links.enter()
+    return 1
 
 
 cdef int _raise_poll_error(int err) except -1 with gil:

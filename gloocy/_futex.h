@@ -27,6 +27,31 @@ static inline void futex_wake(uint32_t *p, int n)
     syscall(SYS_futex, p, FUTEX_WAKE, n, NULL, NULL, 0);
 }
 
+#ifndef SYS_futex_waitv
+#define SYS_futex_waitv 449         /* Linux 5.16 */
+#endif
+
+/* Sleep until any of the n words w (the kernel's struct futex_waitv, laid
+   out as WordWait in _sys.pxd) no longer holds its value, at most ns
+   nanoseconds. n == 1 is a plain futex_sleep (every kernel has it); more
+   need futex_waitv (ENOSYS before Linux 5.16). 0 or the index of the word
+   that woke us; else -1 with errno as futex_sleep's. */
+static inline int futex_sleep_any(void *w, int n, int64_t ns)
+{
+    struct timespec t;
+    uint64_t *first = (uint64_t *)w;    /* val, uaddr, ... */
+    if (n == 1)
+        return futex_sleep((uint32_t *)(uintptr_t)first[1], (uint32_t)first[0], ns);
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    t.tv_sec += (time_t)(ns / 1000000000);
+    t.tv_nsec += (long)(ns % 1000000000);
+    if (t.tv_nsec >= 1000000000) {
+        t.tv_sec += 1;
+        t.tv_nsec -= 1000000000;
+    }
+    return (int)syscall(SYS_futex_waitv, w, (unsigned)n, 0, &t, CLOCK_MONOTONIC);
+}
+
 /* Set the flag to 0, returning what it held (who sleeps, and how). */
 static inline uint32_t flag_swap_zero(uint32_t *p)
 {

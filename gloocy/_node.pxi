@@ -187,9 +187,12 @@ cdef int node_arrive(Context ctx, uint64_t phase, Coll *c) noexcept nogil:
     return 0
 
 
-cdef int node_behind(Node nd, uint64_t phase) noexcept nogil:
-    """The first rank that has not reached `phase`, or -1."""
+cdef int node_behind(Node nd, uint64_t phase, int who) noexcept nogil:
+    """The first rank that has not reached `phase`, or -1 (`who` >= 0:
+    only that rank counts)."""
     cdef int j
+    if who >= 0:
+        return who if ring_load(&nd.ctl[who].phase) < phase else -1
     for j in range(nd.size):
         if ring_load(&nd.ctl[j].phase) < phase:
             return j
@@ -199,13 +202,18 @@ cdef int node_behind(Node nd, uint64_t phase) noexcept nogil:
 cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
     """Until every rank has reached `phase` (look, then sleep). Frames keep
     moving meanwhile: a peer may be sending to us before this call."""
+    return node_wait_for(ctx, c, phase, -1)
+
+
+cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 nogil:
+    """node_wait for rank `who` alone (-1: for every rank)."""
     cdef int64_t budget, start, t, left
     cdef bint slept = False
-    if node_behind(ctx.node, phase) < 0:
+    if node_behind(ctx.node, phase, who) < 0:
         return 0                      # nothing to wait for: nothing learnt
     budget = node_spin_budget(ctx)
     start = now_ns()
-    while node_behind(ctx.node, phase) >= 0:
+    while node_behind(ctx.node, phase, who) >= 0:
         node_progress(ctx)
         t = now_ns() - start
         if t < budget:
@@ -215,9 +223,9 @@ cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
             continue
         left = c.deadline - now_ns()
         if left <= 0:
-            return _raise_node_timeout(ctx, c, phase)
+            return _raise_node_timeout(ctx, c, phase, who)
         slept = True
-        if node_sleep(ctx, phase, min(POLL_SLICE_MS, left // 1000000 + 1)):
+        if node_sleep(ctx, phase, who, min(POLL_SLICE_MS, left // 1000000 + 1)):
             node_check_peers(ctx, phase)
             _check_signals()
         if ctx.links.failed:
@@ -276,7 +284,7 @@ cdef bint node_frames_move(Context ctx) noexcept nogil:
     return False
 
 
-cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
+cdef int node_sleep(Context ctx, uint64_t phase, int who, int ms) except -1 nogil:
     """Sleep up to `ms` with our `sleeping` word up, so that arriving ranks
     wake us: on the word itself (a futex) or, while frames move for us, in
     poll(2) on the pairs as block_poll() does. The word goes up before we
@@ -290,13 +298,16 @@ cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
     if not node_frames_move(ctx):
         flag_set(sleeping, NODE_ON_FUTEX)
         ring_fence()
-        if node_behind(ctx.node, phase) >= 0:
+        if node_behind(ctx.node, phase, who) >= 0:
             ctx.links.leave()
             r = futex_sleep(sleeping, NODE_ON_FUTEX, <int64_t>ms * 1000000)
             r = errno if r < 0 else 0
             ctx.links.enter()
         flag_set(sleeping, NODE_AWAKE)
         return r == ETIMEDOUT or r == EINTR
+    r = node_sleep_words(ctx, phase, who, ms)
+    if r >= 0:
+        return r
     for i in range(ctx.size):
         if i != ctx.rank:
             ev = (<Pair>ctx._pair_ptrs[i]).wait_events()
@@ -310,7 +321,7 @@ cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
                 n += 1
     flag_set(sleeping, NODE_IN_POLL)
     ring_fence()
-    if node_behind(ctx.node, phase) >= 0:
+    if node_behind(ctx.node, phase, who) >= 0:
         ctx.links.leave()
         poll(fds, n, ms if n == ctx.size - 1 else 1)
         ctx.links.enter()
@@ -319,6 +330,43 @@ cdef int node_sleep(Context ctx, uint64_t phase, int ms) except -1 nogil:
         if i != ctx.rank:
             (<Pair>ctx._pair_ptrs[i]).drain_wakeups()
     return 1
+
+
+cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -1 nogil:
+    """node_sleep while frames move, where every pair sleeps on futex words
+    (shared-memory pairs): on our `sleeping` word and theirs at once
+    (futex_waitv). -1 where a pair cannot (then poll(2)), else as
+    node_sleep."""
+    global words_unsupported
+    cdef WordWait w[WORDS_MAX]
+    cdef int i, k, n = 1, r = 0, err = 0
+    cdef uint32_t *sleeping = &ctx.node.ctl[ctx.rank].sleeping
+    if words_unsupported:
+        return -1
+    for i in range(ctx.size):
+        if i != ctx.rank:
+            k = (<Pair>ctx._pair_ptrs[i]).wait_words(w + n, WORDS_MAX - n)
+            if k == WORDS_NONE:
+                return -1
+            if k == WORDS_READY:
+                return 0              # node_wait moves it, then looks again
+            n += k
+    w[0].val = NODE_ON_FUTEX
+    w[0].uaddr = <uint64_t><size_t>sleeping
+    w[0].flags = WORD_U32
+    w[0]._reserved = 0
+    flag_set(sleeping, NODE_ON_FUTEX)
+    ring_fence()
+    if node_behind(ctx.node, phase, who) >= 0:
+        ctx.links.leave()
+        r = futex_sleep_any(w, n, <int64_t>ms * 1000000)
+        err = errno
+        ctx.links.enter()
+    flag_set(sleeping, NODE_AWAKE)
+    if r < 0 and err == ENOSYS:
+        words_unsupported = True
+        return -1
+    return r < 0 and (err == ETIMEDOUT or err == EINTR)
 
 
 cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
@@ -342,14 +390,19 @@ cdef int node_check_fingerprints(Context ctx, Coll *c) except -1 nogil:
 
 
 cdef int _check_fingerprints(Context ctx, Coll *c, int parity) except -1 nogil:
-    cdef Header *h
     cdef int j
     for j in range(ctx.node.size):
-        h = &ctx.node.ctl[j].fp[parity]
-        if (h.kind != c.proto.kind or h.op != c.proto.op or h.dtype != c.proto.dtype
-                or h.root != c.proto.root or h.count != c.proto.count
-                or h.seq != c.proto.seq):
-            return _raise_node_mismatch(ctx, c, j, h)
+        _check_fingerprint(ctx, c, parity, j)
+    return 0
+
+
+cdef int _check_fingerprint(Context ctx, Coll *c, int parity, int j) except -1 nogil:
+    """MismatchError unless rank j's call at steps of `parity` is ours."""
+    cdef Header *h = &ctx.node.ctl[j].fp[parity]
+    if (h.kind != c.proto.kind or h.op != c.proto.op or h.dtype != c.proto.dtype
+            or h.root != c.proto.root or h.count != c.proto.count
+            or h.seq != c.proto.seq):
+        return _raise_node_mismatch(ctx, c, j, h)
     return 0
 
 
@@ -403,6 +456,15 @@ cdef int node_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
             memcpy(ctx.node.slot(root), buf + off, n)
             if off + n >= nbytes:
                 return node_step_out(ctx, c)
+        elif off + n >= nbytes:
+            # The last step needs the root alone: the other readers' arrival
+            # (and their fingerprints) is owed to our next step, as the
+            # root's is. Waiting for them here would chain every reader's
+            # wake-up into every bcast.
+            node_wait_for(ctx, c, phase_a(ctx.node), root)
+            _check_fingerprint(ctx, c, ctx.node.step & 1, root)
+            memcpy(buf + off, ctx.node.slot(root), n)
+            return node_step_out(ctx, c)
         node_step_in(ctx, c)
         if ctx.rank != root:
             memcpy(buf + off, ctx.node.slot(root), n)
@@ -516,8 +578,9 @@ cdef uint64_t sizes_digest(I64 sizes):
     return h
 
 
-cdef int _raise_node_timeout(Context ctx, Coll *c, uint64_t phase) except -1 with gil:
-    late = [j for j in range(ctx.size)
+cdef int _raise_node_timeout(Context ctx, Coll *c, uint64_t phase,
+                             int who) except -1 with gil:
+    late = [j for j in (range(ctx.size) if who < 0 else [who])
             if ring_load(&ctx.node.ctl[j].phase) < phase]
     e = CollectiveTimeout(
         f"rank {ctx.rank}: {describe_call(&c.proto)} timed out waiting for "

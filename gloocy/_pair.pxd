@@ -44,6 +44,10 @@ cdef class Pair:
     # What to poll(2) for when blocking: fd and events (0: nothing to wait for).
     cdef int wait_fd(self) noexcept nogil
     cdef short wait_events(self) noexcept nogil
+    # Or, about to sleep: the futex words (at most `room`) the peer clears
+    # and wakes when it moves what we wait for, written to `w`; how many,
+    # else WORDS_NONE (poll this pair instead: the default) or WORDS_READY.
+    cdef int wait_words(self, WordWait *w, int room) noexcept nogil
     # The peer has gone and nothing of it is left to read: a receive from it
     # can never complete (exhausted); PeerLostError saying so (gone).
     cdef bint exhausted(self) noexcept nogil

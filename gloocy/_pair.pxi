@@ -32,6 +32,9 @@ cdef class Pair:
     cdef short wait_events(self) noexcept nogil:
         return 0
 
+    cdef int wait_words(self, WordWait *w, int room) noexcept nogil:
+        return WORDS_NONE
+
     cdef bint exhausted(self) noexcept nogil:
         return False
 

@@ -188,6 +188,7 @@ ALGORITHM_THRESHOLDS = {
     "reduce_ring_min_ranks": AUTO_REDUCE_RING_MIN_RANKS,
     "reduce_ring_min": AUTO_REDUCE_RING_MIN,
     "node_reduce_min": NODE_REDUCE_MIN,     # with a node segment (_node_exchange.pxi)
+    "node_bcast_min": NODE_BCAST_MIN,       # ... (_node.pxd)
 }
 
 
@@ -203,9 +204,10 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     if size < 1 or nbytes < 0 or itemsize < 1:
         raise ValueError("size, nbytes and itemsize must be positive")
     if node and size > 1:
-        if collective in ("allreduce", "bcast", "allgather", "alltoall",
+        if collective in ("allreduce", "allgather", "alltoall",
                           "reduce_scatter") or (
-                collective == "reduce" and nbytes >= NODE_REDUCE_MIN):
+                collective == "reduce" and nbytes >= NODE_REDUCE_MIN) or (
+                collective == "bcast" and nbytes >= NODE_BCAST_MIN):
             return "shm"
     if collective in ("gather", "scatter", "alltoall"):
         return "direct"

@@ -43,6 +43,23 @@ cdef extern from "<pthread.h>" nogil:
 cdef enum:
     POLL_SLICE_MS = 100       # longest uninterrupted block: Ctrl-C latency
 
+# A futex word to sleep on, as futex_waitv(2) takes it (_futex.h sleeps on
+# a vector of them). Shared-memory pairs hand theirs out (Pair.wait_words).
+ctypedef struct WordWait:
+    uint64_t val              # sleep while the word holds this
+    uint64_t uaddr            # the word's address
+    uint32_t flags            # WORD_U32: a 32-bit, process-shared futex
+    uint32_t _reserved
+
+cdef enum:
+    WORD_U32 = 2              # FUTEX2_SIZE_U32
+    WORDS_MAX = 128           # the most futex_waitv sleeps on
+    WORDS_NONE = -1           # wait_words: this pair cannot wake a futex (poll it)
+    WORDS_READY = -2          # wait_words: it can move already (don't sleep)
+    WORD_AWAKE = 0            # a sleep flag in shared memory: its owner is awake,
+    WORD_ASLEEP = 1           # asleep on the flag itself (futex_wake it), or
+    WORD_POLLING = 2          # asleep in poll(2) (poke its socket)
+
 
 cdef inline int64_t now_ns() noexcept nogil:
     cdef timespec ts

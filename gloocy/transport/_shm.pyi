@@ -14,5 +14,10 @@ class ShmPair(StreamPair):
     """A Pair over two rings in a memfd segment and a Unix socket for
     wake-ups (see the module's docstring)."""
 
+    woke_on_word: int
+    """Wake-ups given to the peer on its futex so far."""
+    woke_by_socket: int
+    """Wake-ups given to the peer through the socket so far."""
+
     def __new__(cls, sock_fd: int, mem_fd: int, ring: int, rank: int,
                 peer: int, first: bool, address: str = "shared memory") -> Self: ...

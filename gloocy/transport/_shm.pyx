@@ -3,14 +3,19 @@
 
 Each pair of local ranks maps one memfd segment holding two rings, one per
 direction; a frame goes through the ring as it would through a socket (the
-framing, matching and checks are _stream.pyx's). Beside the rings, a
-connected Unix socket carries no data, only wake-ups: a rank that runs out
-of work sets a flag in the ring it waits on and sleeps in poll(2) on the
-socket; the peer that moves bytes through that ring clears the flag and
-sends it one byte. When a rank dies, the kernel closes its socket, which
-wakes its peers at once (peer death costs no timer). The segment is never
-named in /dev/shm, so nothing outlives the processes (see shm.py for the
-set-up).
+framing, matching and checks are _stream.pyx's).
+
+A rank that runs out of work sets a sleep flag in the ring it waits on and
+sleeps; the peer that moves bytes through that ring clears the flag and
+wakes it. Where every pair of the rank is a shared-memory one, it sleeps on
+the flags themselves (futexes: one system call to sleep, one to wake, see
+wait_words and the engine's block_on_words), and notices a dead peer when
+its sleep slice ends. Where it must also watch sockets (TCP pairs, other
+threads' wake-ups), it sleeps in poll(2) on a connected Unix socket beside
+the rings, which carries no data, only wake-ups: the flag then says so, and
+the peer sends it one byte. When a rank dies, the kernel closes its socket,
+which wakes a poll(2) at once. The segment is never named in /dev/shm, so
+nothing outlives the processes (see shm.py for the set-up).
 
 The peer can write anything into the segment: positions read from it are
 checked before any copy, and our own positions are kept privately.
@@ -21,6 +26,8 @@ from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libc.string cimport memcpy
 from posix.unistd cimport close as c_close
 
+from gloocy._core cimport (WordWait, WORD_U32, WORDS_NONE, WORDS_READY,
+                           WORD_AWAKE, WORD_ASLEEP, WORD_POLLING)
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
 
 cdef extern from "_atomics.h" nogil:
@@ -28,7 +35,10 @@ cdef extern from "_atomics.h" nogil:
     void ring_store(uint64_t *p, uint64_t v)
     void ring_fence()
     void flag_set(uint32_t *p, uint32_t v)
-    bint flag_take(uint32_t *p)
+
+cdef extern from "_futex.h" nogil:
+    void futex_wake(uint32_t *p, int n)
+    uint32_t flag_swap_zero(uint32_t *p)
 
 cdef extern from "<sys/mman.h>" nogil:
     void *mmap(void *addr, size_t length, int prot, int flags, int fd, long off)
@@ -58,8 +68,8 @@ ctypedef struct RingCtl:
     char _pad0[56]
     uint64_t tail               # bytes ever read (the reader's)
     char _pad1[56]
-    uint32_t reader_sleeps      # the reader sleeps until head moves
-    uint32_t writer_sleeps      # the writer sleeps until tail moves
+    uint32_t reader_sleeps      # the reader sleeps until head moves (WORD_*)
+    uint32_t writer_sleeps      # the writer sleeps until tail moves (WORD_*)
     char _pad2[56]
 
 cdef enum:
@@ -104,6 +114,8 @@ cdef class ShmPair(StreamPair):
     cdef uint64_t in_tail
     cdef bint armed             # our sleep flags may be set
     cdef bint sock_eof          # the peer's end of the socket is closed
+    cdef readonly uint64_t woke_on_word     # wake-ups we gave the peer: on
+    cdef readonly uint64_t woke_by_socket   # its futex, or through the socket
 
     def __cinit__(self, int sock_fd, int mem_fd, uint64_t ring, int rank,
                   int peer, bint first, str address="shared memory"):
@@ -158,8 +170,7 @@ cdef class ShmPair(StreamPair):
         self.out_head += total
         ring_store(&self.out_ctl.head, self.out_head)
         ring_fence()
-        if flag_take(&self.out_ctl.reader_sleeps):
-            self.poke()
+        self.wake(&self.out_ctl.reader_sleeps)
         return total
 
     cdef ssize_t stream_recv(self, char *dst, size_t n) except -2 nogil:
@@ -173,12 +184,22 @@ cdef class ShmPair(StreamPair):
         self.in_tail += avail
         ring_store(&self.in_ctl.tail, self.in_tail)
         ring_fence()
-        if flag_take(&self.in_ctl.writer_sleeps):
-            self.poke()
+        self.wake(&self.in_ctl.writer_sleeps)
         return avail
 
     cdef void stream_close(self) noexcept nogil:
         c_close(self.fd)        # the segment stays mapped until dealloc
+
+    cdef void wake(self, uint32_t *flag) noexcept nogil:
+        """Wake the peer if it sleeps until what `flag` guards moves (we just
+        moved it): on the flag, or in poll(2)."""
+        cdef uint32_t how = flag_swap_zero(flag)
+        if how == WORD_ASLEEP:
+            futex_wake(flag, 1)
+            self.woke_on_word += 1
+        elif how != WORD_AWAKE:
+            self.poke()
+            self.woke_by_socket += 1
 
     cdef void poke(self) noexcept nogil:
         # Errors are ignored: a full socket already holds wake-ups, and a
@@ -209,8 +230,8 @@ cdef class ShmPair(StreamPair):
             self.sock_eof = True    # closed (0) or broken (ECONNRESET)
 
     cdef void disarm(self) noexcept nogil:
-        flag_set(&self.out_ctl.writer_sleeps, 0)
-        flag_set(&self.in_ctl.reader_sleeps, 0)
+        flag_set(&self.out_ctl.writer_sleeps, WORD_AWAKE)
+        flag_set(&self.in_ctl.reader_sleeps, WORD_AWAKE)
         self.armed = False
 
     cdef int progress(self) except -1 nogil:
@@ -228,15 +249,54 @@ cdef class ShmPair(StreamPair):
             return 0
         self.drain()
         if want_space:
-            flag_set(&self.out_ctl.writer_sleeps, 1)
+            flag_set(&self.out_ctl.writer_sleeps, WORD_POLLING)
         if want_data:
-            flag_set(&self.in_ctl.reader_sleeps, 1)
+            flag_set(&self.in_ctl.reader_sleeps, WORD_POLLING)
         self.armed = True
         ring_fence()
-        if (self.sock_eof
-                or (want_space and self.out_head - ring_load(&self.out_ctl.tail)
-                    != self.mask + 1)
-                or (want_data and ring_load(&self.in_ctl.head) != self.in_tail)):
+        if self.sock_eof or self.moved(want_space, want_data):
             self.disarm()
             return POLLOUT
         return POLLIN | POLLRDHUP
+
+    cdef bint moved(self, bint want_space, bint want_data) noexcept nogil:
+        """What we are about to sleep for is there already (our flags are
+        up: a move after this look wakes us)."""
+        return ((want_space and self.out_head - ring_load(&self.out_ctl.tail)
+                 != self.mask + 1)
+                or (want_data and ring_load(&self.in_ctl.head) != self.in_tail))
+
+    cdef int wait_words(self, WordWait *w, int room) noexcept nogil:
+        """About to sleep on futexes: put our flags up (WORD_ASLEEP) and
+        hand them out. A dead peer wakes no futex: the sleeper looks at the
+        socket when its slice ends (drain_wakeups)."""
+        cdef bint want_space = self.send_head is not NULL
+        cdef bint want_data = not self.parked
+        cdef int n = 0
+        if self.fd < 0 or self.peer_gone:
+            return 0
+        if self.sock_eof:
+            return WORDS_READY          # read what is left, then the end
+        if room < 2:
+            return WORDS_NONE
+        if want_space:
+            flag_set(&self.out_ctl.writer_sleeps, WORD_ASLEEP)
+            put_word(&w[n], &self.out_ctl.writer_sleeps)
+            n += 1
+        if want_data:
+            flag_set(&self.in_ctl.reader_sleeps, WORD_ASLEEP)
+            put_word(&w[n], &self.in_ctl.reader_sleeps)
+            n += 1
+        self.armed = True
+        ring_fence()
+        if self.moved(want_space, want_data):
+            self.disarm()
+            return WORDS_READY
+        return n
+
+
+cdef inline void put_word(WordWait *w, uint32_t *flag) noexcept nogil:
+    w.val = WORD_ASLEEP
+    w.uaddr = <uint64_t><size_t>flag
+    w.flags = WORD_U32
+    w._reserved = 0

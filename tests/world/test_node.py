@@ -390,7 +390,7 @@ def r_left_early(comm):
     x = np.ones(4)
     try:
         if comm.rank == 0:
-            comm.Bcast(x, root=0)
+            comm.Bcast(x, root=0, algorithm="shm")
             out.append(("ok", ""))
         else:
             comm.Reduce(x, None, root=0, algorithm="shm")

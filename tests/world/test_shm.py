@@ -156,11 +156,14 @@ def test_a_peer_scribbling_on_the_rings_gets_an_error_not_a_copy(damage, error):
 
 
 def wait_on_last_rank(comm, n):
-    """Block in an allreduce (n == 1) or in a large send to the last rank,
-    which never comes; (lost rank, when it was noticed)."""
+    """Block in an allreduce (n == 1), in a large send to the last rank
+    (n > 1) or in a receive from it (n == 0), which never comes; (lost
+    rank, when it was noticed)."""
     x = np.ones(n)
     try:
-        if n > 1:
+        if n == 0:
+            comm.Recv(np.ones(1), source=comm.size - 1)
+        elif n > 1:
             comm.Send(x, dest=comm.size - 1)
         else:
             comm.Allreduce(gloocy.IN_PLACE, x)

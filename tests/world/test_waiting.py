@@ -189,11 +189,118 @@ def test_thread_ranks_waiting_for_a_late_one_use_next_to_no_cpu():
             c.Free()
 
 
+# -- a rank asleep on a shared-memory pair's futex --------------------------------------
+
+def r_woken_by_a_send(comm, delay):
+    """Rank 1 sends to rank 0 `delay` s into a Recv of rank 0's (asleep on
+    its pairs' futex words by then). Rank 0: (what it got, CPU s, wall s);
+    rank 1: (wake-ups its pair to rank 0 gave on the futex, by the socket)
+    during the send."""
+    comm.Barrier()
+    if comm.rank == 1:
+        pair = comm._ctx.links.pairs[0]
+        time.sleep(delay)
+        before = pair.woke_on_word, pair.woke_by_socket
+        comm.Send(np.arange(5.0) * 7, dest=0)
+        got = pair.woke_on_word - before[0], pair.woke_by_socket - before[1]
+    elif comm.rank == 0:
+        buf = np.zeros(5)
+        cpu, wall = time.process_time(), time.monotonic()
+        comm.Recv(buf, source=1)
+        got = buf.tolist(), time.process_time() - cpu, time.monotonic() - wall
+    else:
+        got = None
+    comm.Barrier()
+    return got
+
+
+@pytest.mark.parametrize("size", [2, 3])   # one futex word, several (futex_waitv)
+def test_a_pair_waiter_asleep_on_its_futex_is_woken_by_a_send(size):
+    with World(size, env={"GLOOCY_TRANSPORT": "shm", **SLEEP_AT_ONCE}) as w:
+        got = w.run(r_woken_by_a_send, WAIT, timeout=60)
+    data, cpu, wall = got[0]
+    assert data == (np.arange(5.0) * 7).tolist()
+    assert wall >= 0.8 * WAIT
+    assert cpu < 0.20 * wall, (cpu, wall)
+    assert got[1] == (1, 0), got[1]        # one futex wake-up, no socket poke
+
+
+def test_thread_ranks_wake_each_other_on_pair_futexes():
+    comms = connect_threads(2)
+    try:
+        def one(comm):
+            return r_woken_by_a_send(comm, 0.3)
+        out, errors = in_threads(comms, one)
+        assert not errors, errors
+        assert out[0][0] == (np.arange(5.0) * 7).tolist()
+        assert out[1] == (1, 0), out[1]
+    finally:
+        for c in comms:
+            c.Free()
+
+
+def test_a_peer_dying_while_a_pair_waiter_sleeps_is_named_within_a_second():
+    # The survivors sleep on their pairs' futex words in a Recv from it.
+    for lost, after in kill_the_last_rank({"GLOOCY_TRANSPORT": "shm", **SLEEP_AT_ONCE}, 0):
+        assert lost == 2
+        assert 0 <= after < 1.0
+
+
+def r_bcast_loop(comm, n, rounds, algorithm):
+    """`rounds` Bcasts of n bytes from root k % size in round k (through
+    the node segment, algorithm="shm": the readers never wait for each
+    other); every round's bytes."""
+    out = []
+    for k in range(rounds):
+        root = k % comm.size
+        x = (np.full(n, (k * 7 + 1) % 251, np.uint8) if comm.rank == root
+             else np.zeros(n, np.uint8))
+        comm.Bcast(x, root=root, algorithm=algorithm)
+        out.append(x.copy())
+    comm.Barrier()
+    return out
+
+
+@pytest.mark.parametrize("size", [3, 4])
+@pytest.mark.parametrize("algorithm", ["shm", None])     # node segment, auto (pairs)
+def test_bcasts_back_to_back_are_right_with_readers_running_ahead(size, algorithm):
+    n, rounds = 64, 200
+    with World(size, env={"GLOOCY_TRANSPORT": "shm", **YIELDING}) as w:
+        got = w.run(r_bcast_loop, n, rounds, algorithm, timeout=60)
+    for r in range(size):
+        for k in range(rounds):
+            np.testing.assert_array_equal(got[r][k], np.full(n, (k * 7 + 1) % 251, np.uint8))
+
+
+def r_bcast_against_allreduce(comm):
+    """Ranks 0 and 1 Bcast from 0 while rank 2 Allreduces, then a Barrier:
+    every rank's first error (reader 1 waits for the root alone, so it
+    hears of rank 2 in its next call)."""
+    x = np.ones(4)
+    for call in (lambda: comm.Bcast(x, root=0, algorithm="shm") if comm.rank < 2
+                 else comm.Allreduce(gloocy.IN_PLACE, x),
+                 lambda: comm.Barrier(timeout=10)):
+        try:
+            call()
+        except gloocy.GloocyError as e:
+            return type(e).__name__, str(e)
+    return "ok", ""
+
+
+def test_a_bcast_reader_that_ran_ahead_hears_of_a_mismatch_next():
+    with World(3, env={"GLOOCY_TRANSPORT": "shm"}) as w:
+        got = w.run(r_bcast_against_allreduce, timeout=60)
+    for rank, (kind, msg) in enumerate(got):
+        assert kind == "MismatchError", (rank, msg)
+        assert "called bcast" in msg and "called allreduce" in msg, (rank, msg)
+
+
 # -- a rank asleep on the node futex: Ctrl-C, deadline, peer death ----------------------
 
-def r_interrupted_in_a_barrier(comm):
-    """Rank 0 gets SIGINT 0.5 s into a Barrier the last rank joins 3 s late:
-    (what stopped it, seconds from the signal)."""
+def r_interrupted_in_a_barrier(comm, how="barrier"):
+    """Rank 0 gets SIGINT 0.5 s into a Barrier the last rank joins 3 s late
+    (how="recv": a Recv from the last rank, asleep on its pairs' futex
+    words): (what stopped it, seconds from the signal)."""
     signal.signal(signal.SIGINT, signal.default_int_handler)
     comm.Barrier()
     if comm.rank == comm.size - 1:
@@ -205,7 +312,12 @@ def r_interrupted_in_a_barrier(comm):
             os.kill(os.getpid(), signal.SIGINT)
         threading.Timer(0.5, interrupt).start()
     try:
-        comm.Barrier(timeout=30)
+        if how == "barrier":
+            comm.Barrier(timeout=30)
+        elif comm.rank == 0:
+            comm.Recv(np.zeros(1), source=comm.size - 1, timeout=30)
+        elif comm.rank == comm.size - 1:
+            comm.Send(np.zeros(1), dest=0)
     except KeyboardInterrupt:
         return "KeyboardInterrupt", time.monotonic() - sent[0]
     except gloocy.errors.GloocyError as e:
@@ -213,10 +325,11 @@ def r_interrupted_in_a_barrier(comm):
     return "no error", None
 
 
-def test_ctrl_c_stops_a_sleeping_wait_within_a_second():
+@pytest.mark.parametrize("how", ["barrier", "recv"])
+def test_ctrl_c_stops_a_sleeping_wait_within_a_second(how):
     env = SLEEP_AT_ONCE
     with World(3, env={"GLOOCY_TRANSPORT": "shm", **env}) as w:
-        got = w.run(r_interrupted_in_a_barrier, check=False, timeout=60)
+        got = w.run(r_interrupted_in_a_barrier, how, check=False, timeout=60)
     name, after = got[0]
     assert name == "KeyboardInterrupt", got
     assert after < 1.0, got
