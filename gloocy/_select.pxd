@@ -2,7 +2,7 @@
 # name, the GLOOCY_ALGORITHM_* overrides and the automatic choice. Python
 # names: ALLREDUCE_ALGORITHMS, BCAST_ALGORITHMS, ALLGATHER_ALGORITHMS,
 # REDUCE_SCATTER_ALGORITHMS, REDUCE_ALGORITHMS, GATHER_ALGORITHMS,
-# SCATTER_ALGORITHMS, ALLTOALL_ALGORITHMS, ALGORITHMS, ALGORITHM_TABLES,
+# SCATTER_ALGORITHMS, ALLTOALL_ALGORITHMS, BARRIER_ALGORITHMS, ALGORITHMS, ALGORITHM_TABLES,
 # ALGORITHM_ENV, ALGORITHM_NAMES, ALGORITHM_THRESHOLDS, auto_algorithm.
 
 cdef enum:
@@ -17,6 +17,8 @@ cdef enum:
     ALGO_HALVING = 7
     ALGO_SHM = 8                 # through the node segment (_node.pxi): one host
     ALGO_DIRECT = 9              # gather, scatter, alltoall: straight to each peer
+    ALGO_TWO_LEVEL = 10          # inside each host, across leaders, inside (_hier.pxi)
+    ALGO_DISSEMINATION = 11      # barrier over the pairs
 
 # {collective: name} of the GLOOCY_ALGORITHM_* variables set now (None: none).
 cdef dict env_algorithms()

@@ -50,28 +50,37 @@ cdef enum:
 # "shm" is the node segment's algorithm (_node.pxi, _node_exchange.pxi),
 # which "auto" picks where it wins when every rank is on one host; forced
 # where there is no segment, it falls back to the automatic pair choice.
+# "two_level" (_hier.pxi) is for ranks on several hosts: "auto" picks it
+# where some host has more than one rank; forced where all are on one host,
+# it falls back to the automatic choice.
 ALLREDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                         "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                         "halving_doubling": ALGO_HALVING_DOUBLING,
-                        "bcube": ALGO_BCUBE, "shm": ALGO_SHM}
+                        "bcube": ALGO_BCUBE, "shm": ALGO_SHM,
+                        "two_level": ALGO_TWO_LEVEL}
 BCAST_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
                     "scatter_allgather": ALGO_SCATTER_ALLGATHER,
-                    "shm": ALGO_SHM}
+                    "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 ALLGATHER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                         "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
-                        "shm": ALGO_SHM}
+                        "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 REDUCE_SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                              "halving": ALGO_HALVING, "shm": ALGO_SHM}
 # "recursive_doubling" is the old name of the binomial tree (kept working).
 REDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
                      "ring": ALGO_RING,
-                     "recursive_doubling": ALGO_BINOMIAL, "shm": ALGO_SHM}
+                     "recursive_doubling": ALGO_BINOMIAL, "shm": ALGO_SHM,
+                     "two_level": ALGO_TWO_LEVEL}
 GATHER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 # scan and exscan: Hillis-Steele over the pairs, or the node segment.
 SCAN_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                    "shm": ALGO_SHM}
+# barrier (no algorithm= keyword: GLOOCY_ALGORITHM_BARRIER only):
+# "dissemination" is the one over the pairs, even with a node segment.
+BARRIER_ALGORITHMS = {"auto": ALGO_AUTO, "dissemination": ALGO_DISSEMINATION,
+                      "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 ALGORITHMS = ALLREDUCE_ALGORITHMS      # the name before there were others
 ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
                     "bcast": BCAST_ALGORITHMS,
@@ -81,7 +90,8 @@ ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
                     "gather": GATHER_ALGORITHMS,
                     "scatter": SCATTER_ALGORITHMS,
                     "alltoall": ALLTOALL_ALGORITHMS,
-                    "scan": SCAN_ALGORITHMS}
+                    "scan": SCAN_ALGORITHMS,
+                    "barrier": BARRIER_ALGORITHMS}
 ALGORITHM_ENV = {name: f"GLOOCY_ALGORITHM_{name.upper()}"
                  for name in ALGORITHM_TABLES}
 # code -> the name Context.last_algorithm reports
@@ -91,7 +101,8 @@ ALGORITHM_NAMES = {ALGO_AUTO: "auto", ALGO_RING: "ring",
                    ALGO_BCUBE: "bcube", ALGO_BINOMIAL: "binomial",
                    ALGO_SCATTER_ALLGATHER: "scatter_allgather",
                    ALGO_HALVING: "halving", ALGO_SHM: "shm",
-                   ALGO_DIRECT: "direct"}
+                   ALGO_DIRECT: "direct", ALGO_TWO_LEVEL: "two_level",
+                   ALGO_DISSEMINATION: "dissemination"}
 
 
 from libc.stdlib cimport getenv
