@@ -13,10 +13,14 @@ crossed the network per call.
     sudo python bench/hosts.py [--rounds 3] [--sizes 4,65536,1048576]
          [--rate 1gbit] [--mpich] [--out bench/results/hosts]
 
-Needs root and iproute2. MPICH (pip's mpich + mpi4py) runs with
-MPIR_CVAR_NOLOCAL=1: its hydra places every rank on one node (the
-namespaces share a host name and a launcher), so without it MPICH would
-pass bytes between the "hosts" through shared memory.
+Needs root and iproute2. MPICH (pip's mpich + mpi4py, ch4:ucx) runs with
+MPIR_CVAR_NOLOCAL=1 and UCX_TLS=tcp: its hydra places every rank on one
+node (the namespaces share a host name and a launcher) and UCX reaches a
+process of the same machine through shared memory, so otherwise MPICH
+would pass bytes between the "hosts" through memory. Its ranks then talk
+over TCP inside a host too (the namespace's loopback), and its
+collectives see one node: a handicap to keep in mind when reading its
+times. The link bytes count both directions of host 0's link.
 """
 
 from __future__ import annotations
@@ -114,6 +118,7 @@ def mpich_time(hosts, prog, coll, nbytes, calls):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GLOOCY_", "PMI_", "HYDRA_"))}
     env["MPIR_CVAR_NOLOCAL"] = "1"
+    env["UCX_TLS"] = "tcp"          # UCX would use shared memory and CMA too
     cmd = [mpiexec]
     for h in range(2):
         cmd += [":"] * (h > 0) + ["-n", "2", *hosts.exec_prefix(h),

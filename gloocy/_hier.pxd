@@ -13,6 +13,8 @@ cdef class Hier:
     cdef readonly Context local      # our host's ranks (None: not useful)
     cdef readonly Context leaders    # each host's lowest rank (None unless
                                      # we are our host's)
+    cdef Context phase               # the one of them running (for errors)
+    cdef Context on(self, Context phase)
     cdef close(self)
 
 # ALGO_TWO_LEVEL if a call of algorithm `algo` runs two-level on ctx

@@ -38,6 +38,11 @@ cdef class Hier:
         """Whether the ranks are on more than one host."""
         return self.hosts is not None and len(self.hosts) > 1
 
+    cdef Context on(self, Context phase):
+        """`phase`, noted as the one running (for _explain)."""
+        self.phase = phase
+        return phase
+
     cdef close(self):
         if self.local is not None:
             self.local.close()
@@ -119,9 +124,17 @@ cdef int two_level(Context ctx, int algo, object timeout) except -1:
     return ALGO_AUTO
 
 
+# The phases inside a host run the node segment's algorithms (the pairs'
+# where there is no segment): every rank of a host then compares its call's
+# fingerprint with the others' in the segment, so ranks calling different
+# collectives are told so rather than left waiting.
+SHM = "shm"
+
+
 cdef double _end(Context ctx, object timeout) except -1:
     """The call's deadline (time.monotonic()); checks ctx is usable."""
     ctx.last_algorithm = "two_level"
+    (<Hier>ctx.hier).phase = None
     return time.monotonic() + ctx.seconds(timeout)
 
 
@@ -129,6 +142,23 @@ cdef double _left(double end):
     """What is left of the deadline for the next phase (at least 1 ms: a
     phase that finds it passed then times out naming its call)."""
     return max(end - time.monotonic(), 1e-3)
+
+
+cdef int _explain(Context ctx, Hier h, BaseException e) except -1:
+    """A phase's error, told in ctx's ranks where it names the phase's
+    own: a timeout's `ranks` become ctx's, and the message says which
+    ranks the phase ran over (PeerLostError names world ranks already)."""
+    cdef Context sub = h.phase
+    if sub is None or isinstance(e, PeerLostError) or not isinstance(
+            e, GloocyError):
+        return 0
+    members = [ctx._local[sub._world[i]] for i in range(sub.size)]
+    if getattr(e, "ranks", None):
+        e.ranks = [members[i] if 0 <= i < sub.size else i for i in e.ranks]
+    e.args = (f"{e} [in a phase of a two-level collective, over ranks "
+              f"{members} of this communicator, which it numbers "
+              f"0-{sub.size - 1}]",) + e.args[1:]
+    return 0
 
 
 cdef Buf _raw(char *p, int64_t nbytes, int dtype, int64_t itemsize):
@@ -146,10 +176,14 @@ cdef Buf _raw(char *p, int64_t nbytes, int dtype, int64_t itemsize):
 cdef object hier_barrier(Context ctx, object timeout):
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
-    h.local.barrier(_left(end))
-    if h.leaders is not None:
-        h.leaders.barrier(_left(end))
-    h.local.barrier(_left(end))
+    try:
+        h.on(h.local).barrier(_left(end))
+        if h.leaders is not None:
+            h.on(h.leaders).barrier(_left(end))
+        h.on(h.local).barrier(_left(end))
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
 
 
 cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
@@ -157,14 +191,18 @@ cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
     cdef int rh = h.host_of[root], lr = h.local_rank[root]
-    if h.host == rh and lr != 0:
-        h.local.bcast(b, lr, _left(end))
-        if h.leaders is not None:
-            h.leaders.bcast(b, rh, _left(end))
-    else:
-        if h.leaders is not None:
-            h.leaders.bcast(b, rh, _left(end))
-        h.local.bcast(b, 0, _left(end))
+    try:
+        if h.host == rh and lr != 0:
+            h.on(h.local).bcast(b, lr, _left(end), SHM)
+            if h.leaders is not None:
+                h.on(h.leaders).bcast(b, rh, _left(end))
+        else:
+            if h.leaders is not None:
+                h.on(h.leaders).bcast(b, rh, _left(end))
+            h.on(h.local).bcast(b, 0, _left(end), SHM)
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
 
 
 cdef object hier_allreduce(Context ctx, Buf sb, Buf rb, int op, object timeout):
@@ -172,14 +210,18 @@ cdef object hier_allreduce(Context ctx, Buf sb, Buf rb, int op, object timeout):
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
     cdef bint lead = h.leaders is not None
-    if sb is not None and sb.ptr != rb.ptr:
-        with nogil:
-            memmove(rb.ptr, sb.ptr, rb.nbytes)
-    h.local.reduce(None if lead else rb, rb if lead else None, op, 0,
-                   _left(end))
-    if lead:
-        h.leaders.allreduce(None, rb, op, _left(end))
-    h.local.bcast(rb, 0, _left(end))
+    try:
+        if sb is not None and sb.ptr != rb.ptr:
+            with nogil:
+                memmove(rb.ptr, sb.ptr, rb.nbytes)
+        h.on(h.local).reduce(None if lead else rb, rb if lead else None, op, 0,
+                             _left(end), SHM)
+        if lead:
+            h.on(h.leaders).allreduce(None, rb, op, _left(end))
+        h.on(h.local).bcast(rb, 0, _left(end), SHM)
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
 
 
 cdef object hier_reduce(Context ctx, Buf sb, Buf rb, int op, int root,
@@ -193,20 +235,25 @@ cdef object hier_reduce(Context ctx, Buf sb, Buf rb, int op, int root,
     cdef int rh = h.host_of[root], lr = h.local_rank[root]
     cdef Buf ref = rb if rb is not None else sb
     cdef Buf acc = None                   # a leader's: its host's result
-    if lead:
-        acc = rb if at_root else _raw(ctx.work(ref.nbytes), ref.nbytes,
-                                      ref.dtype, ref.itemsize)
-        h.local.reduce(sb, acc, op, 0, _left(end))
-        if h.host == rh:
-            h.leaders.reduce(None, acc, op, rh, _left(end))
-            if not at_root:
-                h.local.send(acc, lr, 0, _left(end))
+    try:
+        if lead:
+            acc = rb if at_root else _raw(ctx.work(ref.nbytes), ref.nbytes,
+                                          ref.dtype, ref.itemsize)
+            h.on(h.local).reduce(sb, acc, op, 0, _left(end), SHM)
+            if h.host == rh:
+                h.on(h.leaders).reduce(None, acc, op, rh, _left(end))
+                if not at_root:
+                    h.on(h.local).send(acc, lr, 0, _left(end))
+            else:
+                h.on(h.leaders).reduce(acc, None, op, rh, _left(end))
         else:
-            h.leaders.reduce(acc, None, op, rh, _left(end))
-    else:
-        h.local.reduce(sb if sb is not None else rb, None, op, 0, _left(end))
-        if at_root:
-            h.local.recv(rb, 0, 0, _left(end))
+            h.on(h.local).reduce(sb if sb is not None else rb, None, op, 0,
+                                 _left(end), SHM)
+            if at_root:
+                h.on(h.local).recv(rb, 0, 0, _left(end))
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
 
 
 cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
@@ -219,15 +266,14 @@ cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
     cdef int n = ctx.size, r, k
-    cdef int64_t total = 0, at = 0, host_at = 0
+    cdef int64_t total = 0, at = 0, host_at
     cdef bint direct = True
     for r in range(n):
         total += sizes.v[r]
         if r and (h.host_of[r] < h.host_of[r - 1]
                   or offs.v[r] != offs.v[r - 1] + sizes.v[r - 1]):
             direct = False
-    cdef char *packed = (rb.ptr + offs.v[0] if direct
-                         else ctx.work(total))
+    cdef char *packed = rb.ptr + offs.v[0] if direct else ctx.work(total)
     cdef I64 poffs = I64.zeros(n)          # each block's place in `packed`
     host_sizes, host_offs = [], []
     for ranks in h.hosts:
@@ -243,12 +289,18 @@ cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     send = sb
     if sb is None and not (direct and h.leaders is not None):
         send = _raw(rb.ptr + offs.v[ctx.rank], sizes.v[ctx.rank], DT_BYTES, 1)
-    h.local.gatherv(send, part if h.leaders is not None else None,
-                    [sizes.v[r] for r in mine],
-                    [poffs.v[r] - host_at for r in mine], 0, _left(end))
-    if h.leaders is not None:
-        h.leaders.allgatherv(None, whole, host_sizes, host_offs, _left(end))
-    h.local.bcast(whole, 0, _left(end))
+    try:
+        h.on(h.local).gatherv(send, part if h.leaders is not None else None,
+                              [sizes.v[r] for r in mine],
+                              [poffs.v[r] - host_at for r in mine], 0,
+                              _left(end), SHM)
+        if h.leaders is not None:
+            h.on(h.leaders).allgatherv(None, whole, host_sizes, host_offs,
+                                       _left(end))
+        h.on(h.local).bcast(whole, 0, _left(end), SHM)
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
     if not direct:
         with nogil:
             for k in range(n):

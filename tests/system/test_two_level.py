@@ -160,3 +160,25 @@ def test_a_peer_killed_in_a_two_level_call_is_named(victim):
             assert kind == "PeerLostError", (rank, r)
             assert lost == victim and f"rank {victim}" in msg, (rank, r)
     assert shm_names() - before == set()
+
+
+def r_mismatch(comm):
+    x = np.ones(1000, np.float64)
+    try:
+        if comm.rank == 3:
+            comm.Bcast(x, root=0, timeout=20)
+        else:
+            comm.Allreduce(MPI.IN_PLACE, x, timeout=20)
+    except Exception as e:
+        return type(e).__name__, str(e)
+    return "no error", ""
+
+
+def test_ranks_calling_different_two_level_collectives_are_told():
+    """Rank 3 bcasts while the others allreduce: the phase inside its host
+    sees the fingerprints differ, and every rank hears of the mismatch."""
+    with World(4, backend="processes", hosts=[2, 2]) as world:
+        got = world.run(r_mismatch, check=False, timeout=60)
+    for rank, (kind, msg) in enumerate(got):
+        assert kind == "MismatchError", (rank, kind, msg)
+        assert "bcast" in msg and ("allreduce" in msg or "reduce" in msg), msg
