@@ -113,7 +113,7 @@ MPI_PROGRAM = textwrap.dedent("""
 
 def mpich_time(hosts, prog, coll, nbytes, calls):
     """(slowest rank's seconds per call, bytes through host 0's link during
-    the timed calls) under mpiexec into the namespaces."""
+    the timed calls, per call) under mpiexec into the namespaces."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GLOOCY_", "PMI_", "HYDRA_"))}
@@ -143,14 +143,16 @@ def mpich_time(hosts, prog, coll, nbytes, calls):
         if p.poll() is None:
             os.killpg(p.pid, 9)
             p.wait()
-    return t, sum(after) - sum(before)
+    return t, (sum(after) - sum(before)) / calls
 
 
 def gloocy_time(world, coll, nbytes, algorithm, calls):
+    """(slowest rank's seconds per call, bytes through host 0's link per
+    call: the warm-up call and the timed ones)."""
     before = world.netns.link_bytes()[0]
     t = max(world.run(r_time, coll, nbytes, algorithm, calls, timeout=600))
     after = world.netns.link_bytes()[0]
-    return t, sum(after) - sum(before)
+    return t, (sum(after) - sum(before)) / (calls + 1)
 
 
 def main():
@@ -203,7 +205,7 @@ def main():
                     for name, runs in got.items():
                         row[f"{name}_s"] = statistics.median(t for t, _ in runs)
                         row[f"{name}_link_x"] = statistics.median(
-                            b / calls / nbytes for _, b in runs)
+                            b / nbytes for _, b in runs)
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     prog.unlink(missing_ok=True)
