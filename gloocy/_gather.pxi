@@ -19,7 +19,8 @@ cdef object call_allgatherv(Context ctx, object sendbuf, object recvbuf,
             raise ValueError(f"sendbuf has {sb.nbytes} bytes but "
                              f"counts[{ctx.rank}] is {sizes.v[ctx.rank]}")
     cdef int algo = two_level(ctx, _algorithm("allgather", algorithm,
-                                              ctx.env_algorithms), timeout)
+                                              ctx.env_algorithms), sizes.total(),
+                              AUTO_TWO_LEVEL_BLOCKS_MIN, timeout)
     if algo == ALGO_TWO_LEVEL:
         return hier_allgatherv(ctx, sb, rb, sizes, offs, timeout)
     ctx.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)

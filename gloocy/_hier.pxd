@@ -17,11 +17,13 @@ cdef class Hier:
     cdef Context on(self, Context phase)
     cdef close(self)
 
-# ALGO_TWO_LEVEL if a call of algorithm `algo` runs two-level on ctx
-# (forced, or automatic and useful), else the algorithm it runs over the
-# pairs; learns the host layout at the first call that asks (a collective
-# over ctx: every rank asks at the same call).
-cdef int two_level(Context ctx, int algo, object timeout) except -1
+# ALGO_TWO_LEVEL if a call of algorithm `algo` moving `nbytes` runs
+# two-level on ctx (forced, or automatic, useful and at least `auto_min`
+# bytes, which every rank knows alike; -1: never automatic), else the
+# algorithm it runs over the pairs; learns the host layout at the first
+# call that asks (a collective over ctx: every rank asks at the same call).
+cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
+                   object timeout) except -1
 
 # The two-level bodies of Context's entry points (arguments checked).
 cdef object hier_barrier(Context ctx, object timeout)

@@ -108,11 +108,13 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
     return 0
 
 
-cdef int two_level(Context ctx, int algo, object timeout) except -1:
+cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
+                   object timeout) except -1:
     """ALGO_TWO_LEVEL if the call runs two-level, else the algorithm it
     runs over the pairs (a forced "two_level" that cannot: automatic)."""
     cdef Hier h
-    if algo != ALGO_AUTO and algo != ALGO_TWO_LEVEL:
+    if algo != ALGO_TWO_LEVEL and (algo != ALGO_AUTO or auto_min < 0
+                                   or nbytes < auto_min):
         return algo
     if ctx.hier is None:
         if ctx.size < 3:

@@ -20,7 +20,8 @@ cdef object call_reduce(Context ctx, object sendbuf, object recvbuf, int op,
         _same_layout(sb, rb)
     cdef reduce_fn fn = kernel_for(op, ref.dtype)
     cdef int algo = two_level(ctx, _algorithm("reduce", algorithm,
-                                              ctx.env_algorithms), timeout)
+                                              ctx.env_algorithms), ref.nbytes,
+                              AUTO_TWO_LEVEL_REDUCE_MIN, timeout)
     if algo == ALGO_TWO_LEVEL:
         return hier_reduce(ctx, sb, rb, op, root, timeout)
     cdef char *acc

@@ -6,6 +6,11 @@
 # ALGORITHM_ENV, ALGORITHM_NAMES, ALGORITHM_THRESHOLDS, auto_algorithm.
 
 cdef enum:
+    # From how many bytes "auto" runs two-level (_select.pxi).
+    AUTO_TWO_LEVEL_REDUCE_MIN = 64 << 10     # allreduce, reduce
+    AUTO_TWO_LEVEL_BLOCKS_MIN = 1 << 20      # bcast, allgather (gathered)
+
+cdef enum:
     # Algorithm codes (one namespace for every collective; see the tables).
     ALGO_AUTO = 0
     ALGO_RING = 1

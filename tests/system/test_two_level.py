@@ -1,7 +1,8 @@
 """Two-level collectives (gloocy/_hier.pxi) on ranks spread over hosts made
 of network namespaces: uneven layouts (3 + 1, 2 + 2, 1 + 1 + 2), every
 two-level collective against NumPy with hypothesis-sampled sizes and
-roots, "auto" choosing two-level and a forced flat algorithm not, a peer
+roots, "auto" choosing two-level above its thresholds and a forced flat
+algorithm not, a peer
 killed mid-call named by every survivor, nothing left in /dev/shm. One
 world per layout, reused across examples."""
 
@@ -41,8 +42,11 @@ def data(rank, n, seed):
     return np.random.default_rng([seed, rank]).integers(-1000, 1000, n)
 
 
+TL = "two_level"
+
+
 def r_collectives(comm, n, root, seed, counts):
-    """Every two-level collective once, automatic (and the names they ran);
+    """Every two-level collective once, forced (and the names they ran);
     the test checks each result against NumPy."""
     ctx = comm._ctx
     rank, size = comm.rank, comm.size
@@ -50,31 +54,31 @@ def r_collectives(comm, n, root, seed, counts):
     out, ran = {}, {}
 
     x = np.empty(n, np.int64)
-    comm.Allreduce(mine, x)
+    comm.Allreduce(mine, x, algorithm=TL)
     out["allreduce"], ran["allreduce"] = x, ctx.last_algorithm
     y = mine.astype(np.float64)
-    comm.Allreduce(MPI.IN_PLACE, y, op=MPI.MAX)
+    comm.Allreduce(MPI.IN_PLACE, y, op=MPI.MAX, algorithm=TL)
     out["allreduce_max"] = y
 
     b = mine.copy()
-    comm.Bcast(b, root=root)
+    comm.Bcast(b, root=root, algorithm=TL)
     out["bcast"], ran["bcast"] = b, ctx.last_algorithm
 
     g = np.empty(size * n, np.int64)
-    comm.Allgather(mine, g)
+    comm.Allgather(mine, g, algorithm=TL)
     out["allgather"], ran["allgather"] = g, ctx.last_algorithm
 
     gv = np.full(sum(counts) + size, -7, np.int64)   # gaps stay untouched
     displs = [sum(counts[:i]) + i for i in range(size)]
-    comm.Allgatherv(mine[:counts[rank]], [gv, (counts, displs)])
+    comm.Allgatherv(mine[:counts[rank]], [gv, (counts, displs)], algorithm=TL)
     out["allgatherv"] = gv
 
     r = np.empty(n, np.int64) if rank == root else None
-    comm.Reduce(mine, r, op=MPI.SUM, root=root)
+    comm.Reduce(mine, r, op=MPI.SUM, root=root, algorithm=TL)
     out["reduce"], ran["reduce"] = r, ctx.last_algorithm
     r2 = mine.copy()
     comm.Reduce(MPI.IN_PLACE if rank == root else r2, r2 if rank == root else None,
-                op=MPI.MIN, root=root)
+                op=MPI.MIN, root=root, algorithm=TL)
     out["reduce_min_in_place"] = r2 if rank == root else None
 
     comm.Barrier()
@@ -116,7 +120,76 @@ def test_every_two_level_collective_matches_numpy(hosts_world, n, root, seed,
             assert np.array_equal(out[name], value), (layout, rank, name)
         assert ran["flat"] == "ring"
         for name in ("allreduce", "bcast", "allgather", "reduce"):
-            assert ran[name] == "two_level", (layout, rank, name, ran[name])
+            assert ran[name] == TL, (layout, rank, name, ran[name])
+
+
+def r_auto(comm, cases):
+    """What "auto" ran for each (collective, bytes): the barrier, and the
+    others with float64 buffers of that many bytes (allgather: gathered)."""
+    ran = []
+    for coll, nbytes in cases:
+        x = np.ones(nbytes // 8)
+        if coll == "allreduce":
+            comm.Allreduce(MPI.IN_PLACE, x)
+        elif coll == "reduce":
+            comm.Reduce(MPI.IN_PLACE if comm.rank == 0 else x, x, root=0)
+        elif coll == "bcast":
+            comm.Bcast(x, root=1)
+        elif coll == "allgather":
+            comm.Allgather(np.ones(len(x) // comm.size), x)
+        else:
+            comm.Barrier()
+        ran.append(comm._ctx.last_algorithm)
+    return ran
+
+
+def test_auto_runs_two_level_above_the_table_thresholds(hosts_world):
+    layout, world = hosts_world
+    from gloocy import _core
+    t = _core.ALGORITHM_THRESHOLDS
+    red, blocks = t["two_level_reduce_min"], t["two_level_blocks_min"]
+    cases = [("allreduce", 8), ("allreduce", red - 8), ("allreduce", red),
+             ("reduce", red - 8), ("reduce", red), ("bcast", blocks - 8),
+             ("bcast", blocks), ("allgather", blocks - 32),
+             ("allgather", blocks)]
+    got = world.run(r_auto, cases)
+    want = [_core.auto_algorithm(c, 4, b, itemsize=8, hosts=len(layout))
+            for c, b in cases]
+    for ran in got:
+        assert ran == want, list(zip(cases, ran, want))
+    assert [w == "two_level" for w in want] == [
+        False, False, True, False, True, False, True, False, True]
+
+
+def r_barriers(comm):
+    """Barriers in which each rank arrives late in turn: nobody may leave
+    one before the late rank has entered it."""
+    left_early = 0
+    for late in range(comm.size):
+        if comm.rank == late:
+            time.sleep(0.05)
+        entered = time.monotonic()
+        stamps = np.array([entered, 0.0])
+        comm.Barrier()
+        out = np.empty(2 * comm.size)
+        comm.Allgather(stamps, out, algorithm="ring")   # after the barrier
+        if comm.rank != late and time.monotonic() < out[2 * late]:
+            left_early += 1
+    return left_early, comm._ctx.last_algorithm
+
+
+def test_the_barrier_runs_two_level_when_the_environment_says_so():
+    with World(4, backend="processes", hosts=[3, 1],
+               env={"GLOOCY_ALGORITHM_BARRIER": "two_level"}) as world:
+        for early, ran in world.run(r_barriers):
+            assert early == 0
+            assert ran == "ring"          # the allgather's: the barrier's below
+        world.run(lambda_free_barrier)
+
+
+def lambda_free_barrier(comm):
+    comm.Barrier()
+    assert comm._ctx.last_algorithm == "two_level"
 
 
 def r_layout(comm):
@@ -140,7 +213,7 @@ def r_die_or_allreduce(comm, victim):
         time.sleep(0.5)
         os.kill(os.getpid(), signal.SIGKILL)
     try:
-        comm.Allreduce(MPI.IN_PLACE, x, timeout=30)
+        comm.Allreduce(MPI.IN_PLACE, x, timeout=30, algorithm="two_level")
     except Exception as e:        # every survivor names the lost rank
         return type(e).__name__, getattr(e, "rank", None), str(e)
     return "no error", None, ""
@@ -166,9 +239,9 @@ def r_mismatch(comm):
     x = np.ones(1000, np.float64)
     try:
         if comm.rank == 3:
-            comm.Bcast(x, root=0, timeout=20)
+            comm.Bcast(x, root=0, timeout=20, algorithm="two_level")
         else:
-            comm.Allreduce(MPI.IN_PLACE, x, timeout=20)
+            comm.Allreduce(MPI.IN_PLACE, x, timeout=20, algorithm="two_level")
     except Exception as e:
         return type(e).__name__, str(e)
     return "no error", ""

@@ -462,8 +462,10 @@ def test_tables_and_names():
 
 def auto_choice(transport, coll, size, nbytes):
     """What "auto" runs: with every rank on one host (the shm worlds), the
-    node segment's algorithm where it wins; else the table's."""
-    return _core.auto_algorithm(coll, size, nbytes, node=transport == "shm")
+    node segment's algorithm where it wins; with ranks on 2 pretend hosts
+    (mix) and some host holding 2, the two-level one; else the table's."""
+    return _core.auto_algorithm(coll, size, nbytes, node=transport == "shm",
+                                hosts=min(size, 2) if transport == "mix" else 1)
 
 
 def r_auto(comm, cases):
