@@ -12,9 +12,13 @@ cdef object call_barrier(Context ctx, object timeout):
     if ctx.size == 1:                   # nobody to wait for
         ctx.seconds(timeout)            # but a bad call is still an error
         return
+    cdef int algo = two_level(ctx, _algorithm("barrier", None,
+                                              ctx.env_algorithms), 0, -1, timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_barrier(ctx, timeout)
     ctx.begin(&c, KIND_BARRIER, OP_NONE, DT_BYTES, -1, 0, timeout)
     try:
-        if ctx.node is not None:
+        if ctx.node is not None and algo != ALGO_DISSEMINATION:
             with nogil:
                 node_barrier(ctx, &c)
             ctx.sweep(&c)
@@ -33,7 +37,11 @@ cdef object call_bcast(Context ctx, object buf, int root, object timeout,
     cdef Coll c
     ctx._check_root(root)
     cdef Buf b = get_buffer(buf, "buf", ctx.rank != root)
-    cdef int algo = _algorithm("bcast", algorithm, ctx.env_algorithms)
+    cdef int algo = two_level(ctx, _algorithm("bcast", algorithm,
+                                              ctx.env_algorithms), b.nbytes,
+                              AUTO_TWO_LEVEL_BLOCKS_MIN, timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_bcast(ctx, b, root, timeout)
     ctx.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
     try:
         algo = node_choice(ctx, algo, b.nbytes, NODE_BCAST_MIN)

@@ -7,6 +7,9 @@ cdef class Context:
     cdef public bint node_wanted      # derived: share a node segment at the
                                       # first collective (share_node_segment)
     cdef readonly Links links         # the connections, shared with Dups
+    cdef public object hier           # host layout and the two-level
+                                      # collectives' contexts (Hier,
+                                      # _hier.pxi); None: not learnt yet
     cdef int *_world                  # links rank of each of our ranks
     cdef int *_local                  # our rank of each links rank (-1: none)
     cdef int _efd                     # eventfd others wake us by (-1: none yet)

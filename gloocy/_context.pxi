@@ -192,6 +192,8 @@ cdef class Context:
         if self._efd >= 0:
             c_close(self._efd)
             self._efd = -1
+        if self.hier is not None:           # its two-level contexts
+            (<Hier>self.hier).close()
         self.links.users -= 1
         if self.links.users > 0:
             return                    # other contexts still use the links

@@ -220,3 +220,15 @@ ALGORITHM_TABLES: Final[dict[str, dict[str, int]]]   # collective -> name -> cod
 ALGORITHM_ENV: Final[dict[str, str]]                  # collective -> env variable
 ALGORITHM_NAMES: Final[dict[int, str]]
 ALGORITHM_THRESHOLDS: Final[dict[str, int]]
+TWO_LEVEL_MIN: Final[dict[str, int]]                  # collective -> bytes
+
+
+def auto_algorithm(collective: str, size: int, nbytes: int, *,
+                   itemsize: int = 4, small_allreduce: int = 65536,
+                   node: bool = False, hosts: int = 1) -> str:
+    """The algorithm "auto" picks (`hosts`: hosts the ranks are on)."""
+
+
+def host_layout(ctx: Context) -> list[list[int]] | None:
+    """ctx's ranks on each host, as the two-level collectives see them
+    (None until a collective has learnt it)."""

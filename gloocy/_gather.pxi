@@ -18,7 +18,11 @@ cdef object call_allgatherv(Context ctx, object sendbuf, object recvbuf,
         if sb.nbytes != sizes.v[ctx.rank]:
             raise ValueError(f"sendbuf has {sb.nbytes} bytes but "
                              f"counts[{ctx.rank}] is {sizes.v[ctx.rank]}")
-    cdef int algo = _algorithm("allgather", algorithm, ctx.env_algorithms)
+    cdef int algo = two_level(ctx, _algorithm("allgather", algorithm,
+                                              ctx.env_algorithms), sizes.total(),
+                              AUTO_TWO_LEVEL_BLOCKS_MIN, timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_allgatherv(ctx, sb, rb, sizes, offs, timeout)
     ctx.begin(&c, KIND_ALLGATHERV, OP_NONE, DT_BYTES, -1, 0, timeout)
     try:
         algo = node_choice(ctx, algo, 0, NODE_ALWAYS)

@@ -590,9 +590,10 @@ cdef int _raise_node_timeout(Context ctx, Coll *c, uint64_t phase,
 
 
 cdef int _raise_node_peer_lost(Context ctx, int peer) except -1 with gil:
-    raise PeerLostError(f"rank {ctx.rank}: lost peer rank {peer} (shared "
-                        "memory): its connection closed (did its process die?)",
-                        rank=peer)
+    # World ranks, as the pairs name them (a derived context's are not).
+    raise PeerLostError(f"rank {ctx._world[ctx.rank]}: lost peer rank "
+                        f"{ctx._world[peer]} (shared memory): its connection "
+                        "closed (did its process die?)", rank=ctx._world[peer])
 
 
 cdef int _raise_node_mismatch(Context ctx, Coll *c, int peer,

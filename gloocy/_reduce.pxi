@@ -19,7 +19,11 @@ cdef object call_reduce(Context ctx, object sendbuf, object recvbuf, int op,
     if sb is not None and rb is not None:
         _same_layout(sb, rb)
     cdef reduce_fn fn = kernel_for(op, ref.dtype)
-    cdef int algo = _algorithm("reduce", algorithm, ctx.env_algorithms)
+    cdef int algo = two_level(ctx, _algorithm("reduce", algorithm,
+                                              ctx.env_algorithms), ref.nbytes,
+                              AUTO_TWO_LEVEL_REDUCE_MIN, timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_reduce(ctx, sb, rb, op, root, timeout)
     cdef char *acc
     cdef char *out = rb.ptr if rb is not None else NULL
     ctx.begin(&c, KIND_REDUCE, op, ref.dtype, root, ref.count, timeout)

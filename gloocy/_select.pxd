@@ -2,8 +2,13 @@
 # name, the GLOOCY_ALGORITHM_* overrides and the automatic choice. Python
 # names: ALLREDUCE_ALGORITHMS, BCAST_ALGORITHMS, ALLGATHER_ALGORITHMS,
 # REDUCE_SCATTER_ALGORITHMS, REDUCE_ALGORITHMS, GATHER_ALGORITHMS,
-# SCATTER_ALGORITHMS, ALLTOALL_ALGORITHMS, ALGORITHMS, ALGORITHM_TABLES,
+# SCATTER_ALGORITHMS, ALLTOALL_ALGORITHMS, BARRIER_ALGORITHMS, ALGORITHMS, ALGORITHM_TABLES,
 # ALGORITHM_ENV, ALGORITHM_NAMES, ALGORITHM_THRESHOLDS, auto_algorithm.
+
+cdef enum:
+    # From how many bytes "auto" runs two-level (_select.pxi).
+    AUTO_TWO_LEVEL_REDUCE_MIN = 64 << 10     # allreduce, reduce
+    AUTO_TWO_LEVEL_BLOCKS_MIN = 1 << 20      # bcast, allgather (gathered)
 
 cdef enum:
     # Algorithm codes (one namespace for every collective; see the tables).
@@ -17,6 +22,8 @@ cdef enum:
     ALGO_HALVING = 7
     ALGO_SHM = 8                 # through the node segment (_node.pxi): one host
     ALGO_DIRECT = 9              # gather, scatter, alltoall: straight to each peer
+    ALGO_TWO_LEVEL = 10          # inside each host, across leaders, inside (_hier.pxi)
+    ALGO_DISSEMINATION = 11      # barrier over the pairs
 
 # {collective: name} of the GLOOCY_ALGORITHM_* variables set now (None: none).
 cdef dict env_algorithms()

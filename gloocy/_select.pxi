@@ -43,6 +43,12 @@ cdef enum:
     # binomial tree won everywhere at n=2-6 up to 64 MiB.
     AUTO_REDUCE_RING_MIN_RANKS = 8
     AUTO_REDUCE_RING_MIN = 16 << 20
+    # Ranks on several hosts (_hier.pxi), 2 x 2 ranks in network namespaces
+    # (bench/hosts.py, bench/results/hosts/): two-level allreduce and reduce
+    # from 64 KiB (1 Gbit/s link: 2.0x faster than flat at 64 KiB, 1.7x at
+    # 1 MiB; 4 B: 0.5x), bcast and allgather from 1 MiB moved (allgather:
+    # 1.7-2.3x at 1 MiB; bcast crosses the link once either way: 1.0-1.4x).
+    # The barrier stays flat unless forced (small calls lose).
 
 
 # One table per collective: name -> code. "auto" (or None) is the automatic
@@ -50,28 +56,38 @@ cdef enum:
 # "shm" is the node segment's algorithm (_node.pxi, _node_exchange.pxi),
 # which "auto" picks where it wins when every rank is on one host; forced
 # where there is no segment, it falls back to the automatic pair choice.
+# "two_level" (_hier.pxi) is for ranks on several hosts: "auto" picks it
+# where some host has more than one rank and the call moves at least
+# TWO_LEVEL_MIN bytes; forced where all are on one host, it falls back to
+# the automatic choice.
 ALLREDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                         "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                         "halving_doubling": ALGO_HALVING_DOUBLING,
-                        "bcube": ALGO_BCUBE, "shm": ALGO_SHM}
+                        "bcube": ALGO_BCUBE, "shm": ALGO_SHM,
+                        "two_level": ALGO_TWO_LEVEL}
 BCAST_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
                     "scatter_allgather": ALGO_SCATTER_ALLGATHER,
-                    "shm": ALGO_SHM}
+                    "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 ALLGATHER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                         "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
-                        "shm": ALGO_SHM}
+                        "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 REDUCE_SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                              "halving": ALGO_HALVING, "shm": ALGO_SHM}
 # "recursive_doubling" is the old name of the binomial tree (kept working).
 REDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
                      "ring": ALGO_RING,
-                     "recursive_doubling": ALGO_BINOMIAL, "shm": ALGO_SHM}
+                     "recursive_doubling": ALGO_BINOMIAL, "shm": ALGO_SHM,
+                     "two_level": ALGO_TWO_LEVEL}
 GATHER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
 # scan and exscan: Hillis-Steele over the pairs, or the node segment.
 SCAN_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                    "shm": ALGO_SHM}
+# barrier (no algorithm= keyword: GLOOCY_ALGORITHM_BARRIER only):
+# "dissemination" is the one over the pairs, even with a node segment.
+BARRIER_ALGORITHMS = {"auto": ALGO_AUTO, "dissemination": ALGO_DISSEMINATION,
+                      "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 ALGORITHMS = ALLREDUCE_ALGORITHMS      # the name before there were others
 ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
                     "bcast": BCAST_ALGORITHMS,
@@ -81,7 +97,8 @@ ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,
                     "gather": GATHER_ALGORITHMS,
                     "scatter": SCATTER_ALGORITHMS,
                     "alltoall": ALLTOALL_ALGORITHMS,
-                    "scan": SCAN_ALGORITHMS}
+                    "scan": SCAN_ALGORITHMS,
+                    "barrier": BARRIER_ALGORITHMS}
 ALGORITHM_ENV = {name: f"GLOOCY_ALGORITHM_{name.upper()}"
                  for name in ALGORITHM_TABLES}
 # code -> the name Context.last_algorithm reports
@@ -91,7 +108,8 @@ ALGORITHM_NAMES = {ALGO_AUTO: "auto", ALGO_RING: "ring",
                    ALGO_BCUBE: "bcube", ALGO_BINOMIAL: "binomial",
                    ALGO_SCATTER_ALLGATHER: "scatter_allgather",
                    ALGO_HALVING: "halving", ALGO_SHM: "shm",
-                   ALGO_DIRECT: "direct"}
+                   ALGO_DIRECT: "direct", ALGO_TWO_LEVEL: "two_level",
+                   ALGO_DISSEMINATION: "dissemination"}
 
 
 from libc.stdlib cimport getenv
@@ -176,6 +194,13 @@ cdef int auto_reduce(int n, int64_t count, int64_t itemsize) noexcept nogil:
     return ALGO_BINOMIAL
 
 
+# The collectives "auto" runs two-level (_hier.pxi) from this many bytes.
+TWO_LEVEL_MIN = {"allreduce": AUTO_TWO_LEVEL_REDUCE_MIN,
+                 "reduce": AUTO_TWO_LEVEL_REDUCE_MIN,
+                 "bcast": AUTO_TWO_LEVEL_BLOCKS_MIN,
+                 "allgather": AUTO_TWO_LEVEL_BLOCKS_MIN}
+
+
 # The thresholds above, for documentation and tests.
 ALGORITHM_THRESHOLDS = {
     "allreduce_small": 1 << 16,        # Context.small_allreduce's default
@@ -189,20 +214,25 @@ ALGORITHM_THRESHOLDS = {
     "reduce_ring_min": AUTO_REDUCE_RING_MIN,
     "node_reduce_min": NODE_REDUCE_MIN,     # with a node segment (_node_exchange.pxi)
     "node_bcast_min": NODE_BCAST_MIN,       # ... (_node.pxd)
+    "two_level_reduce_min": AUTO_TWO_LEVEL_REDUCE_MIN,  # several hosts
+    "two_level_blocks_min": AUTO_TWO_LEVEL_BLOCKS_MIN,
 }
 
 
 def auto_algorithm(str collective, int size, int64_t nbytes, *,
                    int64_t itemsize=4, int64_t small_allreduce=1 << 16,
-                   bint node=False):
+                   bint node=False, int hosts=1):
     """The name of the algorithm "auto" picks for `collective` at world size
     `size` and `nbytes` (allreduce, reduce, bcast: the buffer; allgather:
     the gathered total in equal blocks laid end to end; reduce_scatter:
     each rank's input; gather, scatter, alltoall: any). `node`: every rank
-    is on one host (a world of 2 or more with a node segment)."""
+    is on one host (a world of 2 or more with a node segment); `hosts`:
+    how many hosts the ranks are on (two-level where 1 < hosts < size)."""
     cdef int code
-    if size < 1 or nbytes < 0 or itemsize < 1:
-        raise ValueError("size, nbytes and itemsize must be positive")
+    if size < 1 or nbytes < 0 or itemsize < 1 or hosts < 1:
+        raise ValueError("size, nbytes, itemsize and hosts must be positive")
+    if 1 < hosts < size and nbytes >= TWO_LEVEL_MIN.get(collective, -1) >= 0:
+        return "two_level"
     if node and size > 1:
         if collective in ("allreduce", "allgather", "alltoall",
                           "reduce_scatter") or (

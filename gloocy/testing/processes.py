@@ -4,11 +4,15 @@ process serves. The workers stay up between calls, so one world serves many
 tests (starting Python + numpy + gloocy costs ~150 ms a process).
 
 ``ProcessWorld(size, *, env=None, timeout=30.0, comm_timeout=60.0,
-link_faults=None)`` (or ``World(size, backend="processes", ...)``):
+link_faults=None, hosts=None)`` (or ``World(size, backend="processes", ...)``):
 ``env`` is added to each worker's environment before it imports gloocy
 (tuning knobs such as GLOOCY_SEGMENT_BYTES are read by ``connect``);
 ``timeout`` is the default deadline of start-up and of every ``run``;
-``comm_timeout`` is the communicator's own default deadline. In a rank,
+``comm_timeout`` is the communicator's own default deadline; ``hosts``
+(e.g. ``[3, 1]``: ranks 0-2 on one host, rank 3 on another) puts the
+ranks in network namespaces, one per host (gloocy.testing.netns: needs
+root and iproute2; ``world.netns`` is its ``Hosts``, for link limits and
+byte counters; the store is served on the namespaces' bridge). In a rank,
 ``gloocy.testing.COMM_WORLD``, ``gloocy.init()`` and ``gloocy.MPI.COMM_WORLD``
 are the rank's communicator too.
 
@@ -74,12 +78,16 @@ class ProcessWorld(World):
 
     def __init__(self, size, *, env=None, timeout=DEFAULT_TIMEOUT,
                  comm_timeout=DEFAULT_COMM_TIMEOUT, link_faults=None,
-                 backend="processes"):
+                 hosts=None, backend="processes"):
         from gloocy.rendezvous import TCPStoreServer
 
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int, got {size!r}")
         self.size = size
+        self._host_of = _host_of(hosts, size)
+        if hosts and link_faults:
+            raise ValueError("hosts and link_faults do not go together "
+                             "(the link proxies live outside the namespaces)")
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.timeout = float(timeout)
         self.comm_timeout = float(comm_timeout)
@@ -95,11 +103,18 @@ class ProcessWorld(World):
         self._parent_resources = Resources()
         before = resources()
         self._logdir = Path(tempfile.mkdtemp(prefix="gloocy-world-"))
-        self._server = TCPStoreServer(secret=self._secret).start()
-        self.store_url = self._server.url
+        self.netns = self._server = self._links = None
         open_worlds.append(self)
-        self._links = None
         try:
+            if hosts:
+                from .netns import Hosts
+                self.netns = Hosts(len(hosts))
+                self._server = self.netns.serve_in(lambda: TCPStoreServer(
+                    self.netns.bridge_addr, secret=self._secret))
+            else:
+                self._server = TCPStoreServer(secret=self._secret)
+            self._server.start()
+            self.store_url = self._server.url
             if link_faults:
                 self._links = LinkFaults(link_faults, size, self._lookup)
                 self.env.setdefault("GLOOCY_TRANSPORT", "tcp")
@@ -136,6 +151,7 @@ class ProcessWorld(World):
             with open(self._logpath(rank), "wb") as log:
                 try:
                     proc = subprocess.Popen(
+                        self._prefix(rank) +
                         [sys.executable, "-u", "-c", _WORKER_MAIN,
                          str(child.fileno())],
                         pass_fds=(child.fileno(),), env=env,
@@ -156,6 +172,12 @@ class ProcessWorld(World):
                                 grace=None, what="start-up (gloocy.connect)")
         check_started(self, results)
         self._failed = False
+
+    def _prefix(self, rank):
+        """The command prefix that starts rank on its host."""
+        if self.netns is None:
+            return []
+        return self.netns.exec_prefix(self._host_of[rank])
 
     def _logpath(self, rank):
         return self._logdir / f"rank{rank}.log"
@@ -383,13 +405,29 @@ class ProcessWorld(World):
         for conn in self._conns:
             if conn is not None:
                 conn.close()
-        self._server.close()
+        if self._server is not None:
+            self._server.close()
         if self._links is not None:
             self._links.close()
+        if self.netns is not None:
+            self.netns.close()
         shutil.rmtree(self._logdir, ignore_errors=True)
         if self in open_worlds:
             open_worlds.remove(self)
         return codes
+
+
+def _host_of(hosts, size):
+    """Each rank's host index under ``hosts`` (ranks per host, in rank
+    order); None for no namespaces."""
+    if hosts is None:
+        return None
+    hosts = list(hosts)
+    if not hosts or any(not isinstance(k, int) or k < 1 for k in hosts) \
+            or sum(hosts) != size:
+        raise ValueError(f"hosts: expected positive ints summing to the "
+                         f"size {size}, got {hosts!r}")
+    return [h for h, k in enumerate(hosts) for _ in range(k)]
 
 
 def _module_ref(fn):
@@ -412,9 +450,11 @@ def _module_ref(fn):
 def _not_kept_for_life(new):
     """allowed() for grown(): the part of a rank's growth since the world
     formed that the world's communicator does not keep for its lifetime:
-    its context's eventfd, made once a Dup shares its connections."""
+    an eventfd for each context it keeps over the shared connections (its
+    own, made once a Dup shares them; where the ranks span hosts, the
+    two-level collectives' two: _hier.pxi)."""
     efds = sorted(f for f in new.fds if f[1] == "anon_inode:[eventfd]")
-    return new._replace(fds=new.fds - set(efds[:1]))
+    return new._replace(fds=new.fds - set(efds[:3]))
 
 
 def _import_main(path):

@@ -3,7 +3,6 @@ a namespace of its own, so the machine's own network is untouched), one
 `gloocy-run --nnodes` per namespace, private addresses only inside."""
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,11 +10,11 @@ import textwrap
 
 import pytest
 
+from gloocy.testing import netns
 from peers import mpiexec, needs_mpi
 
-pytestmark = pytest.mark.skipif(
-    os.geteuid() != 0 or shutil.which("ip") is None or shutil.which("tc") is None,
-    reason="needs root and iproute2's `ip` and `tc` to make network namespaces")
+pytestmark = pytest.mark.skipif(netns.missing() is not None,
+                                reason=str(netns.missing()))
 
 PROGRAM = textwrap.dedent("""
     import sys
@@ -32,37 +31,12 @@ PROGRAM = textwrap.dedent("""
 """)
 
 
-def ip(*args, check=True):
-    return subprocess.run(["ip", *args], check=check, capture_output=True)
-
-
 @pytest.fixture
 def hosts():
-    """Two namespaces on 10.77.0.0/24 through a bridge; yields their names
-    and addresses; removes everything after."""
-    tag = f"gl{os.getpid() % 100000}"
-    bridge, names = f"{tag}br", [f"{tag}h0", f"{tag}h1"]
-    made = []
-    try:
-        for ns in [bridge, *names]:
-            ip("netns", "add", ns)
-            made.append(ns)
-            ip("-n", ns, "link", "set", "lo", "up")
-        ip("-n", bridge, "link", "add", "br0", "type", "bridge")
-        ip("-n", bridge, "link", "set", "br0", "up")
-        addrs = []
-        for i, ns in enumerate(names):
-            ip("link", "add", f"{tag}v{i}", "netns", ns, "type", "veth",
-               "peer", "name", f"{tag}b{i}", "netns", bridge)
-            ip("-n", ns, "addr", "add", f"10.77.0.{10 + i}/24", "dev", f"{tag}v{i}")
-            ip("-n", ns, "link", "set", f"{tag}v{i}", "up")
-            ip("-n", bridge, "link", "set", f"{tag}b{i}", "master", "br0")
-            ip("-n", bridge, "link", "set", f"{tag}b{i}", "up")
-            addrs.append(f"10.77.0.{10 + i}")
-        yield tag, names, addrs
-    finally:
-        for ns in made:
-            ip("netns", "del", ns, check=False)
+    """Two namespaces through a bridge (gloocy.testing.netns); yields their
+    tag (names start with it), names and addresses; removes them after."""
+    with netns.Hosts(2) as made:
+        yield made.tag, made.names, made.addrs, made
 
 
 def run_nodes(tmp_path, names, store, ranks_per_node, n, timeout=90):
@@ -94,7 +68,7 @@ def expected(nodes, per_node):
 
 
 def test_collectives_across_two_hosts(hosts, tmp_path):
-    tag, names, addrs = hosts
+    tag, names, addrs, _ = hosts
     got = run_nodes(tmp_path, names, f"{addrs[0]}:29555", 2, 1000)
     assert got == expected(2, 2)
 
@@ -102,7 +76,7 @@ def test_collectives_across_two_hosts(hosts, tmp_path):
 def test_rate_limited_link_stays_correct(hosts, tmp_path):
     """One host's link limited to 20 Mbit/s (tbf): 4 MiB allreduces still
     give exact results."""
-    tag, names, addrs = hosts
+    tag, names, addrs, _ = hosts
     subprocess.run(["tc", "-n", names[1], "qdisc", "add", "dev", f"{tag}v1",
                     "root", "tbf", "rate", "20mbit", "burst", "32kbit",
                     "latency", "400ms"], check=True, capture_output=True)
@@ -195,10 +169,9 @@ def test_delay_through_a_proxy_stays_correct(hosts, tmp_path):
     the proxy's address instead (GLOOCY_ADVERTISE): node 1's rank reaches
     it only through a proxy in the bridge's namespace adding 30 ms each
     way. The store is reached directly."""
-    tag, names, addrs = hosts
+    tag, names, addrs, _ = hosts
     delay, rank_port, proxy_port = 0.03, 29610, 29620  # fresh namespaces: all free
-    bridge, proxy_addr = f"{tag}br", "10.77.0.1"
-    ip("-n", bridge, "addr", "add", f"{proxy_addr}/24", "dev", "br0")
+    bridge, proxy_addr = hosts[3].bridge, hosts[3].bridge_addr
     (tmp_path / "proxy.py").write_text(PROXY)
     (tmp_path / "prog.py").write_text(DELAYED)
     proxy = subprocess.Popen(
@@ -267,7 +240,7 @@ def test_mpiexec_starts_ranks_in_namespaces(hosts, tmp_path):
     of addresses) goes through shared memory, which network namespaces do
     not separate. gloocy's mesh then runs over the bridge between the
     namespaces, each rank listening on its namespace's address."""
-    tag, names, addrs = hosts
+    tag, names, addrs, _ = hosts
     prog = tmp_path / "prog.py"
     prog.write_text(MPI_PROGRAM)
     env = {k: v for k, v in os.environ.items()

@@ -450,7 +450,9 @@ def test_tables_and_names():
         assert _core.ALGORITHM_ENV[coll] == f"GLOOCY_ALGORITHM_{coll.upper()}"
     for coll, names in NAMES.items():
         table = _core.ALGORITHM_TABLES[coll]
-        assert set(table) == {"auto", "shm", *names}, coll
+        # ranks on several hosts: tests/system/test_two_level.py
+        two_level = {"two_level"} if coll != "reduce_scatter" else set()
+        assert set(table) == {"auto", "shm", *names, *two_level}, coll
         assert _core.ALGORITHM_NAMES[table["shm"]] == "shm"
         assert _core.ALGORITHM_ENV[coll] == ENV[coll]
         for name in names:
@@ -460,8 +462,10 @@ def test_tables_and_names():
 
 def auto_choice(transport, coll, size, nbytes):
     """What "auto" runs: with every rank on one host (the shm worlds), the
-    node segment's algorithm where it wins; else the table's."""
-    return _core.auto_algorithm(coll, size, nbytes, node=transport == "shm")
+    node segment's algorithm where it wins; with ranks on 2 pretend hosts
+    (mix) and some host holding 2, the two-level one; else the table's."""
+    return _core.auto_algorithm(coll, size, nbytes, node=transport == "shm",
+                                hosts=min(size, 2) if transport == "mix" else 1)
 
 
 def r_auto(comm, cases):

@@ -1,0 +1,234 @@
+"""Two hosts of two ranks each, made of network namespaces on one bridge
+(gloocy.testing.netns): gloocy's two-level collectives against its flat
+ones (and MPICH, under mpiexec into the namespaces), once over the
+unlimited veth and once with every host link limited by tc tbf.
+
+For each (link, collective, size) the peers run in turn, round after
+round (interleaved), each call timed on every rank; the figure is the
+median over rounds of the slowest rank's mean time per call. The bytes
+through host 0's link (its bridge port's counters, both ways) during a
+peer's timed calls, over the calls and the message size, say how much
+crossed the network per call.
+
+    sudo python bench/hosts.py [--rounds 3] [--sizes 4,65536,1048576]
+         [--rate 1gbit] [--mpich] [--out bench/results/hosts]
+
+Needs root and iproute2. MPICH (pip's mpich + mpi4py, ch4:ucx) runs with
+MPIR_CVAR_NOLOCAL=1 and UCX_TLS=tcp: its hydra places every rank on one
+node (the namespaces share a host name and a launcher) and UCX reaches a
+process of the same machine through shared memory, so otherwise MPICH
+would pass bytes between the "hosts" through memory. Its ranks then talk
+over TCP inside a host too (the namespace's loopback), and its
+collectives see one node: a handicap to keep in mind when reading its
+times. The link bytes count both directions of host 0's link.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from gloocy.testing import World  # noqa: E402
+from gloocy.testing import netns  # noqa: E402
+
+COLLECTIVES = ("allreduce", "bcast", "allgather")
+
+
+def flat(coll, nbytes):
+    """The algorithm "auto" would run over the pairs at 4 ranks."""
+    from gloocy import _core
+    return _core.auto_algorithm(coll, 4, nbytes, itemsize=8)
+
+
+def calls_for(nbytes):
+    """Calls per timing: about 64 MiB moved, at least 3, at most 200."""
+    return max(3, min(200, (64 << 20) // max(nbytes, 1)))
+
+
+def r_time(comm, coll, nbytes, algorithm, calls):
+    """Mean seconds per call on this rank (after a warm-up call)."""
+    from gloocy import MPI
+    n = max(nbytes // 8, 1)
+    x = np.ones(n, np.float64)
+    out = np.empty(n * comm.size, np.float64)
+    if coll == "allgather":
+        n = max(nbytes // 8 // comm.size, 1)
+        x = np.ones(n, np.float64)
+        out = np.empty(n * comm.size, np.float64)
+
+    def once():
+        if coll == "allreduce":
+            comm.Allreduce(MPI.IN_PLACE, x, algorithm=algorithm)
+        elif coll == "bcast":
+            comm.Bcast(x, root=0, algorithm=algorithm)
+        else:
+            comm.Allgather(x, out, algorithm=algorithm)
+    once()
+    comm.Barrier()
+    t = time.perf_counter()
+    for _ in range(calls):
+        once()
+    t = (time.perf_counter() - t) / calls
+    comm.Barrier()
+    return t
+
+
+MPI_PROGRAM = textwrap.dedent("""
+    import sys, time, json
+    import numpy as np
+    from mpi4py import MPI
+    comm = MPI.COMM_WORLD
+    coll, nbytes, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    n = max(nbytes // 8, 1)
+    if coll == "allgather":
+        n = max(nbytes // 8 // comm.size, 1)
+    x = np.ones(n); out = np.empty(n * comm.size)
+    def once():
+        if coll == "allreduce": comm.Allreduce(MPI.IN_PLACE, x)
+        elif coll == "bcast": comm.Bcast(x, root=0)
+        else: comm.Allgather(x, out)
+    once(); comm.Barrier()
+    if comm.rank == 0: sys.stdout.write("go\\n"); sys.stdout.flush(); sys.stdin.readline()
+    comm.Barrier()
+    t = time.perf_counter()
+    for _ in range(calls): once()
+    t = (time.perf_counter() - t) / calls
+    ts = comm.gather(t)
+    comm.Barrier()
+    if comm.rank == 0: sys.stdout.write(json.dumps(max(ts)) + "\\n"); sys.stdout.flush(); sys.stdin.readline()
+""")
+
+
+def mpich_time(hosts, prog, coll, nbytes, calls):
+    """(slowest rank's seconds per call, bytes through host 0's link during
+    the timed calls, per call) under mpiexec into the namespaces."""
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("GLOOCY_", "PMI_", "HYDRA_"))}
+    env["MPIR_CVAR_NOLOCAL"] = "1"
+    env["UCX_TLS"] = "tcp"          # UCX would use shared memory and CMA too
+    cmd = [mpiexec]
+    for h in range(2):
+        cmd += [":"] * (h > 0) + ["-n", "2", *hosts.exec_prefix(h),
+                                  sys.executable, str(prog), coll, str(nbytes),
+                                  str(calls)]
+    p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, start_new_session=True)
+    try:
+        line = p.stdout.readline()
+        if line.strip() != "go":
+            raise RuntimeError(f"mpiexec: {line!r} {p.stderr.read()[-2000:]}")
+        before = hosts.link_bytes()[0]
+        p.stdin.write("\n")
+        p.stdin.flush()
+        t = json.loads(p.stdout.readline())
+        after = hosts.link_bytes()[0]
+        p.stdin.write("\n")
+        p.stdin.flush()
+        p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, 9)
+            p.wait()
+    return t, (sum(after) - sum(before)) / calls
+
+
+def gloocy_time(world, coll, nbytes, algorithm, calls):
+    """(slowest rank's seconds per call, bytes through host 0's link per
+    call: the warm-up call and the timed ones)."""
+    before = world.netns.link_bytes()[0]
+    t = max(world.run(r_time, coll, nbytes, algorithm, calls, timeout=600))
+    after = world.netns.link_bytes()[0]
+    return t, (sum(after) - sum(before)) / (calls + 1)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--sizes", default="4,65536,1048576,16777216")
+    ap.add_argument("--collectives", default=",".join(COLLECTIVES))
+    ap.add_argument("--rate", default="1gbit", help="tbf rate of the limited run")
+    ap.add_argument("--links", default="unlimited,limited")
+    ap.add_argument("--mpich", action="store_true", help="also MPICH")
+    ap.add_argument("--out", default=str(HERE / "results" / "hosts"))
+    args = ap.parse_args()
+    why = netns.missing()
+    if why:
+        sys.exit(f"bench/hosts.py: {why}")
+    sizes = [int(s) for s in args.sizes.split(",")]
+    colls = args.collectives.split(",")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    prog = out / "_mpi_prog.py"
+    rows = []
+    with World(4, backend="processes", hosts=[2, 2], timeout=600,
+               comm_timeout=600) as world:
+        hosts = world.netns
+        if args.mpich:
+            prog.write_text(MPI_PROGRAM)
+        for link in args.links.split(","):
+            hosts.unlimit()
+            if link == "limited":
+                hosts.limit(args.rate)
+            for coll in colls:
+                for nbytes in sizes:
+                    calls = calls_for(nbytes)
+                    if link == "limited":
+                        calls = max(3, calls // 4)
+                    peers = {"two_level": lambda: gloocy_time(
+                                 world, coll, nbytes, "two_level", calls),
+                             "flat": lambda: gloocy_time(
+                                 world, coll, nbytes, flat(coll, nbytes),
+                                 calls)}
+                    if args.mpich:
+                        peers["mpich"] = lambda: mpich_time(
+                            hosts, prog, coll, nbytes, calls)
+                    got = {k: [] for k in peers}
+                    for _ in range(args.rounds):
+                        for name, fn in peers.items():
+                            got[name].append(fn())
+                    row = {"link": link, "collective": coll, "bytes": nbytes,
+                           "calls": calls}
+                    for name, runs in got.items():
+                        row[f"{name}_s"] = statistics.median(t for t, _ in runs)
+                        row[f"{name}_link_x"] = statistics.median(
+                            b / nbytes for _, b in runs)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    prog.unlink(missing_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (out / f"hosts-{stamp}.json").write_text(json.dumps(rows, indent=1))
+    lines = ["| link | collective | bytes | flat ÷ two-level (time) | "
+             + ("two-level ÷ MPICH (time) | " if args.mpich else "")
+             + "link bytes ÷ size: two-level / flat"
+             + (" / MPICH" if args.mpich else "") + " |",
+             "|---|---|---|---|" + ("---|" if args.mpich else "") + "---|"]
+    for r in rows:
+        cells = [r["link"], r["collective"], str(r["bytes"]),
+                 f"{r['flat_s'] / r['two_level_s']:.2f}"]
+        if args.mpich:
+            cells.append(f"{r['two_level_s'] / r['mpich_s']:.2f}")
+        xs = [f"{r['two_level_link_x']:.2f}", f"{r['flat_link_x']:.2f}"]
+        if args.mpich:
+            xs.append(f"{r['mpich_link_x']:.2f}")
+        cells.append(" / ".join(xs))
+        lines.append("| " + " | ".join(cells) + " |")
+    (out / f"hosts-{stamp}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

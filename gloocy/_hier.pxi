@@ -1,0 +1,309 @@
+# Two-level collectives, for a communicator whose ranks span hosts: a
+# phase inside each host (its ranks share a node segment: memory speed),
+# one between the hosts' leaders (each host's lowest rank: the only bytes
+# that cross the network), and a fan-out inside each host. Each phase is
+# an ordinary collective on one of two contexts derived over the same
+# connections, so the algorithms, deadlines, fingerprints and failure
+# naming are the ones every collective has.
+#
+# The host layout is learnt at the first collective that may run
+# two-level, by an allgather of a digest of each rank's host identity
+# (gloocy.transport.shm.host_identity: host name, boot id and network
+# namespace, or GLOOCY_HOST_ID): it needs no pair to be connected before.
+# "auto" runs two-level where there are several hosts and some host has
+# more than one rank; "two_level" forces it wherever there are several
+# hosts; any other name forces the flat algorithm over the pairs.
+
+import hashlib
+
+
+cdef enum:
+    # Ids of the derived contexts: their parent's | SHADOW (as _derive.pxi's:
+    # every rank derives it alone) | one of these. Parents at or above
+    # HIER_LEADERS_ID (shadows, transients) stay flat.
+    HIER_SHADOW_ID = 0x40000000
+    HIER_LOCAL_ID = 0x10000000
+    HIER_LEADERS_ID = 0x08000000
+
+
+cdef class Hier:
+    """A context's host layout (fields: _hier.pxd)."""
+
+    def __dealloc__(self):
+        free(self.host_of)
+        free(self.local_rank)
+
+    @property
+    def spans(self):
+        """Whether the ranks are on more than one host."""
+        return self.hosts is not None and len(self.hosts) > 1
+
+    cdef Context on(self, Context phase):
+        """`phase`, noted as the one running (for _explain)."""
+        self.phase = phase
+        return phase
+
+    cdef close(self):
+        if self.local is not None:
+            self.local.close()
+        if self.leaders is not None:
+            self.leaders.close()
+
+
+cdef Hier _layout_of(list keys, int rank):
+    """The Hier of ranks with host digests `keys` (our rank `rank`)."""
+    cdef Hier h = Hier.__new__(Hier)
+    cdef int n = len(keys), r
+    h.host_of = <int *>_alloc(n * sizeof(int))
+    h.local_rank = <int *>_alloc(n * sizeof(int))
+    index = {}
+    h.hosts = []
+    for r in range(n):
+        k = keys[r]
+        if k not in index:
+            index[k] = len(h.hosts)
+            h.hosts.append([])
+        h.host_of[r] = index[k]
+        h.local_rank[r] = len(h.hosts[index[k]])
+        h.hosts[index[k]].append(r)
+    h.host = h.host_of[rank]
+    h.useful = len(h.hosts) > 1 and len(h.hosts) < n
+    return h
+
+
+def host_layout(Context ctx):
+    """The hosts of ctx's ranks as lists of its ranks (hosts ordered by
+    their lowest rank), as the two-level collectives see them; None until
+    a collective has learnt it (or where it is never needed: one rank,
+    two, a node segment)."""
+    h = ctx.hier
+    return None if h is None or h.hosts is None else [list(x) for x in h.hosts]
+
+
+cdef int _learn_hosts(Context ctx, object timeout) except -1:
+    """Set ctx.hier: the layout, and the local and leaders contexts where
+    they serve. Collective over ctx."""
+    ctx.hier = Hier.__new__(Hier)     # meanwhile: flat (not useful)
+    if ctx.node_wanted:               # a derived context: has it one host?
+        ctx.node_wanted = False
+        share_node_segment(ctx, timeout)
+    if ctx.size < 3 or ctx.node is not None or ctx.comm_id >= HIER_LEADERS_ID:
+        return 0
+    from gloocy.transport.shm import host_identity
+    digest = hashlib.blake2b(host_identity().encode(), digest_size=8).digest()
+    keys = _array("q", [0]) * ctx.size
+    ctx.allgatherv(_array("q", [int.from_bytes(digest, "little", signed=True)]),
+                   keys, [8] * ctx.size, None, timeout, "ring")
+    cdef Hier h = _layout_of(list(keys), ctx.rank)
+    if len(h.hosts) > 1:
+        mine = h.hosts[h.host]
+        h.local = ctx.derive_ranks(
+            mine, ctx.comm_id | HIER_SHADOW_ID | HIER_LOCAL_ID)
+        h.local.node_wanted = len(mine) > 1
+        if ctx.rank == mine[0]:
+            h.leaders = ctx.derive_ranks(
+                [x[0] for x in h.hosts],
+                ctx.comm_id | HIER_SHADOW_ID | HIER_LEADERS_ID)
+    ctx.hier = h
+    return 0
+
+
+cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
+                   object timeout) except -1:
+    """ALGO_TWO_LEVEL if the call runs two-level, else the algorithm it
+    runs over the pairs (a forced "two_level" that cannot: automatic)."""
+    cdef Hier h
+    if algo != ALGO_TWO_LEVEL and (algo != ALGO_AUTO or auto_min < 0
+                                   or nbytes < auto_min):
+        return algo
+    if ctx.hier is None:
+        if ctx.size < 3:
+            return ALGO_AUTO
+        _learn_hosts(ctx, timeout)
+    h = <Hier>ctx.hier
+    if h.useful or (algo == ALGO_TWO_LEVEL and h.local is not None):
+        return ALGO_TWO_LEVEL
+    return ALGO_AUTO
+
+
+# The phases inside a host run the node segment's algorithms (the pairs'
+# where there is no segment): every rank of a host then compares its call's
+# fingerprint with the others' in the segment, so ranks calling different
+# collectives are told so rather than left waiting.
+SHM = "shm"
+
+
+cdef double _end(Context ctx, object timeout) except -1:
+    """The call's deadline (time.monotonic()); checks ctx is usable."""
+    ctx.last_algorithm = "two_level"
+    (<Hier>ctx.hier).phase = None
+    return time.monotonic() + ctx.seconds(timeout)
+
+
+cdef double _left(double end):
+    """What is left of the deadline for the next phase (at least 1 ms: a
+    phase that finds it passed then times out naming its call)."""
+    return max(end - time.monotonic(), 1e-3)
+
+
+cdef int _explain(Context ctx, Hier h, BaseException e) except -1:
+    """A phase's error, told in ctx's ranks where it names the phase's
+    own: a timeout's `ranks` become ctx's, and the message says which
+    ranks the phase ran over (PeerLostError names world ranks already)."""
+    cdef Context sub = h.phase
+    if sub is None or isinstance(e, PeerLostError) or not isinstance(
+            e, GloocyError):
+        return 0
+    members = [ctx._local[sub._world[i]] for i in range(sub.size)]
+    if getattr(e, "ranks", None):
+        e.ranks = [members[i] if 0 <= i < sub.size else i for i in e.ranks]
+    e.args = (f"{e} [in a phase of a two-level collective, over ranks "
+              f"{members} of this communicator, which it numbers "
+              f"0-{sub.size - 1}]",) + e.args[1:]
+    return 0
+
+
+cdef Buf _raw(char *p, int64_t nbytes, int dtype, int64_t itemsize):
+    """A Buf over memory the call owns (a block of the user's, a work area)."""
+    cdef Buf b = Buf.__new__(Buf)
+    b.ptr = p
+    b.nbytes = nbytes
+    b.itemsize = itemsize
+    b.count = nbytes // itemsize
+    b.dtype = dtype
+    b.name = "buffer"
+    return b
+
+
+cdef object hier_barrier(Context ctx, object timeout):
+    cdef Hier h = <Hier>ctx.hier
+    cdef double end = _end(ctx, timeout)
+    try:
+        h.on(h.local).barrier(_left(end))
+        if h.leaders is not None:
+            h.on(h.leaders).barrier(_left(end))
+        h.on(h.local).barrier(_left(end))
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
+
+
+cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
+    """Inside the root's host first when the root does not lead it."""
+    cdef Hier h = <Hier>ctx.hier
+    cdef double end = _end(ctx, timeout)
+    cdef int rh = h.host_of[root], lr = h.local_rank[root]
+    try:
+        if h.host == rh and lr != 0:
+            h.on(h.local).bcast(b, lr, _left(end), SHM)
+            if h.leaders is not None:
+                h.on(h.leaders).bcast(b, rh, _left(end))
+        else:
+            if h.leaders is not None:
+                h.on(h.leaders).bcast(b, rh, _left(end))
+            h.on(h.local).bcast(b, 0, _left(end), SHM)
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
+
+
+cdef object hier_allreduce(Context ctx, Buf sb, Buf rb, int op, object timeout):
+    """Reduce to the leader, allreduce across the leaders, bcast back."""
+    cdef Hier h = <Hier>ctx.hier
+    cdef double end = _end(ctx, timeout)
+    cdef bint lead = h.leaders is not None
+    try:
+        if sb is not None and sb.ptr != rb.ptr:
+            with nogil:
+                memmove(rb.ptr, sb.ptr, rb.nbytes)
+        h.on(h.local).reduce(None if lead else rb, rb if lead else None, op, 0,
+                             _left(end), SHM)
+        if lead:
+            h.on(h.leaders).allreduce(None, rb, op, _left(end))
+        h.on(h.local).bcast(rb, 0, _left(end), SHM)
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
+
+
+cdef object hier_reduce(Context ctx, Buf sb, Buf rb, int op, int root,
+                        object timeout):
+    """Reduce to each leader, then across the leaders to the root's; that
+    leader hands the result to the root if it is not the root itself. sb
+    None: the root's data is in rb (in place); rb None: not the root."""
+    cdef Hier h = <Hier>ctx.hier
+    cdef double end = _end(ctx, timeout)
+    cdef bint lead = h.leaders is not None, at_root = ctx.rank == root
+    cdef int rh = h.host_of[root], lr = h.local_rank[root]
+    cdef Buf ref = rb if rb is not None else sb
+    cdef Buf acc = None                   # a leader's: its host's result
+    try:
+        if lead:
+            acc = rb if at_root else _raw(ctx.work(ref.nbytes), ref.nbytes,
+                                          ref.dtype, ref.itemsize)
+            h.on(h.local).reduce(sb, acc, op, 0, _left(end), SHM)
+            if h.host == rh:
+                h.on(h.leaders).reduce(None, acc, op, rh, _left(end))
+                if not at_root:
+                    h.on(h.local).send(acc, lr, 0, _left(end))
+            else:
+                h.on(h.leaders).reduce(acc, None, op, rh, _left(end))
+        else:
+            h.on(h.local).reduce(sb if sb is not None else rb, None, op, 0,
+                                 _left(end), SHM)
+            if at_root:
+                h.on(h.local).recv(rb, 0, 0, _left(end))
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
+
+
+cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
+                            object timeout):
+    """Gather each host's blocks at its leader, allgather the hosts' parts
+    across the leaders, bcast the whole inside each host. The parts travel
+    as one packed buffer: the receive buffer itself where each host's
+    ranks are consecutive and the blocks lie end to end in rank order
+    (Allgather's usual case), else a work area unpacked at the end."""
+    cdef Hier h = <Hier>ctx.hier
+    cdef double end = _end(ctx, timeout)
+    cdef int n = ctx.size, r, k
+    cdef int64_t total = 0, at = 0, host_at
+    cdef bint direct = True
+    for r in range(n):
+        total += sizes.v[r]
+        if r and (h.host_of[r] < h.host_of[r - 1]
+                  or offs.v[r] != offs.v[r - 1] + sizes.v[r - 1]):
+            direct = False
+    cdef char *packed = rb.ptr + offs.v[0] if direct else ctx.work(total)
+    cdef I64 poffs = I64.zeros(n)          # each block's place in `packed`
+    host_sizes, host_offs = [], []
+    for ranks in h.hosts:
+        host_offs.append(at)
+        for r in ranks:
+            poffs.v[r] = at
+            at += sizes.v[r]
+        host_sizes.append(at - host_offs[-1])
+    cdef list mine = h.hosts[h.host]
+    host_at = host_offs[h.host]
+    cdef Buf whole = _raw(packed, total, DT_BYTES, 1)
+    cdef Buf part = _raw(packed + host_at, host_sizes[h.host], DT_BYTES, 1)
+    send = sb
+    if sb is None and not (direct and h.leaders is not None):
+        send = _raw(rb.ptr + offs.v[ctx.rank], sizes.v[ctx.rank], DT_BYTES, 1)
+    try:
+        h.on(h.local).gatherv(send, part if h.leaders is not None else None,
+                              [sizes.v[r] for r in mine],
+                              [poffs.v[r] - host_at for r in mine], 0,
+                              _left(end), SHM)
+        if h.leaders is not None:
+            h.on(h.leaders).allgatherv(None, whole, host_sizes, host_offs,
+                                       _left(end))
+        h.on(h.local).bcast(whole, 0, _left(end), SHM)
+    except BaseException as e:
+        _explain(ctx, h, e)
+        raise
+    if not direct:
+        with nogil:
+            for k in range(n):
+                memcpy(rb.ptr + offs.v[k], packed + poffs.v[k], sizes.v[k])

@@ -1,0 +1,257 @@
+"""Two-level collectives (gloocy/_hier.pxi) on ranks spread over hosts made
+of network namespaces: uneven layouts (3 + 1, 2 + 2, 1 + 1 + 2), every
+two-level collective against NumPy with hypothesis-sampled sizes and
+roots, "auto" choosing two-level above its thresholds and a forced flat
+algorithm not, a peer
+killed mid-call named by every survivor, nothing left in /dev/shm. One
+world per layout, reused across examples."""
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from gloocy import MPI
+from gloocy.testing import World, netns
+
+pytestmark = pytest.mark.skipif(netns.missing() is not None,
+                                reason=str(netns.missing()))
+
+LAYOUTS = {"3+1": [3, 1], "2+2": [2, 2], "1+1+2": [1, 1, 2]}
+
+
+def shm_names():
+    return {n for n in os.listdir("/dev/shm")}
+
+
+@pytest.fixture(scope="module", params=list(LAYOUTS))
+def hosts_world(request):
+    before = shm_names()
+    layout = LAYOUTS[request.param]
+    world = World(sum(layout), backend="processes", hosts=layout)
+    yield layout, world
+    world.close()
+    assert shm_names() - before == set(), "left in /dev/shm"
+
+
+def data(rank, n, seed):
+    """Rank's input: exact in int64 (sums of these never round)."""
+    return np.random.default_rng([seed, rank]).integers(-1000, 1000, n)
+
+
+TL = "two_level"
+
+
+def r_collectives(comm, n, root, seed, counts):
+    """Every two-level collective once, forced (and the names they ran);
+    the test checks each result against NumPy."""
+    ctx = comm._ctx
+    rank, size = comm.rank, comm.size
+    mine = data(rank, n, seed)
+    out, ran = {}, {}
+
+    x = np.empty(n, np.int64)
+    comm.Allreduce(mine, x, algorithm=TL)
+    out["allreduce"], ran["allreduce"] = x, ctx.last_algorithm
+    y = mine.astype(np.float64)
+    comm.Allreduce(MPI.IN_PLACE, y, op=MPI.MAX, algorithm=TL)
+    out["allreduce_max"] = y
+
+    b = mine.copy()
+    comm.Bcast(b, root=root, algorithm=TL)
+    out["bcast"], ran["bcast"] = b, ctx.last_algorithm
+
+    g = np.empty(size * n, np.int64)
+    comm.Allgather(mine, g, algorithm=TL)
+    out["allgather"], ran["allgather"] = g, ctx.last_algorithm
+
+    gv = np.full(sum(counts) + size, -7, np.int64)   # gaps stay untouched
+    displs = [sum(counts[:i]) + i for i in range(size)]
+    comm.Allgatherv(mine[:counts[rank]], [gv, (counts, displs)], algorithm=TL)
+    out["allgatherv"] = gv
+
+    r = np.empty(n, np.int64) if rank == root else None
+    comm.Reduce(mine, r, op=MPI.SUM, root=root, algorithm=TL)
+    out["reduce"], ran["reduce"] = r, ctx.last_algorithm
+    r2 = mine.copy()
+    comm.Reduce(MPI.IN_PLACE if rank == root else r2, r2 if rank == root else None,
+                op=MPI.MIN, root=root, algorithm=TL)
+    out["reduce_min_in_place"] = r2 if rank == root else None
+
+    comm.Barrier()
+    out["flat"] = np.empty(n, np.int64)
+    comm.Allreduce(mine, out["flat"], algorithm="ring")
+    ran["flat"] = ctx.last_algorithm
+    return out, ran
+
+
+def oracle(size, n, root, seed, counts):
+    every = np.stack([data(r, n, seed) for r in range(size)])
+    displs = [sum(counts[:i]) + i for i in range(size)]
+    gv = np.full(sum(counts) + size, -7, np.int64)
+    for r in range(size):
+        gv[displs[r]:displs[r] + counts[r]] = every[r, :counts[r]]
+    return {"allreduce": every.sum(0), "allreduce_max": every.max(0).astype(float),
+            "bcast": every[root], "allgather": every.reshape(-1),
+            "allgatherv": gv, "reduce": every.sum(0),
+            "reduce_min_in_place": every.min(0), "flat": every.sum(0)}
+
+
+@settings(max_examples=6, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.sampled_from([1, 7, 1000, 70_000, 300_001]),
+       root=st.integers(0, 3), seed=st.integers(0, 2**16),
+       cuts=st.lists(st.integers(0, 1000), min_size=4, max_size=4))
+def test_every_two_level_collective_matches_numpy(hosts_world, n, root, seed,
+                                                   cuts):
+    layout, world = hosts_world
+    size = world.size
+    counts = [min(c, n) for c in cuts[:size]]
+    got = world.run(r_collectives, n, root, seed, counts, timeout=120)
+    want = oracle(size, n, root, seed, counts)
+    for rank, (out, ran) in enumerate(got):
+        for name, value in want.items():
+            if out[name] is None:
+                assert name.startswith("reduce") and rank != root
+                continue
+            assert np.array_equal(out[name], value), (layout, rank, name)
+        assert ran["flat"] == "ring"
+        for name in ("allreduce", "bcast", "allgather", "reduce"):
+            assert ran[name] == TL, (layout, rank, name, ran[name])
+
+
+def r_auto(comm, cases):
+    """What "auto" ran for each (collective, bytes): the barrier, and the
+    others with float64 buffers of that many bytes (allgather: gathered)."""
+    ran = []
+    for coll, nbytes in cases:
+        x = np.ones(nbytes // 8)
+        if coll == "allreduce":
+            comm.Allreduce(MPI.IN_PLACE, x)
+        elif coll == "reduce":
+            comm.Reduce(MPI.IN_PLACE if comm.rank == 0 else x, x, root=0)
+        elif coll == "bcast":
+            comm.Bcast(x, root=1)
+        elif coll == "allgather":
+            comm.Allgather(np.ones(len(x) // comm.size), x)
+        else:
+            comm.Barrier()
+        ran.append(comm._ctx.last_algorithm)
+    return ran
+
+
+def test_auto_runs_two_level_above_the_table_thresholds(hosts_world):
+    layout, world = hosts_world
+    from gloocy import _core
+    t = _core.ALGORITHM_THRESHOLDS
+    red, blocks = t["two_level_reduce_min"], t["two_level_blocks_min"]
+    cases = [("allreduce", 8), ("allreduce", red - 8), ("allreduce", red),
+             ("reduce", red - 8), ("reduce", red), ("bcast", blocks - 8),
+             ("bcast", blocks), ("allgather", blocks - 32),
+             ("allgather", blocks)]
+    got = world.run(r_auto, cases)
+    want = [_core.auto_algorithm(c, 4, b, itemsize=8, hosts=len(layout))
+            for c, b in cases]
+    for ran in got:
+        assert ran == want, list(zip(cases, ran, want))
+    assert [w == "two_level" for w in want] == [
+        False, False, True, False, True, False, True, False, True]
+
+
+def r_barriers(comm):
+    """Barriers in which each rank arrives late in turn: nobody may leave
+    one before the late rank has entered it."""
+    left_early = 0
+    for late in range(comm.size):
+        if comm.rank == late:
+            time.sleep(0.05)
+        entered = time.monotonic()
+        stamps = np.array([entered, 0.0])
+        comm.Barrier()
+        out = np.empty(2 * comm.size)
+        comm.Allgather(stamps, out, algorithm="ring")   # after the barrier
+        if comm.rank != late and time.monotonic() < out[2 * late]:
+            left_early += 1
+    return left_early, comm._ctx.last_algorithm
+
+
+def test_the_barrier_runs_two_level_when_the_environment_says_so():
+    with World(4, backend="processes", hosts=[3, 1],
+               env={"GLOOCY_ALGORITHM_BARRIER": "two_level"}) as world:
+        for early, ran in world.run(r_barriers):
+            assert early == 0
+            assert ran == "ring"          # the allgather's: the barrier's below
+        world.run(lambda_free_barrier)
+
+
+def lambda_free_barrier(comm):
+    comm.Barrier()
+    assert comm._ctx.last_algorithm == "two_level"
+
+
+def r_layout(comm):
+    from gloocy import _core
+    comm.Barrier()
+    return _core.host_layout(comm._ctx)
+
+
+def test_the_layout_is_the_namespaces(hosts_world):
+    layout, world = hosts_world
+    expected, start = [], 0
+    for k in layout:
+        expected.append(list(range(start, start + k)))
+        start += k
+    assert world.run(r_layout) == [expected] * world.size
+
+
+def r_die_or_allreduce(comm, victim):
+    x = np.ones(1 << 16, np.float64)
+    if comm.rank == victim:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        comm.Allreduce(MPI.IN_PLACE, x, timeout=30, algorithm="two_level")
+    except Exception as e:        # every survivor names the lost rank
+        return type(e).__name__, getattr(e, "rank", None), str(e)
+    return "no error", None, ""
+
+
+@pytest.mark.parametrize("victim", [1, 3], ids=["leader-host-member",
+                                                "other-host-member"])
+def test_a_peer_killed_in_a_two_level_call_is_named(victim):
+    before = shm_names()
+    with World(4, backend="processes", hosts=[2, 2]) as world:
+        got = world.run(r_die_or_allreduce, victim, check=False, timeout=60)
+        for rank, r in enumerate(got):
+            if rank == victim:
+                assert getattr(r, "type_name", None) == "ProcessDied"
+                continue
+            kind, lost, msg = r
+            assert kind == "PeerLostError", (rank, r)
+            assert lost == victim and f"rank {victim}" in msg, (rank, r)
+    assert shm_names() - before == set()
+
+
+def r_mismatch(comm):
+    x = np.ones(1000, np.float64)
+    try:
+        if comm.rank == 3:
+            comm.Bcast(x, root=0, timeout=20, algorithm="two_level")
+        else:
+            comm.Allreduce(MPI.IN_PLACE, x, timeout=20, algorithm="two_level")
+    except Exception as e:
+        return type(e).__name__, str(e)
+    return "no error", ""
+
+
+def test_ranks_calling_different_two_level_collectives_are_told():
+    """Rank 3 bcasts while the others allreduce: the phase inside its host
+    sees the fingerprints differ, and every rank hears of the mismatch."""
+    with World(4, backend="processes", hosts=[2, 2]) as world:
+        got = world.run(r_mismatch, check=False, timeout=60)
+    for rank, (kind, msg) in enumerate(got):
+        assert kind == "MismatchError", (rank, kind, msg)
+        assert "bcast" in msg and ("allreduce" in msg or "reduce" in msg), msg
