@@ -334,6 +334,8 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
         fds[0].revents = 0
         if fds[0].fd >= 0 and poll(fds, 1, 0) > 0 and fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR):
             return _raise_node_peer_lost(ctx, i)
+        if fds[0].fd < 0 and lazy_peer_gone(ctx, i):   # never connected
+            return _raise_node_peer_lost(ctx, i)
     return 0
 
 
