@@ -39,8 +39,8 @@ def run(cmd, env):
     if proc.returncode != 0:
         raise RuntimeError(f"{cmd[:3]} failed ({proc.returncode}): "
                            f"{proc.stderr.decode()[-2000:]}")
-    fds = [int(line.split()[1]) for line in proc.stdout.decode().splitlines()
-           if line.startswith("FDS")]
+    fds = [int(line.split("FDS")[1]) for line in proc.stdout.decode().splitlines()
+           if "FDS" in line]           # (gloocy-run prefixes "[rank] ")
     return took, fds[0] if fds else None
 
 
