@@ -117,3 +117,6 @@ cdef void *connect_lazy(LazyPair lazy) except NULL with gil
 cdef int install_arrivals(Links links) except -1 with gil
 # Whether the process of our unconnected rank `i` has died (node waits).
 cdef bint lazy_peer_gone(Context ctx, int i) noexcept with gil
+# Connect every member of ctx not connected yet (best effort, briefly): a
+# rank that fails in a node collective tells them all why (see fail()).
+cdef int connect_members(Context ctx) except -1

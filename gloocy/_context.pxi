@@ -565,3 +565,18 @@ cdef bint lazy_peer_gone(Context ctx, int i) noexcept with gil:
         return connector is not None and connector.process_gone(ctx._world[i])
     except Exception:
         return False
+
+
+cdef int connect_members(Context ctx) except -1:
+    cdef int i, w
+    connector = ctx.links.connector
+    if connector is None:
+        return 0
+    for i in range(ctx.size):
+        w = ctx._world[i]
+        if i != ctx.rank and isinstance(ctx.links.pairs[w], LazyPair):
+            try:
+                install_pair(ctx.links, w, connector.pair(w, timeout=2.0))
+            except Exception:
+                pass                    # gone, or slow: it learns otherwise
+    return 0

@@ -252,6 +252,8 @@ cdef int node_progress(Context ctx) except -1 nogil:
     """Move what the pairs can (frames that came or wait to leave); wake
     the threads asleep on the links (a frame we stashed may be theirs)."""
     cdef int i, moved = 0
+    if ctx.links.arrivals:              # peers dialed us (lazy connections)
+        install_arrivals(ctx.links)
     for i in range(ctx.size):
         if i != ctx.rank:
             moved |= (<Pair>ctx._pair_ptrs[i]).progress()

@@ -26,6 +26,7 @@ import socket
 import struct
 import threading
 import time
+import weakref
 
 from gloocy.errors import PeerLostError, ProtocolError, RendezvousError
 from gloocy.transport import handshake, ibverbs, shm
@@ -128,12 +129,15 @@ class Connector:
         self._pids = {}
         self.listener = listener
         listener.register(self.tag, rank, self)
+        # Unregistered at close(), or when dropped unclosed (links that were
+        # never closed, e.g. a Dup never freed, then collected).
+        self._unregister = weakref.finalize(self, listener.unregister, self.tag, rank)
 
     # -- the engine's side ----------------------------------------------------
 
-    def pair(self, peer):
+    def pair(self, peer, timeout=None):
         """The pair to `peer`, connected now (or the one it dialed)."""
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         with self.cond:
             while True:
                 st = self.state.get(peer)
@@ -279,7 +283,7 @@ class Connector:
             ready = [self.state[p] for p in self.ready]
             self.ready.clear()
             self.cond.notify_all()
-        self.listener.unregister(self.tag, self.rank)
+        self._unregister()
         for pair in ready:
             if not isinstance(pair, BaseException):
                 pair.close(False)
@@ -354,7 +358,7 @@ class Listener:
     def __init__(self, host, port):
         self.key = (host, port)
         self.users = 0
-        self.ranks = {}           # (job tag, rank) -> Connector
+        self.ranks = {}           # (job tag, rank) -> weak reference to its Connector
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -378,7 +382,7 @@ class Listener:
             if (tag, rank) in self.ranks:
                 raise RendezvousError(f"rank {rank}: another rank {rank} of this "
                                       "job lives in this process")
-            self.ranks[tag, rank] = connector
+            self.ranks[tag, rank] = weakref.ref(connector)
 
     def unregister(self, tag, rank):
         with self._lock:
@@ -405,7 +409,8 @@ class Listener:
             sock.settimeout(handshake.HANDSHAKE_TIMEOUT)
             hello, peer, wanted, size, tag = handshake.read_hello(sock)
             with self._lock:
-                connector = self.ranks.get((tag, wanted))
+                ref = self.ranks.get((tag, wanted))
+            connector = ref() if ref is not None else None
             if connector is None or size != connector.size or not (
                     0 <= peer < size and peer != wanted):
                 raise ProtocolError("a dial for no rank of ours")
