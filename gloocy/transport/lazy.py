@@ -128,7 +128,11 @@ class Connector:
         self.dialed = self.accepted = 0   # connections made each way
         self._pids = {}
         self.listener = listener
-        listener.register(self.tag, rank, self)
+        try:
+            listener.register(self.tag, rank, self)
+        except BaseException:
+            listener.release()
+            raise
         # Unregistered at close(), or when dropped unclosed (links that were
         # never closed, e.g. a Dup never freed, then collected).
         self._unregister = weakref.finalize(self, listener.unregister, self.tag, rank)
@@ -387,6 +391,11 @@ class Listener:
     def unregister(self, tag, rank):
         with self._lock:
             self.ranks.pop((tag, rank), None)
+        self.release()
+
+    def release(self):
+        """One user (a Connector) fewer: the last one closes us."""
+        with self._lock:
             self.users -= 1
             if self.users > 0:
                 return
