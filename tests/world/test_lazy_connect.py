@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import gloocy
+from conftest import long_runs
 from gloocy.errors import PeerLostError
 from gloocy.rendezvous.hash_store import HashStore
 from gloocy.testing import World
@@ -194,11 +195,11 @@ def server_keys_left(server, prefix):
         client.close()
 
 
-def test_scale_short_thread_world():
-    """The suite's short version of bench/scale.py: 96 ranks, barrier,
-    allreduce both ways, bcast: results right, connections within the
-    bound."""
-    size = 96
+def test_scale_thread_world():
+    """The suite's version of bench/scale.py: 96 ranks (1024 under
+    --long), barrier, allreduce both ways, bcast: results right,
+    connections within the bound."""
+    size = 1024 if long_runs() else 96
     bound = 2 * math.ceil(math.log2(size)) + 2
 
     def run(comm):
@@ -213,6 +214,6 @@ def test_scale_short_thread_world():
         assert (y == np.arange(16)).all()
         return len(connected(comm))
 
-    with World(size, timeout=120.0) as w:
+    with World(size, timeout=600.0 if long_runs() else 120.0) as w:
         counts = w.run(run)
     assert max(counts) <= bound, counts
