@@ -13,6 +13,9 @@ cdef extern from "<sys/uio.h>" nogil:
     ssize_t process_vm_readv(int pid, const iovec *local_iov,
                              unsigned long liovcnt, const iovec *remote_iov,
                              unsigned long riovcnt, unsigned long flags)
+    ssize_t process_vm_writev(int pid, const iovec *local_iov,
+                              unsigned long liovcnt, const iovec *remote_iov,
+                              unsigned long riovcnt, unsigned long flags)
 
 cdef extern from "<unistd.h>" nogil:
     int getpid()
