@@ -7,7 +7,8 @@ For each N it starts N ranks on this host under gloocy-run
 (GLOOCY_TRANSPORT=shm), runs a barrier, a 1 MiB allreduce, bcast and
 alltoall (the node paths) and then a ring of sendrecvs (each rank with
 its two neighbours: the pairs a ring algorithm uses), and each rank lists
-its memfd segments from /proc/self/fd. Rank 0 adds them up once per
+its memfd segments from /proc/self/maps (their files through
+/proc/self/map_files, which needs CAP_SYS_ADMIN: run it as root). Rank 0 adds them up once per
 segment (by inode) and prints, per kind (gloocy-node, gloocy-ring):
 segments, bytes allocated (their size) and bytes resident (the tmpfs
 pages touched, st_blocks). It also prints what a full mesh of pairs
@@ -38,16 +39,17 @@ def rank_main():
     comm.Sendrecv(x, (r - 1) % n, recvbuf=y, source=(r + 1) % n)
     comm.Barrier()
     mine = {}
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-            if not target.startswith("/memfd:gloocy-"):
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 6 or not fields[5].startswith("/memfd:gloocy-"):
                 continue
-            st = os.fstat(int(fd))
-        except OSError:
-            continue
-        kind = target[len("/memfd:"):].split()[0]
-        mine[st.st_ino] = (kind, st.st_size, st.st_blocks * 512)
+            kind = fields[5][len("/memfd:"):]
+            try:       # the file behind the mapping (its fd is closed)
+                st = os.stat(f"/proc/self/map_files/{fields[0]}")
+            except OSError:
+                continue
+            mine[st.st_ino] = (kind, st.st_size, st.st_blocks * 512)
     every = comm.gather(mine, root=0)
     if r == 0:
         seen = {}
@@ -71,8 +73,8 @@ def run(n, timeout):
                        env=env, capture_output=True, text=True)
     took = time.monotonic() - start
     for line in p.stdout.splitlines():
-        if line.startswith("RESULT "):
-            return json.loads(line[7:]), took
+        if "RESULT " in line:        # gloocy-run prefixes "[rank] "
+            return json.loads(line.split("RESULT ", 1)[1]), took
     raise RuntimeError(f"N = {n} failed (exit {p.returncode}): {p.stderr[-2000:]}")
 
 

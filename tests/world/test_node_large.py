@@ -20,6 +20,7 @@ from test_node_derived import r_refused
 
 SHM = {"GLOOCY_TRANSPORT": "shm"}
 CMA_SMALL = {"GLOOCY_CMA_MIN_BYTES": 65536}
+CMA_TINY = {"GLOOCY_CMA_MIN_BYTES": 8192}
 SMALL_SLOTS = {"GLOOCY_SHM_CHUNK_BYTES": 8192}   # several steps per call
 
 
@@ -38,17 +39,16 @@ def r_bcasts(comm, sizes):
     return wrong, comm._ctx.node.cma_calls
 
 
-# around the 64 KiB threshold, pieces of whole pages and not, fewer bytes
-# than a page per rank (no piece: the readers read it all), odd sizes
-BCAST_SIZES = [65535, 65536, 65537, 4096 * 3 + 1, 1 << 20, (1 << 20) + 4095,
-               3 * 1048576 + 17]
+# around the threshold (8 KiB here), pieces of whole pages and not, fewer
+# bytes than a page per rank (no piece: the readers read it all), odd sizes
+BCAST_SIZES = [8191, 8192, 4096 * 3 + 1, 65537, (1 << 20) + 4095]
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_single_copy_bcast_with_the_root_writing_a_share(n):
-    with World(n, env={**SHM, **CMA_SMALL}) as w:
+    with World(n, env={**SHM, **CMA_TINY}) as w:
         got = w.run(r_bcasts, BCAST_SIZES)
-    big = [s for s in BCAST_SIZES if s >= 65536]
+    big = [s for s in BCAST_SIZES if s >= 8192]
     for wrong, calls in got:
         assert wrong == [], got
         assert calls == n * len(big), got     # every large one copied once
@@ -73,25 +73,26 @@ def r_reduce_scatter(comm, lens, in_place, dtype):
     return bool(np.array_equal(out, want[lo:lo + mine])), comm._ctx.last_algorithm
 
 
-CASES = [   # (n, recvcounts per rank)
-    (2, [1, 1]), (2, [3000, 1]), (2, [0, 5001]), (3, [2047, 2048, 2049]),
-    (3, [0, 0, 0]), (4, [1000, 0, 777, 3001]), (4, [70000] * 4),
-]
+CASES = {   # n: recvcounts per rank, several splits
+    2: [[1, 1], [3000, 1], [0, 5001]],
+    3: [[2047, 2048, 2049], [0, 0, 0]],
+    4: [[1000, 0, 777, 3001], [20000] * 4],
+}
 
 
-@pytest.mark.parametrize("n,lens", CASES)
-def test_node_reduce_scatter_at_odd_sizes(n, lens):
+@pytest.mark.parametrize("n", sorted(CASES))
+def test_node_reduce_scatter_at_odd_sizes(n):
     with World(n, env={**SHM, **SMALL_SLOTS}) as w:
-        for in_place in (False, True):
-            for dtype in (np.int64, np.float32):
+        for lens in CASES[n]:
+            for in_place, dtype in ((False, np.int64), (True, np.float32)):
                 got = w.run(r_reduce_scatter, lens, in_place, dtype)
-                assert all(ok for ok, _ in got), (in_place, dtype, got)
+                assert all(ok for ok, _ in got), (lens, in_place, dtype, got)
                 assert {a for _, a in got} == {"shm"}, got
 
 
 def test_node_reduce_scatter_with_default_slots_at_large_sizes():
-    # 3 ranks, 16 MiB inputs of float64: 64 steps of the default slots
-    lens = [700001, 700000, 697151]
+    # 3 ranks, 8 MiB inputs of float64: 32 steps of the default slots
+    lens = [350001, 350000, 348575]
     with World(3, env=SHM) as w:
         got = w.run(r_reduce_scatter, lens, False, np.float64)
     assert all(ok for ok, _ in got), got
