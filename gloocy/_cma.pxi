@@ -31,6 +31,8 @@ cdef enum:
     CMA_ADDR = 1
     CMA_LEN = 2
     CMA_WILLING = 3
+    CMA_EXTRA = 4         # what the call checks across ranks (a digest)
+    CMA_PIECE = 256 << 10 # bytes a reduce_scatter reads before it reduces
 
 
 cdef int cma_read(int64_t pid, int64_t addr, char *dst,
@@ -75,7 +77,7 @@ cdef inline int64_t *_cma_head(Node nd, int r) noexcept nogil:
 
 
 cdef int _cma_publish(Context ctx, Coll *c, const char *addr,
-                      int64_t n) except -1 nogil:
+                      int64_t n, int64_t extra=0) except -1 nogil:
     """The address step's first half: our head written, all arrived at A.
     1 if every rank is willing; else 0, the step done and the node marked
     (every rank saw the same heads)."""
@@ -87,6 +89,7 @@ cdef int _cma_publish(Context ctx, Coll *c, const char *addr,
     h[CMA_ADDR] = <int64_t><intptr_t>addr
     h[CMA_LEN] = n
     h[CMA_WILLING] = ctx.node.cma_willing
+    h[CMA_EXTRA] = extra
     _cma_clear(ctx)
     node_step_in(ctx, c)
     for j in range(ctx.node.size):
@@ -175,6 +178,42 @@ cdef int node_allgatherv_cma(Context ctx, Coll *c, char *buf,
             h = _cma_head(ctx.node, j)
             _cma_note(ctx, j, cma_read(h[CMA_PID], h[CMA_ADDR], buf + offs[j],
                                        min(sizes[j], h[CMA_LEN])))
+    return _cma_finish(ctx, c)
+
+
+cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
+                                 char *mine, const int64_t *offs,
+                                 const int64_t *lens, int64_t total,
+                                 uint64_t digest) except -1 nogil:
+    """node_reduce_scatter in one step: `mine` holds our block of `send`;
+    each rank reads its block of every other's `send` a piece at a time
+    and reduces it onto `mine` (others in rank order). Two waits in all,
+    where the slots wait once per slot's worth: when ranks outnumber
+    cores each wait costs a switch. 1 if done; 0 (refused, `mine` to be
+    restored): run through the slots."""
+    cdef int n = ctx.node.size, r = ctx.node.rank, j, err = 0
+    cdef int64_t isz = c.itemsize, per = max(CMA_PIECE // isz, 1), a, m
+    cdef int64_t *h
+    cdef char *tmp
+    if not _cma_publish(ctx, c, send, total * isz, <int64_t>digest):
+        return 0
+    for j in range(n):
+        if <uint64_t>_cma_head(ctx.node, j)[CMA_EXTRA] != digest:
+            return _raise_node_counts(ctx, c, j)
+    tmp = ctx.scratch(per * isz)
+    a = 0
+    while a < lens[r] and err == 0:
+        m = min(per, lens[r] - a)
+        for j in range(n):
+            if j != r:
+                h = _cma_head(ctx.node, j)
+                err = cma_read(h[CMA_PID], h[CMA_ADDR] + (offs[r] + a) * isz,
+                               tmp, m * isz)
+                if err:
+                    _cma_note(ctx, j, err)
+                    break
+                c.fn(mine + a * isz, tmp, m)
+        a += m
     return _cma_finish(ctx, c)
 
 

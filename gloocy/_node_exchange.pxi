@@ -309,23 +309,29 @@ cdef uint64_t _digest(const int64_t *v, int n) noexcept nogil:
 cdef int node_reduce_scatter(Context ctx, Coll *c, const char *send,
                              char *mine, const int64_t *offs,
                              const int64_t *lens) except -1 nogil:
-    """As run_reduce_scatter: `mine` (lens[rank] elements) ends with block
-    `rank` of every rank's `send` reduced (blocks end to end in rank
-    order; `mine` may be our block of `send` itself). A step carries, from
+    """As run_reduce_scatter: `mine` (lens[rank] elements, apart from
+    `send`) ends with block `rank` of every rank's `send` reduced (blocks
+    end to end in rank order). Large ones by single copy (_cma.pxi) where
+    the kernel allows it; else through the slots: a step carries, from
     every rank, the next piece of each other rank's block (its slot holds
     them in rank order, q elements each), so that every rank copies and
     reduces alike at each step; each reduces its block's pieces, others'
     in rank order. The first step's heads hold a digest of the counts:
     ranks that split the same total differently name each other."""
     cdef int n = ctx.node.size, r = ctx.node.rank, j, k
-    cdef int64_t isz = c.itemsize, head = 64, lo = 0, longest = 0, m
+    cdef int64_t isz = c.itemsize, head = 64, lo = 0, longest = 0, total = 0, m
     cdef int64_t q = max((ctx.node.chunk - head) // isz // max(n - 1, 1), 1)
     cdef uint64_t digest = _digest(lens, n)
     cdef char *slot
     for j in range(n):
         longest = max(longest, lens[j])
-    if mine != send + offs[r] * isz:
-        memcpy(mine, send + offs[r] * isz, lens[r] * isz)
+        total += lens[j]
+    memcpy(mine, send + offs[r] * isz, lens[r] * isz)
+    if (total * isz >= ctx.node.cma_min and ctx.node.cma > 0
+            and longest * isz > ctx.node.chunk):
+        if node_reduce_scatter_cma(ctx, c, send, mine, offs, lens, total, digest):
+            return 0
+        memcpy(mine, send + offs[r] * isz, lens[r] * isz)   # refused: again
     while True:
         node_ready(ctx, c)
         slot = ctx.node.slot(r)

@@ -87,12 +87,11 @@ cdef object call_reduce_scatter(Context ctx, object sendbuf, object recvbuf,
             else:
                 acc = ctx.work(total * isz)
                 memcpy(acc, sb.ptr, total * isz)
-                if algo == ALGO_SHM:
-                    node_reduce_scatter(ctx, &c, acc, acc + offs.v[ctx.rank] * isz,
-                                        offs.v, lens.v)
+                if algo == ALGO_SHM:      # in place: the input copied first
+                    node_reduce_scatter(ctx, &c, acc, rb.ptr, offs.v, lens.v)
                 else:
                     run_reduce_scatter(ctx, &c, acc, offs.v, lens.v, algo)
-                memcpy(rb.ptr, acc + offs.v[ctx.rank] * isz, mine)
+                    memcpy(rb.ptr, acc + offs.v[ctx.rank] * isz, mine)
         if algo == ALGO_SHM:
             ctx.sweep(&c)
     except BaseException as e:

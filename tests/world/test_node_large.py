@@ -16,7 +16,7 @@ import pytest
 import gloocy
 from gloocy.testing.processes import ProcessWorld as World
 
-from test_node_derived import r_refused
+from test_node_derived import _refuse_cross_memory_attach, r_refused
 
 SHM = {"GLOOCY_TRANSPORT": "shm"}
 CMA_SMALL = {"GLOOCY_CMA_MIN_BYTES": 65536}
@@ -70,7 +70,8 @@ def r_reduce_scatter(comm, lens, in_place, dtype):
     else:
         out = np.full(mine, -1, dtype)
         comm.Reduce_scatter(inputs[comm.rank], out, lens)
-    return bool(np.array_equal(out, want[lo:lo + mine])), comm._ctx.last_algorithm
+    return (bool(np.array_equal(out, want[lo:lo + mine])),
+            comm._ctx.last_algorithm, comm._ctx.node.cma_calls)
 
 
 CASES = {   # n: recvcounts per rank, several splits
@@ -86,8 +87,24 @@ def test_node_reduce_scatter_at_odd_sizes(n):
         for lens in CASES[n]:
             for in_place, dtype in ((False, np.int64), (True, np.float32)):
                 got = w.run(r_reduce_scatter, lens, in_place, dtype)
-                assert all(ok for ok, _ in got), (lens, in_place, dtype, got)
-                assert {a for _, a in got} == {"shm"}, got
+                assert all(ok for ok, _, _ in got), (lens, in_place, dtype, got)
+                assert {a for _, a, _ in got} == {"shm"}, got
+
+
+@pytest.mark.parametrize("n", sorted(CASES))
+def test_single_copy_reduce_scatter_at_odd_sizes(n):
+    # from 8 KiB of input by single copy (the slots: 8 KiB, so every case
+    # with a block longer than a slot copies once)
+    with World(n, env={**SHM, **SMALL_SLOTS, **CMA_TINY}) as w:
+        calls = 0
+        for lens in CASES[n] + [[70001 + 3 * j for j in range(n)]]:
+            for in_place, dtype in ((False, np.int64), (True, np.float32)):
+                got = w.run(r_reduce_scatter, lens, in_place, dtype)
+                assert all(ok for ok, _, _ in got), (lens, in_place, dtype, got)
+                once = max(lens) * np.dtype(dtype).itemsize > 8192
+                assert {c for _, _, c in got} == {calls + once}, (lens, got)
+                calls += once
+        assert calls >= 2
 
 
 def test_node_reduce_scatter_with_default_slots_at_large_sizes():
@@ -95,7 +112,7 @@ def test_node_reduce_scatter_with_default_slots_at_large_sizes():
     lens = [350001, 350000, 348575]
     with World(3, env=SHM) as w:
         got = w.run(r_reduce_scatter, lens, False, np.float64)
-    assert all(ok for ok, _ in got), got
+    assert all(ok for ok, _, _ in got), got
 
 
 def r_bcast_until_lost(comm, nbytes, started):
@@ -144,4 +161,18 @@ def test_refused_cross_memory_attach_still_bcasts_right():
     with World(3, env={**SHM, **CMA_SMALL}) as w:
         got = w.run(r_refused, (1 << 20) + 4097, timeout=60)
     for ok, cma, calls, _ in got:
+        assert ok and cma == -1 and calls == 0, got
+
+
+def r_reduce_scatter_refused(comm, lens):
+    if comm.rank == 1:
+        _refuse_cross_memory_attach()
+    ok, _, calls = r_reduce_scatter(comm, lens, False, np.int64)
+    return ok, comm._ctx.node.cma, calls
+
+
+def test_refused_cross_memory_attach_still_reduce_scatters_right():
+    with World(3, env={**SHM, **CMA_SMALL}) as w:
+        got = w.run(r_reduce_scatter_refused, [100001, 99999, 100003], timeout=60)
+    for ok, cma, calls in got:
         assert ok and cma == -1 and calls == 0, got
