@@ -19,6 +19,9 @@ cdef extern from "<sys/uio.h>" nogil:
 
 cdef extern from "<unistd.h>" nogil:
     int getpid()
+    long sysconf(int name)
+    enum:
+        _SC_NPROCESSORS_ONLN
 
 cdef int node_bcast_cma(Context ctx, Coll *c, char *buf, int64_t nbytes,
                         int root) except -1 nogil
