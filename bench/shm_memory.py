@@ -68,7 +68,7 @@ def rank_main():
 def run(n, timeout):
     env = dict(os.environ, GLOOCY_TRANSPORT="shm")
     start = time.monotonic()
-    p = subprocess.run(["gloocy-run", "-n", str(n), "--timeout", str(timeout),
+    p = subprocess.run([sys.executable, "-m", "gloocy.run", "-n", str(n), "--timeout", str(timeout),
                         sys.executable, __file__, "--rank"],
                        env=env, capture_output=True, text=True)
     took = time.monotonic() - start
