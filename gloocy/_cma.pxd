@@ -13,15 +13,27 @@ cdef extern from "<sys/uio.h>" nogil:
     ssize_t process_vm_readv(int pid, const iovec *local_iov,
                              unsigned long liovcnt, const iovec *remote_iov,
                              unsigned long riovcnt, unsigned long flags)
+    ssize_t process_vm_writev(int pid, const iovec *local_iov,
+                              unsigned long liovcnt, const iovec *remote_iov,
+                              unsigned long riovcnt, unsigned long flags)
 
 cdef extern from "<unistd.h>" nogil:
     int getpid()
+    long sysconf(int name)
+    enum:
+        _SC_NPROCESSORS_ONLN
 
 cdef int node_bcast_cma(Context ctx, Coll *c, char *buf, int64_t nbytes,
                         int root) except -1 nogil
 cdef int node_allgatherv_cma(Context ctx, Coll *c, char *buf,
                              const int64_t *offs,
                              const int64_t *sizes) except -1 nogil
+# node_reduce_scatter in one step (`mine` holds our block of `send`; the
+# heads carry `digest`, the counts' FNV-1a).
+cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
+                                 char *mine, const int64_t *offs,
+                                 const int64_t *lens, int64_t total,
+                                 uint64_t digest) except -1 nogil
 # node_alltoallv's rest after its first step (heads: see there).
 cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,

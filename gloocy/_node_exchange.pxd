@@ -35,5 +35,8 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
 cdef int node_scatterv(Context ctx, Coll *c, const char *send,
                        const int64_t *offs, const int64_t *sizes, char *recv,
                        int64_t recvn) except -1 nogil
-cdef int node_reduce_scatter(Context ctx, Coll *c, char *acc,
-                             const int64_t *offs, const int64_t *lens) except -1 nogil
+# Block `rank` of every rank's `send` reduced into `mine` (apart from
+# `send`).
+cdef int node_reduce_scatter(Context ctx, Coll *c, const char *send,
+                             char *mine, const int64_t *offs,
+                             const int64_t *lens) except -1 nogil

@@ -306,44 +306,58 @@ cdef uint64_t _digest(const int64_t *v, int n) noexcept nogil:
     return h
 
 
-cdef int node_reduce_scatter(Context ctx, Coll *c, char *acc,
-                             const int64_t *offs, const int64_t *lens) except -1 nogil:
-    """As run_reduce_scatter: rank r ends with block r of every rank's
-    `acc` reduced, in its `acc` (blocks end to end in rank order). A step
-    carries a slot of every rank's input (less its own block, which stays
-    home); each rank reduces its block's part of it, others in rank order.
-    The first step's heads hold a digest of the counts: ranks that split
-    the same total differently name each other."""
-    cdef int n = ctx.node.size, r = ctx.node.rank, j
-    cdef int64_t isz = c.itemsize, head = 64
-    cdef int64_t per_step = max((ctx.node.chunk - head) // isz, 1)
-    cdef int64_t total = 0, lo = 0, hi, a, b
+cdef int node_reduce_scatter(Context ctx, Coll *c, const char *send,
+                             char *mine, const int64_t *offs,
+                             const int64_t *lens) except -1 nogil:
+    """As run_reduce_scatter: `mine` (lens[rank] elements, apart from
+    `send`) ends with block `rank` of every rank's `send` reduced (blocks
+    end to end in rank order). Large ones by single copy (_cma.pxi) where
+    the kernel allows it; else through the slots: a step carries, from
+    every rank, the next piece of each other rank's block (its slot holds
+    them in rank order, q elements each), so that every rank copies and
+    reduces alike at each step; each reduces its block's pieces, others'
+    in rank order. The first step's heads hold a digest of the counts:
+    ranks that split the same total differently name each other."""
+    cdef int n = ctx.node.size, r = ctx.node.rank, j, k
+    cdef int64_t isz = c.itemsize, head = 64, lo = 0, longest = 0, total = 0, m
+    cdef int64_t q = max((ctx.node.chunk - head) // isz // max(n - 1, 1), 1)
     cdef uint64_t digest = _digest(lens, n)
     cdef char *slot
     for j in range(n):
+        longest = max(longest, lens[j])
         total += lens[j]
+    memcpy(mine, send + offs[r] * isz, lens[r] * isz)
+    if (total * isz >= ctx.node.cma_min and ctx.node.cma > 0
+            and longest * isz > ctx.node.chunk):
+        if node_reduce_scatter_cma(ctx, c, send, mine, offs, lens, total, digest):
+            return 0
+        memcpy(mine, send + offs[r] * isz, lens[r] * isz)   # refused: again
     while True:
         node_ready(ctx, c)
-        hi = min(lo + per_step, total)
         slot = ctx.node.slot(r)
         (<uint64_t *>slot)[0] = digest
-        # Ours, less our own block, as elements [lo, hi) of the stream.
-        _put(slot + head, lo * isz, hi * isz, 0, acc, offs[r] * isz)
-        _put(slot + head, lo * isz, hi * isz, (offs[r] + lens[r]) * isz,
-             acc + (offs[r] + lens[r]) * isz, (total - offs[r] - lens[r]) * isz)
+        k = 0
+        for j in range(n):
+            if j != r:
+                m = min(max(lens[j] - lo, 0), q)
+                if m > 0:
+                    memcpy(slot + head + k * q * isz,
+                           send + (offs[j] + lo) * isz, m * isz)
+                k += 1
         node_step_in(ctx, c)
         if lo == 0:
             for j in range(n):
                 if (<uint64_t *>ctx.node.slot(j))[0] != digest:
                     return _raise_node_counts(ctx, c, j)
-        a, b = max(offs[r], lo), min(offs[r] + lens[r], hi)
-        if b > a:
+        m = min(max(lens[r] - lo, 0), q)
+        if m > 0:
             for j in range(n):
-                if j != r:
-                    c.fn(acc + a * isz, ctx.node.slot(j) + head + (a - lo) * isz, b - a)
+                if j != r:       # our piece sits at index r (r - 1 past j)
+                    c.fn(mine + lo * isz, ctx.node.slot(j) + head
+                         + (r - (j < r)) * q * isz, m)
         ctx.node.step += 1
-        lo = hi
-        if lo >= total:
+        lo += q
+        if lo >= longest:
             return 0
 
 

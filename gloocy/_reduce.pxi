@@ -85,13 +85,17 @@ cdef object call_reduce_scatter(Context ctx, object sendbuf, object recvbuf,
             ctx, algo, total * isz, NODE_ALWAYS))
         ctx.last_algorithm = ALGORITHM_NAMES[algo]
         with nogil:
-            acc = ctx.work(total * isz)
-            memcpy(acc, sb.ptr, total * isz)
-            if algo == ALGO_SHM:
-                node_reduce_scatter(ctx, &c, acc, offs.v, lens.v)
+            if algo == ALGO_SHM and _apart(sb.ptr, total * isz, rb.ptr, mine):
+                # The others read our input where it is: no copy of it all.
+                node_reduce_scatter(ctx, &c, sb.ptr, rb.ptr, offs.v, lens.v)
             else:
-                run_reduce_scatter(ctx, &c, acc, offs.v, lens.v, algo)
-            memcpy(rb.ptr, acc + offs.v[ctx.rank] * isz, mine)
+                acc = ctx.work(total * isz)
+                memcpy(acc, sb.ptr, total * isz)
+                if algo == ALGO_SHM:      # in place: the input copied first
+                    node_reduce_scatter(ctx, &c, acc, rb.ptr, offs.v, lens.v)
+                else:
+                    run_reduce_scatter(ctx, &c, acc, offs.v, lens.v, algo)
+                    memcpy(rb.ptr, acc + offs.v[ctx.rank] * isz, mine)
         if algo == ALGO_SHM:
             ctx.sweep(&c)
     except BaseException as e:
@@ -99,6 +103,12 @@ cdef object call_reduce_scatter(Context ctx, object sendbuf, object recvbuf,
         raise
     finally:
         ctx.end()
+
+
+cdef inline bint _apart(const char *a, int64_t an, const char *b,
+                        int64_t bn) noexcept nogil:
+    """The byte ranges [a, a + an) and [b, b + bn) do not overlap."""
+    return a + an <= b or b + bn <= a
 
 
 cdef object call_scan(Context ctx, object sendbuf, object recvbuf, int op,

@@ -1,0 +1,180 @@
+"""Large one-host transfers (issue 16): the single-copy bcast where the root
+writes a share while the others read the rest (gloocy/_cma.pxi; where
+every rank has a CPU of its own, else the others read it all), and the
+node reduce_scatter whose steps carry a piece of every block, reading the
+input where it is. At sizes around the thresholds and page boundaries, at
+odd sizes, N = 2, 3, 4, against NumPy; a reader killed while the root
+writes into it; the fallback when cross-memory attach is refused.
+"""
+
+import os
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import gloocy
+from gloocy.testing.processes import ProcessWorld as World
+
+from test_node_derived import _refuse_cross_memory_attach, r_refused
+
+SHM = {"GLOOCY_TRANSPORT": "shm"}
+CMA_SMALL = {"GLOOCY_CMA_MIN_BYTES": 65536}
+CMA_TINY = {"GLOOCY_CMA_MIN_BYTES": 8192}
+SMALL_SLOTS = {"GLOOCY_SHM_CHUNK_BYTES": 8192}   # several steps per call
+
+
+def r_bcasts(comm, sizes):
+    """A bcast from every root at every size: [(root, nbytes)] of those
+    whose result differs from the root's buffer; and the single copies."""
+    wrong = []
+    for nbytes in sizes:
+        for root in range(comm.size):
+            want = ((np.arange(nbytes, dtype=np.int64) * (root + 5) + nbytes)
+                    % 253).astype(np.uint8)
+            b = want.copy() if comm.rank == root else np.full(nbytes, 255, np.uint8)
+            comm.Bcast(b, root=root)
+            if not np.array_equal(b, want):
+                wrong.append((root, nbytes))
+    return wrong, comm._ctx.node.cma_calls
+
+
+# around the threshold (8 KiB here), pieces of whole pages and not, fewer
+# bytes than a page per rank (no piece: the readers read it all), odd sizes
+BCAST_SIZES = [8191, 8192, 4096 * 3 + 1, 65537, (1 << 20) + 4095]
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_single_copy_bcast_with_the_root_writing_a_share(n):
+    with World(n, env={**SHM, **CMA_TINY}) as w:
+        got = w.run(r_bcasts, BCAST_SIZES)
+    big = [s for s in BCAST_SIZES if s >= 8192]
+    for wrong, calls in got:
+        assert wrong == [], got
+        assert calls == n * len(big), got     # every large one copied once
+
+
+def r_reduce_scatter(comm, lens, in_place, dtype):
+    """Reduce_scatter of lens (recvcounts) against the NumPy sum of every
+    rank's input: True if ours is right."""
+    total = sum(lens)
+    inputs = [((np.arange(total) * (r + 3) + r) % 1000).astype(dtype)
+              for r in range(comm.size)]
+    want = np.sum(inputs, axis=0, dtype=dtype)
+    lo = sum(lens[:comm.rank])
+    mine = lens[comm.rank]
+    if in_place:
+        buf = inputs[comm.rank].copy()
+        comm.Reduce_scatter(gloocy.IN_PLACE, buf, lens)
+        out = buf[:mine]
+    else:
+        out = np.full(mine, -1, dtype)
+        comm.Reduce_scatter(inputs[comm.rank], out, lens)
+    return (bool(np.array_equal(out, want[lo:lo + mine])),
+            comm._ctx.last_algorithm, comm._ctx.node.cma_calls)
+
+
+CASES = {   # n: recvcounts per rank, several splits
+    2: [[1, 1], [3000, 1], [0, 5001]],
+    3: [[2047, 2048, 2049], [0, 0, 0]],
+    4: [[1000, 0, 777, 3001], [20000] * 4],
+}
+
+
+@pytest.mark.parametrize("n", sorted(CASES))
+def test_node_reduce_scatter_at_odd_sizes(n):
+    with World(n, env={**SHM, **SMALL_SLOTS}) as w:
+        for lens in CASES[n]:
+            for in_place, dtype in ((False, np.int64), (True, np.float32)):
+                got = w.run(r_reduce_scatter, lens, in_place, dtype)
+                assert all(ok for ok, _, _ in got), (lens, in_place, dtype, got)
+                assert {a for _, a, _ in got} == {"shm"}, got
+
+
+@pytest.mark.parametrize("n", sorted(CASES))
+def test_single_copy_reduce_scatter_at_odd_sizes(n):
+    # from 8 KiB of input by single copy (the slots: 8 KiB, so every case
+    # with a block longer than a slot copies once)
+    with World(n, env={**SHM, **SMALL_SLOTS, **CMA_TINY}) as w:
+        calls = 0
+        for lens in CASES[n] + [[70001 + 3 * j for j in range(n)]]:
+            for in_place, dtype in ((False, np.int64), (True, np.float32)):
+                got = w.run(r_reduce_scatter, lens, in_place, dtype)
+                assert all(ok for ok, _, _ in got), (lens, in_place, dtype, got)
+                once = max(lens) * np.dtype(dtype).itemsize > 8192
+                assert {c for _, _, c in got} == {calls + once}, (lens, got)
+                calls += once
+        assert calls >= 2
+
+
+def test_node_reduce_scatter_with_default_slots_at_large_sizes():
+    # 3 ranks, 8 MiB inputs of float64: 32 steps of the default slots
+    # (single copies off: they would take it)
+    lens = [350001, 350000, 348575]
+    with World(3, env={**SHM, "GLOOCY_CMA": "0"}) as w:
+        got = w.run(r_reduce_scatter, lens, False, np.float64)
+    assert all(ok for ok, _, _ in got), got
+
+
+def r_bcast_until_lost(comm, nbytes, started):
+    """Large bcasts from rank 0 until a peer is lost (the file `started`
+    made after the first): (rank named, when, single copies)."""
+    b = np.zeros(nbytes, np.uint8)
+    try:
+        while True:
+            comm.Bcast(b, root=0)
+            if comm.rank == 0 and not os.path.exists(started):
+                open(started, "w").close()
+    except gloocy.errors.PeerLostError as e:
+        return e.rank, time.monotonic(), comm._ctx.node.cma_calls
+
+
+def test_a_reader_killed_while_the_root_writes_to_it_is_named(tmp_path):
+    size, nbytes = 2, 32 << 20           # 2 ranks: the root writes a share
+    started = str(tmp_path / "started")
+    with World(size, env=SHM) as w:
+        killed_at = []
+
+        def kill():
+            deadline = time.monotonic() + 25
+            while not os.path.exists(started) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.2)
+            killed_at.append(time.monotonic())
+            w.kill(1)
+        killer = threading.Thread(target=kill)
+        killer.start()
+        try:
+            got = w.run(r_bcast_until_lost, nbytes, started, timeout=30,
+                        check=False)
+        finally:
+            killer.join()
+    for rank in (0,):                      # the survivor
+        lost, noticed, calls = got[rank]
+        assert lost == 1, got
+        assert calls >= 1, got
+        assert 0 <= noticed - killed_at[0] < 3.0, got
+
+
+def test_refused_cross_memory_attach_still_bcasts_right():
+    # rank 1 refused (seccomp): every rank falls back to the slots, and
+    # the bcasts (root 1 included, whose writes fail first) are right.
+    with World(3, env={**SHM, **CMA_SMALL}) as w:
+        got = w.run(r_refused, (1 << 20) + 4097, timeout=60)
+    for ok, cma, calls, _ in got:
+        assert ok and cma == -1 and calls == 0, got
+
+
+def r_reduce_scatter_refused(comm, lens):
+    if comm.rank == 1:
+        _refuse_cross_memory_attach()
+    ok, _, calls = r_reduce_scatter(comm, lens, False, np.int64)
+    return ok, comm._ctx.node.cma, calls
+
+
+def test_refused_cross_memory_attach_still_reduce_scatters_right():
+    with World(3, env={**SHM, **CMA_SMALL}) as w:
+        got = w.run(r_reduce_scatter_refused, [100001, 99999, 100003], timeout=60)
+    for ok, cma, calls in got:
+        assert ok and cma == -1 and calls == 0, got
