@@ -32,7 +32,7 @@ PROGRAM = textwrap.dedent("""
 
 
 def test_shared_memory_within_a_host_ibverbs_across(hosts, tmp_path):
-    tag, names, addrs = hosts
+    tag, names, addrs, _ = hosts
     prog = tmp_path / "prog.py"
     prog.write_text(PROGRAM)
     env = {**os.environ, **ibmock.session_env(), "GLOOCY_SECRET": "cd" * 16,

@@ -16,7 +16,7 @@ import pytest
 
 import gloocy
 from gloocy import transport
-from test_multihost import hosts, ip, pytestmark as needs_namespaces  # noqa: F401
+from test_multihost import hosts, pytestmark as needs_namespaces  # noqa: F401
 
 TRANSPORTS = ("tcp",)         # for the `world` fixture: the mesh is TCP
 
@@ -58,7 +58,8 @@ def cut(how, tag, names):
     token bucket on it that lets no packet out (every packet is larger
     than its 1-byte bucket)."""
     if how == "link down":
-        ip("-n", names[1], "link", "set", f"{tag}v1", "down")
+        subprocess.run(["ip", "-n", names[1], "link", "set", f"{tag}v1", "down"],
+                       check=True, capture_output=True)
     else:
         subprocess.run(["tc", "-n", names[1], "qdisc", "add", "dev", f"{tag}v1",
                         "root", "tbf", "rate", "1kbit", "burst", "1", "limit", "1"],
@@ -70,7 +71,7 @@ def run_and_cut(tmp_path, hosts, how, mode, env, wait_after_cut=0.0):
     are ready (half a second later in "call" mode, so that allreduces are
     on the wire), create the go file `wait_after_cut` seconds after the
     cut. Returns the time of the cut and each rank's report."""
-    tag, names, addrs = hosts
+    tag, names, addrs, _ = hosts
     prog, go = tmp_path / "prog.py", tmp_path / "go"
     prog.write_text(PROGRAM)
     env = dict(os.environ, GLOOCY_SECRET="ef" * 16, **env)
