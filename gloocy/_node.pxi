@@ -260,8 +260,6 @@ cdef int node_progress(Context ctx) except -1 nogil:
     """Move what the pairs can (frames that came or wait to leave); wake
     the threads asleep on the links (a frame we stashed may be theirs)."""
     cdef int i, moved = 0
-    if ctx.links.arrivals:              # peers dialed us (lazy connections)
-        install_arrivals(ctx.links)
     for i in range(ctx.size):
         if i != ctx.rank:
             moved |= (<Pair>ctx._pair_ptrs[i]).progress()
@@ -383,8 +381,6 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
         fds[0].events = POLLRDHUP
         fds[0].revents = 0
         if fds[0].fd >= 0 and poll(fds, 1, 0) > 0 and fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR):
-            return _raise_node_peer_lost(ctx, i)
-        if fds[0].fd < 0 and lazy_peer_gone(ctx, i):   # never connected
             return _raise_node_peer_lost(ctx, i)
     return 0
 

@@ -14,8 +14,7 @@ import time
 
 from gloocy.errors import ProtocolError, RendezvousError
 
-__all__ = ["authenticate", "connect_sockets", "dial", "fmt", "job_tag",
-           "parse_addr", "read_hello", "recv_exact"]
+__all__ = ["connect_sockets", "recv_exact"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -24,15 +23,14 @@ __all__ = ["authenticate", "connect_sockets", "dial", "fmt", "job_tag",
 #   connector -> HELLO: magic, version, its rank, wanted rank, size, job tag, nonce_c
 #   acceptor  -> nonce_a, HMAC(secret, "acceptor"  | HELLO | nonce_a)
 #   connector -> HMAC(secret, "connector" | HELLO | nonce_a)
-#   acceptor  -> b"\x01" (accepted), or b"\x02" (refused: a lazy connection
-#                the acceptor's rank is making the other way, see lazy.py)
+#   acceptor  -> b"\x01" (accepted)
 #
 # A connection that fails any step is closed; the job goes on without it.
 
 _HELLO = struct.Struct("<8sIiiI16s32s")
 _HELLO_MAGIC = b"GLCYHELO"
 _HELLO_VERSION = 1
-HANDSHAKE_TIMEOUT = 5.0       # per incoming connection: a stranger can't stall us long
+_HANDSHAKE_TIMEOUT = 5.0      # per incoming connection: a stranger can't stall us long
 
 
 def _mac(secret, label, *parts):
@@ -50,63 +48,45 @@ def recv_exact(sock, n, what="the handshake"):
     return bytes(data)
 
 
-def job_tag(job):
+def _job_tag(job):
     return hashlib.sha256(job.encode()).digest()[:16]
 
 
-def read_hello(sock):
-    """An incoming HELLO: (its bytes, peer, wanted rank, size, job tag)."""
+def _accept_one(sock, secret, rank, size, job):
+    """Authenticate an incoming connection; returns the peer's rank."""
     hello = recv_exact(sock, _HELLO.size)
     magic, version, peer, wanted, peer_size, tag, _nonce = _HELLO.unpack(hello)
     if magic != _HELLO_MAGIC or version != _HELLO_VERSION:
         raise ProtocolError("not a gloocy handshake")
-    return hello, peer, wanted, peer_size, tag
-
-
-def authenticate(sock, secret, hello, peer):
-    """The acceptor's half: prove we know the secret, check the dialer's
-    proof (ProtocolError if wrong). The verdict byte is the caller's."""
+    if wanted != rank or peer_size != size or tag != _job_tag(job):
+        raise ProtocolError(f"handshake for another job or rank ({peer}->{wanted})")
+    if not rank < peer < size:
+        raise ProtocolError(f"rank {peer} should not connect to rank {rank}")
     nonce = secrets.token_bytes(32)
     sock.sendall(nonce + _mac(secret, b"acceptor", hello, nonce))
     proof = recv_exact(sock, 32)
     if not hmac.compare_digest(proof, _mac(secret, b"connector", hello, nonce)):
         raise ProtocolError(f"rank {peer} failed authentication")
-
-
-def _accept_one(sock, secret, rank, size, job):
-    """Authenticate an incoming connection; returns the peer's rank."""
-    hello, peer, wanted, peer_size, tag = read_hello(sock)
-    if wanted != rank or peer_size != size or tag != job_tag(job):
-        raise ProtocolError(f"handshake for another job or rank ({peer}->{wanted})")
-    if not rank < peer < size:
-        raise ProtocolError(f"rank {peer} should not connect to rank {rank}")
-    authenticate(sock, secret, hello, peer)
     sock.sendall(b"\x01")
     return peer
 
 
-def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
-    """Connect to `peer` at (host, port) and authenticate both ways. With
-    `refusable` (lazy connections: the listener is up for the whole job),
-    ConnectionRefusedError is raised at once, and a refusal returns None."""
+def _connect_one(addr, secret, rank, peer, size, job, deadline):
+    """Connect to `peer` at (host, port) and authenticate both ways."""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise RendezvousError(f"rank {rank}: could not connect to rank "
-                                  f"{peer} at {fmt(addr)} before the deadline")
+                                  f"{peer} at {_fmt(addr)} before the deadline")
         try:
             sock = socket.create_connection(addr, timeout=min(left, 5.0))
             break
-        except ConnectionRefusedError:
-            if refusable:
-                raise
+        except (ConnectionRefusedError, socket.timeout, OSError):
             time.sleep(min(0.05, max(left, 0)))
-        except (socket.timeout, OSError):
-            time.sleep(min(0.05, max(left, 0)))
-    who = f"rank {rank}: the process at {fmt(addr)}"
+    who = f"rank {rank}: the process at {_fmt(addr)}"
     hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size,
-                        job_tag(job), secrets.token_bytes(32))
-    authentic = accepted = refused = False
+                        _job_tag(job), secrets.token_bytes(32))
+    authentic = accepted = False
     try:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
         sock.sendall(hello)
@@ -115,9 +95,7 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
         authentic = hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce))
         if authentic:
             sock.sendall(_mac(secret, b"connector", hello, nonce))
-            verdict = recv_exact(sock, 1)
-            accepted = verdict == b"\x01"
-            refused = refusable and verdict == b"\x02"
+            accepted = recv_exact(sock, 1) == b"\x01"
     except socket.timeout:            # a listener that stays silent
         sock.close()
         raise RendezvousError(f"{who} did not finish the handshake as rank "
@@ -129,9 +107,6 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
     except BaseException:
         sock.close()
         raise
-    if refused:
-        sock.close()
-        return None
     if not accepted:
         sock.close()
         raise ProtocolError(f"{who} failed authentication as rank {peer}"
@@ -140,12 +115,12 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
     return sock
 
 
-def fmt(addr):
+def _fmt(addr):
     host, port = addr[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def parse_addr(text):
+def _parse_addr(text):
     host, _, port = text.rpartition(":")
     return host.strip("[]"), int(port)
 
@@ -167,9 +142,9 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
             listener.bind((host, port))
         except OSError as e:
             raise RendezvousError(f"rank {rank}: cannot listen on "
-                                  f"{fmt((host, port))}: {e.strerror}") from None
+                                  f"{_fmt((host, port))}: {e.strerror}") from None
         listener.listen(max(16, size))
-        publish(advertise or fmt(listener.getsockname()))
+        publish(advertise or _fmt(listener.getsockname()))
     except BaseException:
         listener.close()
         raise
@@ -185,9 +160,9 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
 
         def handshake(sock, addr):
             try:
-                sock.settimeout(HANDSHAKE_TIMEOUT)
+                sock.settimeout(_HANDSHAKE_TIMEOUT)
                 done.put((_accept_one(sock, secret, rank, size, job), sock,
-                          fmt(addr)))
+                          _fmt(addr)))
             except (OSError, ProtocolError, struct.error):
                 sock.close()              # a stranger; the job goes on
                 done.put(None)
@@ -232,10 +207,10 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
     acceptor.start()
     try:
         for peer in range(rank):
-            addr = parse_addr(lookup(peer, max(deadline - time.monotonic(),
+            addr = _parse_addr(lookup(peer, max(deadline - time.monotonic(),
                                                 0.001)))
-            socks[peer] = (dial(addr, secret, rank, peer, size, job,
-                                        deadline), fmt(addr))
+            socks[peer] = (_connect_one(addr, secret, rank, peer, size, job,
+                                        deadline), _fmt(addr))
         acceptor.join()
         if failure:
             raise failure[0]
