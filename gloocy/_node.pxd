@@ -24,14 +24,15 @@ ctypedef struct NodeCtl:              # one rank's
 cdef enum:
     # A bcast goes through the segment from this many bytes when "auto"
     # (node_choice's auto_min); below, the binomial tree over the pairs.
-    # The root of a tree writes into its children's rings and goes on, and
-    # a reader waits for its parent alone; a node step lets the root run at
-    # most one call ahead of the slowest reader. At n = 4 on the project's
-    # 2-core machine loaded by other jobs (forced, interleaved, slowest
-    # rank): 8 B 13-16 vs 250-370 us, 1 KiB 8-15 vs 285-370 us, 16 KiB
-    # 34-80 vs 285-350 us, 64 KiB 190-440 vs 445-880 us; 256 KiB 780-2840
-    # vs 460-620 us.
-    NODE_BCAST_MIN = 128 << 10
+    # The tree is faster for small bcasts on a loaded host (its root writes
+    # into its children's rings and goes on; a node step lets the root run
+    # at most one call ahead of the slowest reader), but its readers wait
+    # on their pairs only: a root that called another collective through
+    # the segment is not seen, and they would wait to the deadline instead
+    # of raising MismatchError at once. So every bcast with a segment goes
+    # through it until pair waits also watch the segment's fingerprints;
+    # algorithm="binomial" still forces the tree.
+    NODE_BCAST_MIN = 0
 
 
 cdef class Node:

@@ -515,7 +515,7 @@ def test_automatic_choice_follows_the_table(world, transport, size):
              ("reduce_scatter", t["reduce_scatter_halving_max"] + step),
              ("reduce", step), ("reduce", t["reduce_ring_min"]),
              ("reduce", t["node_reduce_min"] - 4), ("reduce", t["node_reduce_min"]),
-             ("bcast", t["node_bcast_min"] - 4), ("bcast", t["node_bcast_min"]),
+             ("bcast", max(t["node_bcast_min"] - 4, 4)), ("bcast", t["node_bcast_min"]),
              ("gather", 4), ("gather", 1 << 20), ("scatter", 4), ("scatter", 1 << 20),
              ("alltoall", 4), ("alltoall", 1 << 20)]
     got = world(size).run(r_auto, cases)
