@@ -381,6 +381,9 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
         fds[0].events = POLLRDHUP
         fds[0].revents = 0
         if fds[0].fd >= 0 and poll(fds, 1, 0) > 0 and fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR):
+            # It may have told us why it stopped before it left (a peer of
+            # its was lost): reading that raises the root cause instead.
+            (<Pair>ctx._pair_ptrs[i]).progress()
             return _raise_node_peer_lost(ctx, i)
     return 0
 
