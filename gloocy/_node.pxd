@@ -31,9 +31,18 @@ cdef enum:
     # the pairs. Its root writes into its children's rings and goes on, and
     # a reader waits for its parent alone, where a node step lets the root
     # run at most one call ahead of the slowest reader. Its calls are
-    # published in the segment (node_pair_call) so that a mismatch with a
-    # call through the segment is seen at once by both sides.
-    NODE_BCAST_MIN = 64 << 10
+    # published in the segment (node_pair_call), so that a mismatch with a
+    # call through the segment is seen at once by both sides. Back-to-back
+    # bcasts from root 0 at N = 4 on the project's 2-core machine loaded by
+    # other jobs (forced, interleaved; slowest rank's mean per call over 3
+    # runs of 4 rounds, tree vs segment): 8 B 3-10 vs 74-120 us, 1 KiB 4-8
+    # vs 21-145, 16 KiB 27-43 vs 53-174, 32 KiB 32-64 vs 57-170, 64 KiB
+    # 52-111 vs 60-122 (a tie from 48 to 96 KiB), 128 KiB 88-279 vs 43-273,
+    # 256 KiB 176-607 vs 139-177. At N = 2 the tree ties from 64 KiB.
+    # gloocy-bench's medians (the root's run-ahead shows there) favour the
+    # tree up to 64 KiB, where the segment lost to loopback TCP in 1 of 2
+    # runs (101 vs 31 us).
+    NODE_BCAST_MIN = 128 << 10
     # bcast, allgather, alltoall from this many bytes: single copy
     # (_cma.pxi) where the kernel allows it. At N = 2 on the project's
     # machine (busy: minimum of 15 runs, slots vs single copy): 256 KiB 15

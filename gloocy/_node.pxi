@@ -491,7 +491,8 @@ cdef int node_check_pair_calls(Context ctx, Coll *c, uint64_t phase,
     cdef Coll mine = c[0]
     cdef Header h
     cdef int j
-    if ring_load(&ctx.node.ctl[ctx.node.rank].phase) >= phase:     # ours, published there
+    if ring_load(&ctx.node.ctl[ctx.node.rank].phase) >= phase:
+        # we arrived there: our call at that step is the one published
         mine.proto = ctx.node.ctl[ctx.node.rank].fp[((phase - 1) // 2) & 1]
     for j in range(ctx.node.size):
         if (j == ctx.node.rank or (who >= 0 and j != who)

@@ -239,7 +239,8 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
         if collective in ("allreduce", "allgather", "alltoall",
                           "reduce_scatter") or (
                 collective == "reduce" and nbytes >= NODE_REDUCE_MIN) or (
-                collective == "bcast" and nbytes >= min(<int64_t>NODE_BCAST_MIN, cma_min)):
+                collective == "bcast"
+                and nbytes >= min(<int64_t>NODE_BCAST_MIN, cma_min)):
             return "shm"
     if collective in ("gather", "scatter", "alltoall"):
         return "direct"

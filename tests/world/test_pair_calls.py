@@ -103,3 +103,27 @@ def test_a_reader_in_the_segment_and_the_root_in_the_tree(size, other):
         got = w.run(r_tree_against_segment, size - 1, other, check=False,
                     timeout=120)
     check(got, size - 1, other)
+
+
+def r_different_algorithms(comm):
+    """Rank 0 bcasts 8 bytes through the segment, the others over the tree
+    (each asked for its own algorithm); then a barrier. Each rank's error."""
+    x = np.ones(1)
+    seq = comm._ctx.seq
+    try:
+        comm.Bcast(x, root=0, timeout=TIMEOUT,
+                   algorithm="shm" if comm.rank == 0 else "binomial")
+        comm.Barrier(timeout=TIMEOUT)
+    except gloocy.errors.GloocyError as e:
+        return type(e).__name__, str(e), seq
+    return "no error", "", seq
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_ranks_that_ask_for_different_bcast_algorithms_are_told(size):
+    with World(size, env=SHM) as w:
+        got = w.run(r_different_algorithms, check=False, timeout=120)
+    for rank, (error, message, seq) in enumerate(got):
+        assert error == "MismatchError", (rank, got)
+        assert f"bcast #{seq} (count=8, root=0)" in message, (rank, message)
+        assert "asked for different algorithms" in message, (rank, message)
