@@ -328,6 +328,16 @@ cdef int node_sleep(Context ctx, uint64_t phase, int who, int ms) except -1 nogi
     return 1
 
 
+cdef inline void sleeping_word(uint32_t *sleeping, WordWait *w) noexcept nogil:
+    """Our `sleeping` word as w, one of the words to sleep on, raised: an
+    arrival in the segment wakes us."""
+    w.val = NODE_ON_FUTEX
+    w.uaddr = <uint64_t><size_t>sleeping
+    w.flags = WORD_U32
+    w._reserved = 0
+    flag_set(sleeping, NODE_ON_FUTEX)
+
+
 cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -1 nogil:
     """node_sleep while frames move, where every pair sleeps on futex words
     (shared-memory pairs): on our `sleeping` word and theirs at once
@@ -347,11 +357,7 @@ cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -
             if k == WORDS_READY:
                 return 0              # node_wait moves it, then looks again
             n += k
-    w[0].val = NODE_ON_FUTEX
-    w[0].uaddr = <uint64_t><size_t>sleeping
-    w[0].flags = WORD_U32
-    w[0]._reserved = 0
-    flag_set(sleeping, NODE_ON_FUTEX)
+    sleeping_word(sleeping, w)
     ring_fence()
     if node_behind(ctx.node, phase, who) >= 0:
         ctx.links.leave()
@@ -441,11 +447,7 @@ cdef int node_watch(Context ctx, Coll *c) except -1 nogil:
 cdef int node_watch_word(Context ctx, Coll *c, WordWait *w) noexcept nogil:
     cdef Header h
     cdef uint32_t *sleeping = &ctx.node.ctl[ctx.rank].sleeping
-    w.val = NODE_ON_FUTEX
-    w.uaddr = <uint64_t><size_t>sleeping
-    w.flags = WORD_U32
-    w._reserved = 0
-    flag_set(sleeping, NODE_ON_FUTEX)
+    sleeping_word(sleeping, w)
     ring_fence()
     if node_segment_call(ctx.node, c.proto.seq, &h) >= 0:
         flag_set(sleeping, NODE_AWAKE)

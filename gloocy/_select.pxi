@@ -219,6 +219,12 @@ ALGORITHM_THRESHOLDS = {
 }
 
 
+cdef inline int64_t node_bcast_min(int64_t cma_min) noexcept nogil:
+    """A bcast goes through the node segment from this many bytes ("auto"):
+    NODE_BCAST_MIN, or the segment's single-copy threshold if lower."""
+    return min(<int64_t>NODE_BCAST_MIN, cma_min)
+
+
 def auto_algorithm(str collective, int size, int64_t nbytes, *,
                    int64_t itemsize=4, int64_t small_allreduce=1 << 16,
                    bint node=False, int hosts=1, int64_t cma_min=NODE_CMA_MIN):
@@ -239,8 +245,7 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
         if collective in ("allreduce", "allgather", "alltoall",
                           "reduce_scatter") or (
                 collective == "reduce" and nbytes >= NODE_REDUCE_MIN) or (
-                collective == "bcast"
-                and nbytes >= min(<int64_t>NODE_BCAST_MIN, cma_min)):
+                collective == "bcast" and nbytes >= node_bcast_min(cma_min)):
             return "shm"
     if collective in ("gather", "scatter", "alltoall"):
         return "direct"
