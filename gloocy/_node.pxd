@@ -8,8 +8,9 @@
 ctypedef struct NodeHead:
     uint64_t chunk                    # bytes of one rank's slot
     uint64_t cma_min                  # bytes from which calls copy once (_cma.pxi)
+    uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
     uint32_t nranks
-    char _pad[44]
+    char _pad[36]
 
 ctypedef struct NodeCtl:              # one rank's
     uint64_t phase                    # last phase it arrived at
@@ -26,8 +27,8 @@ ctypedef struct NodeCtl:              # one rank's
 
 cdef enum:
     # A bcast goes through the segment from this many bytes when "auto"
-    # (node_choice's auto_min; or from the segment's cma_min, if lower:
-    # single copies are for large bcasts); below, the binomial tree over
+    # (node_choice's auto_min; or from the segment's bcast_cma_min, if
+    # lower: single copies are for large bcasts); below, the binomial tree over
     # the pairs. Its root writes into its children's rings and goes on, and
     # a reader waits for its parent alone, where a node step lets the root
     # run at most one call ahead of the slowest reader. Its calls are
@@ -49,6 +50,14 @@ cdef enum:
     # vs 66 us (the slots stay in cache), 1 MiB 122-225 vs 192 us, 4 MiB
     # 760-900 vs 640-830 us, 16 MiB 5.2-8.7 vs 1.8-2.7 ms.
     NODE_CMA_MIN = 2 << 20
+    # A bcast copies once from this many bytes where every rank of the host
+    # has a CPU (the root writes a piece while each reader reads the rest,
+    # all at once); where ranks outnumber CPUs, from NODE_CMA_MIN. At N = 2
+    # on the project's quiet 2-core machine (slowest rank's median, slots
+    # vs single copy): 64 KiB 10 vs 12 us (the tree: 10), 128 KiB 19 vs
+    # 15, 256 KiB 36 vs 20, 1 MiB 108 vs 50; at N = 4, 256 KiB 41 vs 63,
+    # 1 MiB 195 vs 214.
+    NODE_BCAST_CMA_MIN = 128 << 10
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
@@ -68,6 +77,7 @@ cdef class Node:
     cdef readonly bint cma_willing    # ours are allowed (GLOOCY_CMA is not 0)
     cdef readonly int64_t cma_min     # bytes from which calls use them (the
                                       # segment's: alike on every rank)
+    cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef Looks looks                  # how long the next wait looks before it
                                       # sleeps (adapts: see node_spin_budget)

@@ -93,6 +93,17 @@ def cma_min_bytes():
     return n
 
 
+def bcast_cma_min_bytes(int size):
+    """From how many bytes a bcast among `size` ranks of this host copies
+    once: GLOOCY_CMA_MIN_BYTES if set, else NODE_BCAST_CMA_MIN where each
+    rank has a CPU, NODE_CMA_MIN where they outnumber the CPUs."""
+    import os
+    from gloocy.waiting import usable_cpus
+    if os.environ.get("GLOOCY_CMA_MIN_BYTES", ""):
+        return cma_min_bytes()
+    return NODE_BCAST_CMA_MIN if size <= usable_cpus() else NODE_CMA_MIN
+
+
 def new_node_segment(int size, int64_t chunk):
     """A memfd holding a fresh node segment for `size` ranks with slots of
     `chunk` bytes (its header written); the caller passes it on."""
@@ -106,6 +117,7 @@ def new_node_segment(int size, int64_t chunk):
         memset(&head, 0, sizeof(head))
         head.chunk = chunk
         head.cma_min = cma_min_bytes()
+        head.bcast_cma_min = bcast_cma_min_bytes(size)
         head.nranks = size
         os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
     except BaseException:
@@ -136,6 +148,7 @@ cdef class Node:
         self.cma = 1
         self.cma_willing = os.environ.get("GLOOCY_CMA", "1") != "0"
         self.cma_min = <int64_t>self.head.cma_min
+        self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
         self.looks.now_ns = (<int64_t>1) << 62  # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
         self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
@@ -567,7 +580,7 @@ cdef int node_barrier(Context ctx, Coll *c) except -1 nogil:
 cdef int node_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
                     int root) except -1 nogil:
     cdef int64_t off = 0, n
-    if (nbytes >= ctx.node.cma_min and ctx.node.cma > 0
+    if (nbytes >= ctx.node.bcast_cma_min and ctx.node.cma > 0
             and node_bcast_cma(ctx, c, buf, nbytes, root)):
         return 0
     while True:

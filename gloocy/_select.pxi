@@ -221,7 +221,8 @@ ALGORITHM_THRESHOLDS = {
 
 cdef inline int64_t node_bcast_min(int64_t cma_min) noexcept nogil:
     """A bcast goes through the node segment from this many bytes ("auto"):
-    NODE_BCAST_MIN, or the segment's single-copy threshold if lower."""
+    NODE_BCAST_MIN, or the segment's single-copy threshold for bcasts
+    (`cma_min`) if lower."""
     return min(<int64_t>NODE_BCAST_MIN, cma_min)
 
 
@@ -234,8 +235,8 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     each rank's input; gather, scatter, alltoall: any). `node`: every rank
     is on one host (a world of 2 or more with a node segment); `hosts`:
     how many hosts the ranks are on (two-level where 1 < hosts < size);
-    `cma_min`: the node segment's single-copy threshold (its bcasts go
-    through the segment from there, if that is below node_bcast_min)."""
+    `cma_min`: the node segment's single-copy threshold for bcasts (they
+    go through the segment from there, if that is below node_bcast_min)."""
     cdef int code
     if size < 1 or nbytes < 0 or itemsize < 1 or hosts < 1:
         raise ValueError("size, nbytes, itemsize and hosts must be positive")

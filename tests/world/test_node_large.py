@@ -55,6 +55,23 @@ def test_single_copy_bcast_with_the_root_writing_a_share(n):
         assert calls == n * len(big), got     # every large one copied once
 
 
+@pytest.mark.parametrize("n", [2, 3])
+def test_bcast_copies_once_from_128_kib_where_each_rank_has_a_cpu(n, monkeypatch):
+    """With the default thresholds, a bcast of 128 KiB or more copies once
+    where the host's ranks each have a CPU of their own, and from 2 MiB
+    where they outnumber the CPUs; either way the data arrive whole."""
+    from gloocy.waiting import usable_cpus
+    monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
+    sizes = [(128 << 10) - 1, 128 << 10, 1 << 20, 2 << 20]
+    with World(n, env=SHM) as w:
+        got = w.run(r_bcasts, sizes)
+    threshold = 128 << 10 if n <= usable_cpus() else 2 << 20
+    copied_once = [s for s in sizes if s >= threshold]
+    for wrong, calls in got:
+        assert wrong == [], got
+        assert calls == n * len(copied_once), (got, threshold)
+
+
 def r_reduce_scatter(comm, lens, in_place, dtype):
     """Reduce_scatter of lens (recvcounts) against the NumPy sum of every
     rank's input: True if ours is right."""
