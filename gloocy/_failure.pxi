@@ -33,6 +33,8 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
         trace_timeout(ctx, exc, c, told)
     elif first:
         why, code, culprit, origin = (told or abort_reason(ctx, exc))[:4]
+        if ctx.node is not None:
+            connect_members(ctx)        # node collectives move no frames
         for p in links.pairs:
             if p is not None and (<Pair>p).peer != origin:
                 (<Pair>p).say_abort(why, code, culprit, origin)

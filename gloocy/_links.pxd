@@ -39,6 +39,11 @@ cdef class Links:
                                       # with sched_yield() between looks before it
                                       # sleeps (> 0 where ranks outnumber CPUs)
     cdef Looks looks                  # how long waits on the pairs look (learnt)
+    cdef public object connector      # makes LazyPairs' connections (transport/lazy.py),
+                                      # None when every pair was made at start-up
+    cdef list views                   # weak references to the contexts over us
+    cdef list retired                 # LazyPairs replaced (kept: a post may be in one)
+    cdef int arrivals                 # the connector holds pairs peers dialed (install them)
 
     cdef void enter(self) noexcept nogil
     cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free
@@ -47,3 +52,11 @@ cdef class Links:
     cdef void wake(self) noexcept nogil
     cdef bint add_sleeper(self, int efd) noexcept nogil
     cdef void drop_sleeper(self, int efd) noexcept nogil
+
+
+# A peer not connected yet (lazy connection set-up): its first send or
+# receive asks the links' connector for the real pair (dialing the peer,
+# or taking the one the peer dialed), installs it in the links and every
+# context over them (install_pair, _context.pxi), and posts there.
+cdef class LazyPair(Pair):
+    cdef Links links                  # set when the links are made

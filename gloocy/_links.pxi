@@ -13,11 +13,15 @@ cdef class Links:
         self.next_id = 1              # 0 is the first context's
         self.looks.now_ns = (<int64_t>1) << 62    # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
+        self.views = []
+        self.retired = []
         pthread_mutex_init(&self.lock, NULL)
         for p in pairs:
             if p is not None:
                 (<Pair>p).wild_head = &self.wild_head
                 (<Pair>p).wild_tail = &self.wild_tail
+                if isinstance(p, LazyPair):
+                    (<LazyPair>p).links = self
 
     def __dealloc__(self):
         if self.pairs is not None:
@@ -69,3 +73,41 @@ cdef class Links:
         for p in self.pairs:
             if p is not None:
                 (<Pair>p).shutdown(clean)
+        connector, self.connector = self.connector, None
+        if connector is not None:
+            connector.close(clean)
+
+    def note_arrival(self):
+        """The connector holds a pair a peer dialed: the next progress
+        installs it (a sleeper is woken: it may be an any-source receive's)."""
+        self.arrivals = 1
+        self.wake()
+
+    def connection_fds(self):
+        """The fds the connections made so far hold (for leak checks: they
+        live as long as the links)."""
+        return {(<Pair>p).wait_fd() for p in self.pairs
+                if p is not None and (<Pair>p).wait_fd() >= 0}
+
+    @property
+    def connected(self):
+        """The ranks we hold a connection to (not LazyPairs)."""
+        return [i for i, p in enumerate(self.pairs)
+                if p is not None and not isinstance(p, LazyPair)]
+
+
+cdef class LazyPair(Pair):
+    """A placeholder for the pair to `peer`, connected on first use."""
+
+    def __init__(self, int rank, int peer):
+        self.rank = rank
+        self.peer = peer
+
+    cdef int post_send(self, Xfer *x) except -1 nogil:
+        return (<Pair>connect_lazy(self)).post_send(x)
+
+    cdef int post_recv(self, Xfer *x) except -1 nogil:
+        return (<Pair>connect_lazy(self)).post_recv(x)
+
+    cdef int progress(self) except -1 nogil:
+        return 0

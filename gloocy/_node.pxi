@@ -260,6 +260,8 @@ cdef int node_progress(Context ctx) except -1 nogil:
     """Move what the pairs can (frames that came or wait to leave); wake
     the threads asleep on the links (a frame we stashed may be theirs)."""
     cdef int i, moved = 0
+    if ctx.links.arrivals:              # peers dialed us (lazy connections)
+        install_arrivals(ctx.links)
     for i in range(ctx.size):
         if i != ctx.rank:
             moved |= (<Pair>ctx._pair_ptrs[i]).progress()
@@ -384,6 +386,8 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
             # It may have told us why it stopped before it left (a peer of
             # its was lost): reading that raises the root cause instead.
             (<Pair>ctx._pair_ptrs[i]).progress()
+            return _raise_node_peer_lost(ctx, i)
+        if fds[0].fd < 0 and lazy_peer_gone(ctx, i):   # never connected
             return _raise_node_peer_lost(ctx, i)
     return 0
 

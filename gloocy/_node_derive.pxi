@@ -24,8 +24,8 @@ def share_node_segment(Context ctx, timeout=None):
     from gloocy.transport._shm import ShmPair
     if ctx.size < 2 or ctx.node is not None:
         return ctx.node is not None
-    local = all(isinstance(p, ShmPair) for i, p in enumerate(ctx._pairs)
-                if i != ctx.rank)
+    local = getattr(ctx.links.connector, "all_local", False) or all(
+        isinstance(p, ShmPair) for i, p in enumerate(ctx._pairs) if i != ctx.rank)
     info = _array("q", [0, -1, 0])        # maker's pid, its fd, slot bytes
     fd = -1
     if ctx.rank == 0 and local:

@@ -503,8 +503,9 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
                 x.buf = (<Pair>ctx._pair_ptrs[peer]).unstash(u)
                 (<Pair>ctx._pair_ptrs[peer]).flush_acks()
             return 1
-        # Read whatever has arrived, from every pair that may send it.
-        moved = 0
+        # Read whatever has arrived, from every pair that may send it
+        # (and put in place those peers connected to send it: lazy set-up).
+        moved = install_arrivals(ctx.links) if ctx.links.arrivals else 0
         for i in range(ctx.size):
             if i != ctx.rank and (source < 0 or i == source):
                 moved |= (<Pair>ctx._pair_ptrs[i]).progress()
