@@ -118,8 +118,9 @@ cdef int install_pair(Links links, int peer, Pair pair) except -1
 cdef void *connect_lazy(LazyPair lazy) except NULL with gil
 # Install the pairs peers dialed (Links.arrivals); 1 if any.
 cdef int install_arrivals(Links links) except -1 with gil
-# Whether the process of our unconnected rank `i` has died (node waits).
-cdef bint lazy_peer_gone(Context ctx, int i) noexcept with gil
+# Whether the process of our unconnected rank `i` has died (node waits);
+# raises what a signal handler raised meanwhile (Ctrl-C).
+cdef int lazy_peer_gone(Context ctx, int i) except -1 with gil
 # Connect every member of ctx not connected yet (best effort, briefly): a
 # rank that fails in a node collective tells them all why (see fail()).
 cdef int connect_members(Context ctx) except -1

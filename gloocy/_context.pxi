@@ -528,11 +528,27 @@ cdef int install_pair(Links links, int peer, Pair pair) except -1:
         alive.append(view)
         i = ctx._local[peer]
         if i >= 0:
-            ctx._pairs[i] = pair
-            ctx._pair_ptrs[i] = <void *>pair
-            ctx._conn[ctx._nconn] = <void *>pair
-            ctx._nconn += 1
+            _install_in(ctx, i, pair)
     links.views = alive
+    return 0
+
+
+cdef int _install_in(Context ctx, int i, Pair pair) except -1:
+    """Our rank i's pair is `pair` now: a connected one more, or (never
+    twice in _conn, which holds size - 1 at most) the one it replaces."""
+    cdef int k
+    old = ctx._pairs[i]
+    ctx._pairs[i] = pair
+    ctx._pair_ptrs[i] = <void *>pair
+    if not isinstance(old, LazyPair):
+        for k in range(ctx._nconn):
+            if ctx._conn[k] == <void *>old:
+                ctx._conn[k] = <void *>pair
+                return 0
+    if ctx._nconn >= ctx.size - 1:
+        raise RuntimeError(f"rank {ctx.rank}: more connected pairs than peers")
+    ctx._conn[ctx._nconn] = <void *>pair
+    ctx._nconn += 1
     return 0
 
 
@@ -561,12 +577,13 @@ cdef int install_arrivals(Links links) except -1 with gil:
     return 1 if got else 0
 
 
-cdef bint lazy_peer_gone(Context ctx, int i) noexcept with gil:
+cdef int lazy_peer_gone(Context ctx, int i) except -1 with gil:
     connector = ctx.links.connector
     try:
         return connector is not None and connector.process_gone(ctx._world[i])
     except Exception:
-        return False
+        return 0                        # not known: the deadline tells
+    # (a KeyboardInterrupt raised meanwhile goes on: the caller's call stops)
 
 
 cdef int connect_members(Context ctx) except -1:

@@ -170,8 +170,10 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
     if left <= 0:
         return _raise_timeout(ctx, c)
     if (not (ctx.links.users > 1 or ctx.links.contended
-             or ctx.links.wild_head is not NULL)
+             or ctx.links.wild_head is not NULL or ctx._nconn < ctx.size - 1)
             and block_on_words(ctx, min(POLL_SLICE_MS * 1000000, left))):
+        # (a peer may dial us meanwhile unless every pair is connected:
+        # then the eventfd below wakes us, the words would not)
         return 0
     if ctx._nconn > 64:
         pfds = <pollfd *>malloc((ctx._nconn + 1) * sizeof(pollfd))

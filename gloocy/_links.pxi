@@ -79,9 +79,15 @@ cdef class Links:
 
     def note_arrival(self):
         """The connector holds a pair a peer dialed: the next progress
-        installs it (a sleeper is woken: it may be an any-source receive's)."""
+        installs it (a sleeper is woken: it may be an any-source receive's).
+        From the listener's thread: the sleepers are read under the lock,
+        as their owners change them (an eventfd dropped and closed may be
+        another file by now)."""
         self.arrivals = 1
-        self.wake()
+        with nogil:
+            self.enter()
+            self.wake()
+            self.leave()
 
     def connection_fds(self):
         """The fds the connections made so far hold (for leak checks: they
