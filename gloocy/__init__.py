@@ -223,6 +223,7 @@ def _connect_lazy(client, server, store, rank, size, secret, host, job,
         connector.owned.append(client)
     if server is not None:
         connector.owned.append(server)
+        connector.server = server
     return Communicator(ctx)
 
 

@@ -14,7 +14,7 @@ import time
 
 from gloocy.errors import ProtocolError, RendezvousError
 
-__all__ = ["authenticate", "connect_sockets", "dial", "fmt", "job_tag",
+__all__ = ["authenticate", "connect_sockets", "dial", "fmt", "HungUp", "job_tag",
            "parse_addr", "read_hello", "recv_exact"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
@@ -33,6 +33,12 @@ _HELLO = struct.Struct("<8sIiiI16s32s")
 _HELLO_MAGIC = b"GLCYHELO"
 _HELLO_VERSION = 1
 HANDSHAKE_TIMEOUT = 5.0       # per incoming connection: a stranger can't stall us long
+
+
+class HungUp(ProtocolError):
+    """The listener hung up (or reset) during the handshake: with lazy
+    connections, where a listener lives as long as its process, the rank
+    dialed has left or died."""
 
 
 def _mac(secret, label, *parts):
@@ -124,8 +130,8 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
                               f"{peer} before the deadline") from None
     except (OSError, ProtocolError) as e:   # it hung up or reset
         sock.close()
-        raise ProtocolError(f"{who} broke off the handshake as rank {peer} "
-                            f"({e})") from None
+        raise HungUp(f"{who} broke off the handshake as rank {peer} "
+                     f"({e})") from None
     except BaseException:
         sock.close()
         raise

@@ -17,7 +17,8 @@ Store keys (all under the job's prefix), O(1) per rank:
   claim/R (add)      once-only ranks         size (rank 0 sets, others get)
   tcp/R              rank R's address        pid/R   rank R's process id
   host/H (add)       ranks on host H         joined (add), all, go: start-up
-  left (add), gone   leaving: the last one clears the job's keys
+  left (add)         leaving: the last one clears the job's keys (or rank 0,
+                     when it serves the store, once the others' clients left)
 """
 
 import hashlib
@@ -28,7 +29,9 @@ import threading
 import time
 import weakref
 
-from gloocy.errors import PeerLostError, ProtocolError, RendezvousError
+from gloocy._quiet import start_quiet
+from gloocy.errors import (PeerLostError, ProtocolError, RendezvousError,
+                           RendezvousTimeout)
 from gloocy.transport import handshake, ibverbs, shm
 from gloocy.transport._tcp import tcp_pair
 
@@ -46,7 +49,7 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
     them whether it serves the store (`hosts_store`: it must outlive the
     others' use) and, when every rank is on its host, the node segment."""
     deadline = time.monotonic() + timeout
-    listener = Listener.get(host, port)
+    listener = Listener.get(host, port, handshake.job_tag(job))
     connector = Connector(store, rank, size, secret, job, mode, dead_s,
                           timeout, listener)
     node = None
@@ -61,7 +64,7 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         if store.add(f"{job}/joined", 1) == size:
             store.set(f"{job}/all", b"1")
         if rank == 0:
-            store.get(f"{job}/all", timeout=_left(deadline, rank, "all ranks to join"))
+            _wait_for_all(store, job, size, deadline)
             local = (connector.host_key is not None
                      and store.add(connector.host_key, 0) == size)
             pid = fd = 0
@@ -73,8 +76,7 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             go = (int(hosts_store), pid, fd)
             store.set(f"{job}/go", " ".join(map(str, go)).encode())
         else:
-            go = tuple(map(int, store.get(
-                f"{job}/go", timeout=_left(deadline, rank, "rank 0's go")).split()))
+            go = tuple(map(int, _wait_for_go(store, job, rank, size, deadline).split()))
             if go[1]:
                 node = os.open(f"/proc/{go[1]}/fd/{go[2]}", os.O_RDWR | os.O_CLOEXEC)
         connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
@@ -86,11 +88,31 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         raise
 
 
-def _left(deadline, rank, what):
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise RendezvousError(f"rank {rank}: timed out waiting for {what}")
-    return left
+def _wait_for_all(store, job, size, deadline):
+    """Rank 0: until every rank has joined; at the deadline, name the ranks
+    that never published their address (O(N) reads, on failure only)."""
+    try:
+        store.get(f"{job}/all", timeout=max(deadline - time.monotonic(), 0.001))
+    except RendezvousTimeout:
+        missing = [r for r in range(1, size) if not store.check([f"{job}/tcp/{r}"])]
+        raise RendezvousError(f"rank 0: rank(s) {missing} did not join the job "
+                              "before the deadline") from None
+
+
+def _wait_for_go(store, job, rank, size, deadline):
+    """Another rank: rank 0's go (once every rank has joined). At the
+    deadline, say how many joined, and whether rank 0 is the one missing."""
+    try:
+        return store.get(f"{job}/go", timeout=max(deadline - time.monotonic(), 0.001))
+    except RendezvousTimeout:
+        pass
+    if not store.check([f"{job}/tcp/0"]):
+        why = "rank 0 never joined"
+    else:
+        joined = store.add(f"{job}/joined", 0)
+        why = f"{size - joined} of {size} ranks did not join (rank 0 names them)"
+    raise RendezvousError(f"rank {rank}: rank 0's go did not come before the "
+                          f"deadline: {why}") from None
 
 
 def _new_node_segment(size):
@@ -123,6 +145,7 @@ class Connector:
         self.all_local = False
         self.own_fd = None        # rank 0: the node segment, kept for the others
         self.owned = []           # store client, store server: closed with us
+        self.server = None        # the store server we host (rank 0), if any
         self.store_hosted = False  # rank 0 serves the store: it leaves last
         self.closed = False
         self.dialed = self.accepted = 0   # connections made each way
@@ -199,16 +222,20 @@ class Connector:
         try:
             text = self.store.get(f"{self.job}/tcp/{peer}",
                                   timeout=max(deadline - time.monotonic(), 0.001))
-        except RendezvousError as e:
+        except RendezvousTimeout as e:
             raise RendezvousError(f"rank {self.rank}: rank {peer} never published "
                                   f"its address (it did not join?): {e}") from None
+        except RendezvousError as e:   # the store is gone (it must live for the job)
+            raise RendezvousError(f"rank {self.rank}: cannot look up rank {peer}'s "
+                                  f"address to connect to it: {e}") from None
         addr = handshake.parse_addr(text.decode())
         address = handshake.fmt(addr)
         try:
             sock = handshake.dial(addr, self.secret, self.rank, peer, self.size,
                                   self.job, deadline, refusable=True)
-        except (ConnectionRefusedError, ProtocolError) as e:
+        except (ConnectionRefusedError, handshake.HungUp) as e:
             # The listener lives as long as the rank: it has left, or died.
+            # (A listener that fails authentication is a ProtocolError.)
             raise PeerLostError(f"rank {self.rank}: rank {peer} ({address}) is "
                                 f"gone ({e})", peer) from None
         if sock is None:
@@ -304,19 +331,17 @@ class Connector:
 
     def _leave(self, clean):
         """Count ourselves out; the last one out clears the job's keys. When
-        rank 0 serves the store, it waits (bounded) for the others, and the
-        last of them tells it so."""
+        rank 0 serves the store, it clears them once the other ranks' store
+        clients have gone (they may still dial, which needs the store): it
+        waits for that (bounded), after a clean end only."""
         store, job = self.store, self.job
         try:
-            if self.store_hosted and self.rank == 0:
-                if clean:
-                    store.get(f"{job}/gone", timeout=min(self.timeout, _LEAVE_WAIT))
+            if self.server is not None:
+                if clean:         # (our own client stays till we are done)
+                    self.server.wait_clients(1, min(self.timeout, _LEAVE_WAIT))
                 store.clear(f"{job}/")
-            elif store.add(f"{job}/left", 1) == self.size - self.store_hosted:
-                if self.store_hosted:
-                    store.set(f"{job}/gone", b"1")
-                else:
-                    store.clear(f"{job}/")
+            elif not self.store_hosted and store.add(f"{job}/left", 1) == self.size:
+                store.clear(f"{job}/")
         except (RendezvousError, OSError, TimeoutError):
             pass                  # best effort: the job is over anyway
 
@@ -342,25 +367,27 @@ def build_pair(sock, address, rank, peer, mode, dead_s, deadline, ring=None):
 
 
 class Listener:
-    """The process's listening socket for lazy connections (one per bound
-    address, shared by every rank living in the process): a thread accepts,
-    and each connection is authenticated in a thread of its own, so that a
-    stranger that stays silent delays nobody."""
+    """The process's listening socket for a job's lazy connections (one per
+    job and bound address, shared by the job's ranks living in the process;
+    a process in several jobs, e.g. worlds of thread ranks, has one each, so
+    that a job's listener goes with it): a thread accepts, and each
+    connection is authenticated in a thread of its own, so that a stranger
+    that stays silent delays nobody."""
 
     _lock = threading.Lock()
-    _open = {}                    # (host, port) -> Listener
+    _open = {}                    # (host, port, job tag) -> Listener
 
     @classmethod
-    def get(cls, host, port=0):
+    def get(cls, host, port, tag):
         with cls._lock:
-            listener = cls._open.get((host, port))
+            listener = cls._open.get((host, port, tag))
             if listener is None:
-                listener = cls._open[(host, port)] = cls(host, port)
+                listener = cls._open[(host, port, tag)] = cls(host, port, tag)
             listener.users += 1
             return listener
 
-    def __init__(self, host, port):
-        self.key = (host, port)
+    def __init__(self, host, port, tag):
+        self.key = (host, port, tag)
         self.users = 0
         self.ranks = {}           # (job tag, rank) -> weak reference to its Connector
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -377,9 +404,8 @@ class Listener:
             self.sock.close()
             raise
         self.address = handshake.fmt(self.sock.getsockname())
-        self.thread = threading.Thread(target=self._serve, daemon=True,
-                                       name=f"gloocy-listen-{self.address}")
-        self.thread.start()
+        self.thread = start_quiet(threading.Thread(
+            target=self._serve, daemon=True, name=f"gloocy-listen-{self.address}"))
 
     def register(self, tag, rank, connector):
         with self._lock:
@@ -401,7 +427,8 @@ class Listener:
                 return
             del self._open[self.key]
         self.sock.shutdown(socket.SHUT_RDWR)   # wakes accept()
-        self.thread.join()
+        if self.thread is not threading.current_thread():   # (a finalizer may run there)
+            self.thread.join()
         self.sock.close()
 
     def _serve(self):
