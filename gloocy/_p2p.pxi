@@ -30,8 +30,9 @@ cdef bint _only_self(Context ctx, int source) noexcept:
 
 
 cdef bint _lone_thread() except -1:
-    """No other thread of this process could send."""
-    return threading.active_count() == 1
+    """No other thread of this process could send (gloocy's listener and
+    store threads never do)."""
+    return threading.active_count() == 1 or lone_thread()
 
 
 cdef int _lone_thread_deadlock(Context ctx, str what) except -1:

@@ -437,8 +437,8 @@ class Listener:
                 sock, addr = self.sock.accept()
             except OSError:
                 return                # shut down
-            threading.Thread(target=self._handshake, args=(sock, addr),
-                             daemon=True).start()
+            start_quiet(threading.Thread(target=self._handshake, args=(sock, addr),
+                                         daemon=True))
 
     def _handshake(self, sock, addr):
         try:
