@@ -159,26 +159,38 @@ def close_spoiled():
 class Worlds:
     """Live worlds keyed by (size, backend, options), replaced when they are
     no longer ``reusable``: ``worlds.get(size, env=None, *, backend=...,
-    **options)``; ``worlds.close()`` closes all."""
+    **options)``; ``worlds.close()`` closes all. At most `max_ranks` ranks
+    stay up in all: a new world first closes the least recently used ones
+    (a suite that asks for many kinds of world would otherwise keep them
+    all, a rank process each, to its end)."""
 
-    def __init__(self, *, timeout=DEFAULT_TIMEOUT, backend="threads"):
+    def __init__(self, *, timeout=DEFAULT_TIMEOUT, backend="threads",
+                 max_ranks=64):
         self.timeout = timeout
         self.backend = backend
-        self._worlds: dict[tuple, World] = {}
+        self.max_ranks = max_ranks
+        self._worlds: dict[tuple, World] = {}    # least recently used first
 
     def get(self, size, env=None, *, backend=None, **options):
         backend = backend or self.backend
         env = {str(k): str(v) for k, v in (env or {}).items()}
         key = (size, backend, tuple(sorted(env.items())),
                tuple(sorted(options.items())))
-        w = self._worlds.get(key)
+        w = self._worlds.pop(key, None)
         if w is not None and not w.reusable:
             w.close(timeout=2.0)
             w = None
         if w is None:
-            w = self._worlds[key] = World(size, backend=backend, env=env,
-                                          timeout=self.timeout, **options)
+            self._make_room(size)
+            w = World(size, backend=backend, env=env, timeout=self.timeout,
+                      **options)
+        self._worlds[key] = w
         return w
+
+    def _make_room(self, size):
+        """Close the least recently used worlds until `size` more ranks fit."""
+        while self._worlds and size + sum(k[0] for k in self._worlds) > self.max_ranks:
+            self._worlds.pop(next(iter(self._worlds))).close(timeout=2.0)
 
     def close(self):
         for w in self._worlds.values():

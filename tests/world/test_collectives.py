@@ -621,3 +621,21 @@ def test_worlds_cache_replaces_broken_worlds(worlds):
     b = worlds.get(2)
     assert b is not a and b.reusable and a.returncode(1) is not None
     assert b.run(r_world) == [(0, 2, 0, 2), (1, 2, 1, 2)]
+
+
+def test_worlds_cache_keeps_at_most_max_ranks_up():
+    # Three kinds of world of 2 ranks with room for 4: making the third
+    # closes the least recently used (the first is asked for again before
+    # the second is made, so the second goes).
+    cache = gloocy.testing.Worlds(backend="processes", max_ranks=4)
+    try:
+        a = cache.get(2, {"X": "a"})
+        b = cache.get(2, {"X": "b"})
+        assert cache.get(2, {"X": "a"}) is a
+        c = cache.get(2, {"X": "c"})
+        assert a.alive and c.alive and not b.alive
+        assert a.run(r_world) == c.run(r_world) == [(0, 2, 0, 2), (1, 2, 1, 2)]
+        b2 = cache.get(2, {"X": "b"})             # made again; a goes now
+        assert b2 is not b and b2.alive and not a.alive and c.alive
+    finally:
+        cache.close()
