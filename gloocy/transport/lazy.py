@@ -17,6 +17,7 @@ Store keys (all under the job's prefix), O(1) per rank:
   claim/R (add)      once-only ranks         size (rank 0 sets, others get)
   tcp/R              rank R's address        pid/R   rank R's process id
   host/H (add)       ranks on host H         joined (add), all, go: start-up
+  opened (add), opened_all: the ranks that opened rank 0's node segment
   left (add)         leaving: the last one clears the job's keys (or rank 0,
                      when it serves the store, once the others' clients left)
 """
@@ -79,6 +80,9 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             go = tuple(map(int, _wait_for_go(store, job, rank, size, deadline).split()))
             if go[1]:
                 node = os.open(f"/proc/{go[1]}/fd/{go[2]}", os.O_RDWR | os.O_CLOEXEC)
+                # rank 0 keeps its fd open until every rank has opened it
+                if store.add(f"{job}/opened", 1) == size - 1:
+                    store.set(f"{job}/opened_all", b"1")
         connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
         return connector, node
     except BaseException:
@@ -318,16 +322,31 @@ class Connector:
         for pair in ready:
             if not isinstance(pair, BaseException):
                 pair.close(False)
-        if self.own_fd is not None:
-            os.close(self.own_fd)
-            self.own_fd = None
         self.links = None
         try:
+            self._give_up_node_fd(clean)
             self._leave(clean)
         finally:
             for thing in self.owned:
                 thing.close()
             self.owned = []
+
+    def _give_up_node_fd(self, clean):
+        """Rank 0: close the node segment's fd the others open through
+        /proc, once they all have (a rank slower than our whole job would
+        find it gone, or another file in its place). Bounded, and after a
+        clean end only."""
+        if self.own_fd is None:
+            return
+        try:
+            if clean:
+                self.store.get(f"{self.job}/opened_all",
+                               timeout=min(self.timeout, _LEAVE_WAIT))
+        except (RendezvousError, OSError, TimeoutError):
+            pass                  # best effort: they are told at their deadline
+        finally:
+            os.close(self.own_fd)
+            self.own_fd = None
 
     def _leave(self, clean):
         """Count ourselves out; the last one out clears the job's keys. When
