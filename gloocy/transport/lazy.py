@@ -18,6 +18,7 @@ Store keys (all under the job's prefix), O(1) per rank:
   tcp/R              rank R's address        pid/R   rank R's process id
   host/H (add)       ranks on host H         joined (add), all, go: start-up
   opened (add), opened_all: the ranks that opened rank 0's node segment
+  bye/R              rank R left cleanly (set before its listener closes)
   left (add)         leaving: the last one clears the job's keys (or rank 0,
                      when it serves the store, once the others' clients left)
 """
@@ -182,11 +183,16 @@ class Connector:
             got = self._dial(peer, deadline)
         except BaseException:
             with self.cond:
+                if self._theirs_came(peer, deadline):
+                    return self._take(peer)     # it dialed us, then left
                 if self.state.get(peer) is _DIALING:
                     del self.state[peer]
             raise
         if got is not None:
             with self.cond:
+                if self._theirs_came(peer, deadline):
+                    got.close(False)            # (the stand-in of a peer that left)
+                    return self._take(peer)
                 self.state[peer] = _INSTALLED
                 self.dialed += 1
             return got
@@ -194,6 +200,17 @@ class Connector:
             while self.state.get(peer) in (_DIALING, _ACCEPTING):
                 self._wait(peer, deadline)
             return self._take(peer)
+
+    def _theirs_came(self, peer, deadline):
+        """After our dial failed, or found the peer gone (a peer that is
+        leaving breaks the lower-rank-wins rule): whether its own dial to us
+        came meanwhile (waiting for one being accepted). The lock held."""
+        try:
+            while self.state.get(peer) is _ACCEPTING:
+                self._wait(peer, deadline)
+        except RendezvousError:
+            return False
+        return peer in self.ready
 
     def arrived(self):
         """[(peer, pair)] of the connections peers made, to install now."""
@@ -240,12 +257,22 @@ class Connector:
         except (ConnectionRefusedError, handshake.HungUp) as e:
             # The listener lives as long as the rank: it has left, or died.
             # (A listener that fails authentication is a ProtocolError.)
+            if self._said_goodbye(peer):
+                return departed_pair(self.rank, peer, address, self.dead_s)
             raise PeerLostError(f"rank {self.rank}: rank {peer} ({address}) is "
                                 f"gone ({e})", peer) from None
         if sock is None:
             return None
         return build_pair(sock, address, self.rank, peer, self.mode, self.dead_s,
                           deadline, self.ring)
+
+    def _said_goodbye(self, peer):
+        """Whether `peer` left cleanly (its bye key, set before its listener
+        closed), rather than died."""
+        try:
+            return self.store.check([f"{self.job}/bye/{peer}"])
+        except (RendezvousError, OSError):
+            return False
 
     # -- the listener's side --------------------------------------------------
 
@@ -311,6 +338,11 @@ class Connector:
         """Stop taking connections, close the pairs never installed; the
         last rank to leave clears the job's keys; the store's host waits
         (bounded) for the others, who may still need the store."""
+        if clean and not self.closed:
+            try:                  # before a dial is refused: see _said_goodbye
+                self.store.set(f"{self.job}/bye/{self.rank}", b"1")
+            except (RendezvousError, OSError, TimeoutError):
+                pass
         with self.cond:
             if self.closed:
                 return
@@ -363,6 +395,19 @@ class Connector:
                 store.clear(f"{job}/")
         except (RendezvousError, OSError, TimeoutError):
             pass                  # best effort: the job is over anyway
+
+
+def departed_pair(rank, peer, address, dead_s):
+    """The pair to a peer that left cleanly before we ever connected to it:
+    as if it had connected, said goodbye and closed (its end of a loopback
+    connection does just that), so that calls on it behave as on a pair
+    made at start-up whose peer has left (a clean exit never fails a peer
+    still finishing calls it needs no answer to)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        ours = socket.create_connection(server.getsockname())
+        theirs, _ = server.accept()
+    tcp_pair(theirs, peer, rank, address).close(True)      # goodbye, closed
+    return tcp_pair(ours, rank, peer, address, dead_s=dead_s)
 
 
 def build_pair(sock, address, rank, peer, mode, dead_s, deadline, ring=None):
