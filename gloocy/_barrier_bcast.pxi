@@ -35,6 +35,7 @@ cdef object call_barrier(Context ctx, object timeout):
 cdef object call_bcast(Context ctx, object buf, int root, object timeout,
                        object algorithm):
     cdef Coll c
+    cdef bint beside
     ctx._check_root(root)
     cdef Buf b = get_buffer(buf, "buf", ctx.rank != root)
     cdef int algo = two_level(ctx, _algorithm("bcast", algorithm,
@@ -44,7 +45,8 @@ cdef object call_bcast(Context ctx, object buf, int root, object timeout,
         return hier_bcast(ctx, b, root, timeout)
     ctx.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
     try:
-        algo = node_choice(ctx, algo, b.nbytes, NODE_BCAST_MIN)
+        algo = node_choice(ctx, algo, b.nbytes, NODE_BCAST_MIN if ctx.node is None
+                           else node_bcast_min(ctx.node.cma_min))
         if algo == ALGO_SHM:
             ctx.last_algorithm = "shm"
             with nogil:
@@ -53,7 +55,10 @@ cdef object call_bcast(Context ctx, object buf, int root, object timeout,
             return
         algo = pick_bcast(ctx, b.nbytes, algo)
         ctx.last_algorithm = ALGORITHM_NAMES[algo]
+        beside = ctx.node is not None   # the others may be in the segment
         with nogil:
+            if beside:
+                node_pair_call(ctx, &c)
             run_bcast(ctx, &c, b.ptr, b.nbytes, algo)
     except BaseException as e:
         fail(ctx, e, &c)

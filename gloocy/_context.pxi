@@ -346,6 +346,7 @@ cdef class Context:
         # Clamp: converting a double beyond int64 (inf) to int64 is undefined.
         c.deadline = now_ns() + <int64_t>min(t * 1e9, 4e18)
         c.fn = NULL
+        c.watch = False
         c.itemsize = DTYPE_SIZES[dtype] if 0 <= dtype < DT_LAST else 1
         return 0
 

@@ -8,6 +8,8 @@ ctypedef struct Coll:
     int64_t deadline        # CLOCK_MONOTONIC nanoseconds
     reduce_fn fn            # kernel for (op, dtype), NULL when none
     int64_t itemsize        # bytes per element
+    bint watch              # a call over the pairs beside a node segment:
+                            # its waits watch the segment (node_watch)
 
 # Fill x to move n bytes at buf as step `tag` of call c (not posted yet).
 cdef void prepare_xfer(Coll *c, Xfer *x, uint64_t tag, char *buf,

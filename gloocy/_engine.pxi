@@ -69,6 +69,8 @@ cdef int wait_xfer(Context ctx, Coll *c, Xfer *x) except -1 nogil:
                 budget = look_budget(ctx)
         if keep_looking(ctx, since, budget):
             continue
+        if c.watch:               # a mismatch with a node call: raise now
+            node_watch(ctx, c)
         block_poll(ctx, c)        # (still nothing moved: sleep again)
         slept = True
     if budget >= 0:
@@ -171,7 +173,7 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
         return _raise_timeout(ctx, c)
     if (not (ctx.links.users > 1 or ctx.links.contended
              or ctx.links.wild_head is not NULL or ctx._nconn < ctx.size - 1)
-            and block_on_words(ctx, min(POLL_SLICE_MS * 1000000, left))):
+            and block_on_words(ctx, c, min(POLL_SLICE_MS * 1000000, left))):
         # (a peer may dial us meanwhile unless every pair is connected:
         # then the eventfd below wakes us, the words would not)
         return 0
@@ -244,16 +246,17 @@ cdef extern from "_futex.h" nogil:
 cdef bint words_unsupported = False  # futex_waitv(2) is missing (Linux < 5.16)
 
 
-cdef int block_on_words(Context ctx, int64_t ns) except -1 nogil:
+cdef int block_on_words(Context ctx, Coll *c, int64_t ns) except -1 nogil:
     """block_poll where every pair sleeps on futex words (shared-memory
     pairs) and no other thread may wake us: sleep on them, up to `ns`. 1
     if it slept or a pair is ready; 0: sleep in poll(2) instead. A dead
     peer wakes no futex: when the sleep ends without a wake-up, the pairs
     look at their sockets (a dead process has closed its) and Ctrl-C gets
-    its chance."""
+    its chance. A call that watches the node segment (c.watch) sleeps on
+    its word there too, which a rank arriving in the segment wakes."""
     global words_unsupported
     cdef WordWait w[WORDS_MAX]
-    cdef int i, k, n = 0, r, err
+    cdef int i, k, n = 0, r, err, watched = 0
     if words_unsupported:
         return 0
     for i in range(ctx._nconn):     # the connected pairs (see progress_all)
@@ -267,10 +270,17 @@ cdef int block_on_words(Context ctx, int64_t ns) except -1 nogil:
         n += k
     if n == 0:
         return 0
+    if c.watch and n < WORDS_MAX:
+        watched = node_watch_word(ctx, c, w + n)
+        if watched < 0:
+            return 1                  # look again: node_watch raises
+        n += watched
     ctx.links.leave()
     r = futex_sleep_any(w, n, ns)
     err = errno
     ctx.links.enter()
+    if watched:
+        node_unwatch_word(ctx)
     if ctx.links.failed:
         return _raise_links_failed(ctx)
     if r < 0 and err == ENOSYS:

@@ -41,6 +41,8 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
     if told is not None and c is not NULL and not isinstance(exc, CollectiveTimeout):
         exc.args = (f"{exc}; rank {ctx.rank} was in "
                     f"{describe_call(&c.proto)}",) + exc.args[1:]
+    if ctx.node is not None:
+        node_wake_all(ctx)          # so that they read why at once
     for p in links.pairs:
         if p is not None:
             (<Pair>p).abandon()

@@ -19,20 +19,40 @@ ctypedef struct NodeCtl:              # one rank's
     char _pad0[36]
     Header fp[2]                      # its call at steps of each parity
     char _pad1[32]
+    Header pair_calls[4]              # its latest calls over the pairs beside
+                                      # the segment (a small bcast's tree), by
+                                      # seq % NODE_PAIR_CALLS (node_pair_call)
 
 
 cdef enum:
     # A bcast goes through the segment from this many bytes when "auto"
-    # (node_choice's auto_min); below, the binomial tree over the pairs.
-    # The tree is faster for small bcasts on a loaded host (its root writes
-    # into its children's rings and goes on; a node step lets the root run
-    # at most one call ahead of the slowest reader), but its readers wait
-    # on their pairs only: a root that called another collective through
-    # the segment is not seen, and they would wait to the deadline instead
-    # of raising MismatchError at once. So every bcast with a segment goes
-    # through it until pair waits also watch the segment's fingerprints;
-    # algorithm="binomial" still forces the tree.
-    NODE_BCAST_MIN = 0
+    # (node_choice's auto_min; or from the segment's cma_min, if lower:
+    # single copies are for large bcasts); below, the binomial tree over
+    # the pairs. Its root writes into its children's rings and goes on, and
+    # a reader waits for its parent alone, where a node step lets the root
+    # run at most one call ahead of the slowest reader. Its calls are
+    # published in the segment (node_pair_call), so that a mismatch with a
+    # call through the segment is seen at once by both sides. Back-to-back
+    # bcasts from root 0 at N = 4 on the project's 2-core machine loaded by
+    # other jobs (forced, interleaved; slowest rank's mean per call over 3
+    # runs of 4 rounds, tree vs segment): 8 B 3-10 vs 74-120 us, 1 KiB 4-8
+    # vs 21-145, 16 KiB 27-43 vs 53-174, 32 KiB 32-64 vs 57-170, 64 KiB
+    # 52-111 vs 60-122 (a tie from 48 to 96 KiB), 128 KiB 88-279 vs 43-273,
+    # 256 KiB 176-607 vs 139-177. At N = 2 the tree ties from 64 KiB.
+    # gloocy-bench's medians (the root's run-ahead shows there) favour the
+    # tree up to 64 KiB, where the segment lost to loopback TCP in 1 of 2
+    # runs (101 vs 31 us).
+    NODE_BCAST_MIN = 128 << 10
+    # bcast, allgather, alltoall from this many bytes: single copy
+    # (_cma.pxi) where the kernel allows it. At N = 2 on the project's
+    # machine (busy: minimum of 15 runs, slots vs single copy): 256 KiB 15
+    # vs 66 us (the slots stay in cache), 1 MiB 122-225 vs 192 us, 4 MiB
+    # 760-900 vs 640-830 us, 16 MiB 5.2-8.7 vs 1.8-2.7 ms.
+    NODE_CMA_MIN = 2 << 20
+    NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
+    NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
+    NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
+    NODE_IN_POLL = 2                  # asleep in poll(2) on its pairs (poke it)
 
 
 cdef class Node:
@@ -66,6 +86,21 @@ cdef int node_progress(Context ctx) except -1 nogil
 cdef int node_ready(Context ctx, Coll *c) except -1 nogil
 cdef int node_step_in(Context ctx, Coll *c) except -1 nogil
 cdef int node_step_out(Context ctx, Coll *c) except -1 nogil
+
+# Wake every other rank asleep in the segment (or watching it).
+cdef void node_wake_all(Context ctx) noexcept nogil
+# Our call c goes over the pairs while the context has a segment (a small
+# bcast's tree): publish it in our control line, for the ranks waiting in
+# the segment (node_check_pair_calls), then node_watch.
+cdef int node_pair_call(Context ctx, Coll *c) except -1 nogil
+# During such a call: MismatchError if a rank made a call through the
+# segment at c's sequence number or before, where we made none.
+cdef int node_watch(Context ctx, Coll *c) except -1 nogil
+# ... and about to sleep, our `sleeping` word as one of the words to sleep
+# on, so that an arrival in the segment wakes us (node_unwatch_word after).
+# 0: nothing to watch; -1: a call of the segment is there already (look).
+cdef int node_watch_word(Context ctx, Coll *c, WordWait *w) noexcept nogil
+cdef void node_unwatch_word(Context ctx) noexcept nogil
 
 cdef int node_barrier(Context ctx, Coll *c) except -1 nogil
 cdef int node_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,

@@ -71,16 +71,7 @@ cdef extern from "<sys/mman.h>" nogil:
 
 cdef enum:
     NODE_SMALL = 16384        # allreduce up to this: every rank reduces it all
-    # bcast, allgather, alltoall from this many bytes: single copy
-    # (_cma.pxi) where the kernel allows it. At N = 2 on the project's
-    # machine (busy: minimum of 15 runs, slots vs single copy): 256 KiB 15
-    # vs 66 us (the slots stay in cache), 1 MiB 122-225 vs 192 us, 4 MiB
-    # 760-900 vs 640-830 us, 16 MiB 5.2-8.7 vs 1.8-2.7 ms.
-    NODE_CMA_MIN = 2 << 20
     NODE_SPIN_ALONE = 2000    # ns a wait spins before it yields between looks
-    NODE_AWAKE = 0            # values of a rank's `sleeping` word: awake,
-    NODE_ON_FUTEX = 1         # asleep on the word itself (futex_wake it),
-    NODE_IN_POLL = 2          # asleep in poll(2) on its pairs (poke it)
 
 
 def node_segment_bytes(int size, int64_t chunk):
@@ -172,11 +163,16 @@ cdef inline uint64_t phase_b(Node nd) noexcept nogil:
 
 
 cdef int node_arrive(Context ctx, uint64_t phase, Coll *c) noexcept nogil:
-    cdef int j
-    cdef uint32_t how
     ctx.node.ctl[ctx.node.rank].fp[ctx.node.step & 1] = c.proto
     ring_store(&ctx.node.ctl[ctx.node.rank].phase, phase)
     ring_fence()
+    node_wake_all(ctx)
+    return 0
+
+
+cdef void node_wake_all(Context ctx) noexcept nogil:
+    cdef int j
+    cdef uint32_t how
     for j in range(ctx.node.size):
         if j != ctx.node.rank:
             how = flag_swap_zero(&ctx.node.ctl[j].sleeping)
@@ -184,7 +180,6 @@ cdef int node_arrive(Context ctx, uint64_t phase, Coll *c) noexcept nogil:
                 futex_wake(&ctx.node.ctl[j].sleeping, 1)
             elif how != NODE_AWAKE:
                 (<Pair>ctx._pair_ptrs[j]).wake_peer()
-    return 0
 
 
 cdef int node_behind(Node nd, uint64_t phase, int who) noexcept nogil:
@@ -224,6 +219,7 @@ cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 
         left = c.deadline - now_ns()
         if left <= 0:
             return _raise_node_timeout(ctx, c, phase, who)
+        node_check_pair_calls(ctx, c, phase, who)
         slept = True
         if node_sleep(ctx, phase, who, min(POLL_SLICE_MS, left // 1000000 + 1)):
             node_check_peers(ctx, phase)
@@ -338,6 +334,16 @@ cdef int node_sleep(Context ctx, uint64_t phase, int who, int ms) except -1 nogi
     return 1
 
 
+cdef inline void sleeping_word(uint32_t *sleeping, WordWait *w) noexcept nogil:
+    """Our `sleeping` word as w, one of the words to sleep on, raised: an
+    arrival in the segment wakes us."""
+    w.val = NODE_ON_FUTEX
+    w.uaddr = <uint64_t><size_t>sleeping
+    w.flags = WORD_U32
+    w._reserved = 0
+    flag_set(sleeping, NODE_ON_FUTEX)
+
+
 cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -1 nogil:
     """node_sleep while frames move, where every pair sleeps on futex words
     (shared-memory pairs): on our `sleeping` word and theirs at once
@@ -358,11 +364,7 @@ cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -
             if k == WORDS_READY:
                 return 0              # node_wait moves it, then looks again
             n += k
-    w[0].val = NODE_ON_FUTEX
-    w[0].uaddr = <uint64_t><size_t>sleeping
-    w[0].flags = WORD_U32
-    w[0]._reserved = 0
-    flag_set(sleeping, NODE_ON_FUTEX)
+    sleeping_word(sleeping, w)
     ring_fence()
     if node_behind(ctx.node, phase, who) >= 0:
         ctx.links.leave()
@@ -397,6 +399,122 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
     return 0
 
 
+# Calls over the pairs beside the segment (a small bcast's tree: its root
+# writes into its children's rings and goes on, a reader waits for its
+# parent alone) take no step, so a rank waiting in the segment would not
+# see one, nor would a rank waiting on its pairs see a call through the
+# segment. So each such call is published in its rank's control line
+# (pair_calls, by seq), and each side looks at the other's:
+# - a rank waiting in the segment for ranks not there yet looks, before it
+#   sleeps, for a call of theirs over the pairs at our call's sequence
+#   number or after (node_check_pair_calls);
+# - a rank in a call over the pairs looks, as it starts and before it
+#   sleeps, for a rank that arrived at our next step with a call at our
+#   sequence number or before (node_watch), and sleeps on its `sleeping`
+#   word too, so that such an arrival wakes it.
+# Each side writes first (a phase, a published call), then fences, then
+# looks: one of the two sees the other.
+
+cdef enum:
+    NODE_WRITING = 0xFFFFFFFFFFFFFFFF   # a published call's seq while it is written
+
+
+cdef int node_pair_call(Context ctx, Coll *c) except -1 nogil:
+    cdef Header *e = &ctx.node.ctl[ctx.rank].pair_calls[c.proto.seq % NODE_PAIR_CALLS]
+    cdef Header h = c.proto
+    ring_store(&e.seq, NODE_WRITING)
+    ring_fence()
+    h.seq = NODE_WRITING
+    e[0] = h
+    ring_store(&e.seq, c.proto.seq)
+    ring_fence()
+    c.watch = True
+    return node_watch(ctx, c)
+
+
+cdef int node_segment_call(Node nd, uint64_t seq, Header *h) noexcept nogil:
+    """The first rank that arrived at our next step with a call at `seq`
+    or before (its call in h), or -1."""
+    cdef int j
+    cdef uint64_t a = phase_a(nd)
+    for j in range(nd.size):
+        if j != nd.rank and ring_load(&nd.ctl[j].phase) >= a:
+            h[0] = nd.ctl[j].fp[nd.step & 1]
+            if h.seq <= seq:
+                return j
+    return -1
+
+
+cdef int node_watch(Context ctx, Coll *c) except -1 nogil:
+    cdef Header h
+    cdef int j = node_segment_call(ctx.node, c.proto.seq, &h)
+    if j >= 0:
+        return _raise_node_mismatch(ctx, c, j, &h, True)
+    return 0
+
+
+cdef int node_watch_word(Context ctx, Coll *c, WordWait *w) noexcept nogil:
+    cdef Header h
+    cdef uint32_t *sleeping = &ctx.node.ctl[ctx.rank].sleeping
+    sleeping_word(sleeping, w)
+    ring_fence()
+    if node_segment_call(ctx.node, c.proto.seq, &h) >= 0:
+        flag_set(sleeping, NODE_AWAKE)
+        return -1
+    return 1
+
+
+cdef void node_unwatch_word(Context ctx) noexcept nogil:
+    flag_set(&ctx.node.ctl[ctx.rank].sleeping, NODE_AWAKE)
+
+
+cdef int node_pair_call_of(Node nd, int j, uint64_t seq, Header *h) noexcept nogil:
+    """Rank j's published call over the pairs at `seq` (1), else its
+    latest after `seq` (2), in h; 0: none."""
+    cdef const Header *e
+    cdef Header got
+    cdef uint64_t s
+    cdef int k, found = 0
+    for k in range(NODE_PAIR_CALLS):
+        e = &nd.ctl[j].pair_calls[k]
+        s = ring_load(&e.seq)
+        if s == NODE_WRITING or s < seq:
+            continue
+        got = e[0]
+        ring_fence()
+        if ring_load(&e.seq) != s or got.kind == KIND_BYE:
+            continue                  # rewritten meanwhile, or never written
+        got.seq = s
+        if s == seq:
+            h[0] = got
+            return 1
+        if found == 0 or s > h.seq:
+            h[0] = got
+            found = 2
+    return found
+
+
+cdef int node_check_pair_calls(Context ctx, Coll *c, uint64_t phase,
+                               int who) except -1 nogil:
+    """A wait for `phase` that is about to sleep: MismatchError if a rank
+    not there yet made a call over the pairs at the sequence number of our
+    call at that step, or after: it called something else."""
+    cdef Coll mine = c[0]
+    cdef Header h
+    cdef int j
+    if ring_load(&ctx.node.ctl[ctx.node.rank].phase) >= phase:
+        # we arrived there: our call at that step is the one published
+        mine.proto = ctx.node.ctl[ctx.node.rank].fp[((phase - 1) // 2) & 1]
+    for j in range(ctx.node.size):
+        if (j == ctx.node.rank or (who >= 0 and j != who)
+                or ring_load(&ctx.node.ctl[j].phase) >= phase):
+            continue
+        if (node_pair_call_of(ctx.node, j, mine.proto.seq, &h)
+                and ring_load(&ctx.node.ctl[j].phase) < phase):   # not there since
+            return _raise_node_mismatch(ctx, &mine, j, &h, False)
+    return 0
+
+
 cdef int node_check_fingerprints(Context ctx, Coll *c) except -1 nogil:
     return _check_fingerprints(ctx, c, ctx.node.step & 1)
 
@@ -414,7 +532,7 @@ cdef int _check_fingerprint(Context ctx, Coll *c, int parity, int j) except -1 n
     if (h.kind != c.proto.kind or h.op != c.proto.op or h.dtype != c.proto.dtype
             or h.root != c.proto.root or h.count != c.proto.count
             or h.seq != c.proto.seq):
-        return _raise_node_mismatch(ctx, c, j, h)
+        return _raise_node_mismatch(ctx, c, j, h, False)
     return 0
 
 
@@ -609,15 +727,43 @@ cdef int _raise_node_peer_lost(Context ctx, int peer) except -1 with gil:
 
 
 cdef int _raise_node_mismatch(Context ctx, Coll *c, int peer,
-                              const Header *h) except -1 with gil:
+                              const Header *h, bint over_pairs) except -1 with gil:
+    """Rank `peer` made call h where we made c (`over_pairs`: ours goes
+    over the pairs, and h came through the segment)."""
+    cdef Header theirs = h[0]
+    cdef Header mine = c.proto
+    cdef Header at
+    cdef Header *past
     # Where the description shows no count (object calls, allgather: the
     # count is a digest of the block sizes), say what differs.
     cdef bint shows_count = ((c.proto.kind >> OBJ_SHIFT) == 0
                              and (c.proto.kind & KIND_MASK) != KIND_ALLGATHERV)
     if (not shows_count and h.kind == c.proto.kind and h.op == c.proto.op
             and h.dtype == c.proto.dtype and h.root == c.proto.root
-            and h.seq == c.proto.seq):
+            and h.seq == c.proto.seq and h.count != c.proto.count):
         raise MismatchError(f"rank {ctx.rank}: in {describe_call(&c.proto)} rank "
                             f"{peer} disagrees on the counts")
-    raise MismatchError(f"rank {ctx.rank} called {describe_call(&c.proto)} "
-                        f"but rank {peer} called {describe_call(h)}")
+    if (h.kind == c.proto.kind and h.op == c.proto.op and h.dtype == c.proto.dtype
+            and h.root == c.proto.root and h.seq == c.proto.seq
+            and h.count == c.proto.count):
+        # One call, two paths: the ranks asked for different algorithms.
+        ways = ("over the pairs", "through the node segment")
+        raise MismatchError(
+            f"rank {ctx.rank} runs {describe_call(&c.proto)} "
+            f"{ways[not over_pairs]} but rank {peer} {ways[over_pairs]}: the "
+            "ranks asked for different algorithms")
+    # Calls at other sequence numbers: name each rank's call at the same one
+    # where we can (theirs over the pairs, published; ours, remembered).
+    if h.seq > c.proto.seq:
+        if node_pair_call_of(ctx.node, peer, c.proto.seq, &at) == 1:
+            theirs = at
+    elif h.seq < c.proto.seq:
+        past = &ctx._recent[h.seq % 16]
+        if past.seq == h.seq and past.kind:
+            mine = past[0]
+    if theirs.seq > mine.seq:
+        raise MismatchError(f"rank {ctx.rank} called {describe_call(&mine)} but "
+                            f"rank {peer} called something else there (it has "
+                            f"since called {describe_call(&theirs)})")
+    raise MismatchError(f"rank {ctx.rank} called {describe_call(&mine)} "
+                        f"but rank {peer} called {describe_call(&theirs)}")

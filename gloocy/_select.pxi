@@ -219,15 +219,23 @@ ALGORITHM_THRESHOLDS = {
 }
 
 
+cdef inline int64_t node_bcast_min(int64_t cma_min) noexcept nogil:
+    """A bcast goes through the node segment from this many bytes ("auto"):
+    NODE_BCAST_MIN, or the segment's single-copy threshold if lower."""
+    return min(<int64_t>NODE_BCAST_MIN, cma_min)
+
+
 def auto_algorithm(str collective, int size, int64_t nbytes, *,
                    int64_t itemsize=4, int64_t small_allreduce=1 << 16,
-                   bint node=False, int hosts=1):
+                   bint node=False, int hosts=1, int64_t cma_min=NODE_CMA_MIN):
     """The name of the algorithm "auto" picks for `collective` at world size
     `size` and `nbytes` (allreduce, reduce, bcast: the buffer; allgather:
     the gathered total in equal blocks laid end to end; reduce_scatter:
     each rank's input; gather, scatter, alltoall: any). `node`: every rank
     is on one host (a world of 2 or more with a node segment); `hosts`:
-    how many hosts the ranks are on (two-level where 1 < hosts < size)."""
+    how many hosts the ranks are on (two-level where 1 < hosts < size);
+    `cma_min`: the node segment's single-copy threshold (its bcasts go
+    through the segment from there, if that is below node_bcast_min)."""
     cdef int code
     if size < 1 or nbytes < 0 or itemsize < 1 or hosts < 1:
         raise ValueError("size, nbytes, itemsize and hosts must be positive")
@@ -237,7 +245,7 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
         if collective in ("allreduce", "allgather", "alltoall",
                           "reduce_scatter") or (
                 collective == "reduce" and nbytes >= NODE_REDUCE_MIN) or (
-                collective == "bcast" and nbytes >= NODE_BCAST_MIN):
+                collective == "bcast" and nbytes >= node_bcast_min(cma_min)):
             return "shm"
     if collective in ("gather", "scatter", "alltoall"):
         return "direct"

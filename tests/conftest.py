@@ -120,7 +120,7 @@ def world(worlds, transport, request):
 
 def _dev_shm():
     return {name for name in os.listdir("/dev/shm")
-            if not name.startswith(("mpich", "torch"))}   # the peers' own
+            if not name.startswith(("mpich", "ucx_shm_", "torch"))}   # the peers' own
 
 
 _PACKAGES = tuple({sysconfig.get_paths()[k] + "/" for k in ("purelib", "platlib")})

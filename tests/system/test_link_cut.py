@@ -67,9 +67,8 @@ def cut(how, tag, names):
 
 
 def run_and_cut(tmp_path, hosts, how, mode, env, wait_after_cut=0.0):
-    """Start the 2-rank job (one rank per host), cut the link once both
-    are ready (half a second later in "call" mode, so that allreduces are
-    on the wire), create the go file `wait_after_cut` seconds after the
+    """Start the 2-rank job (one rank per host), cut the link half a second
+    after both are ready, create the go file `wait_after_cut` seconds after the
     cut. Returns the time of the cut and each rank's report."""
     tag, names, addrs, _ = hosts
     prog, go = tmp_path / "prog.py", tmp_path / "go"
@@ -85,8 +84,11 @@ def run_and_cut(tmp_path, hosts, how, mode, env, wait_after_cut=0.0):
         for p in procs:
             line = p.stdout.readline()
             assert line.endswith("ready\n"), line + p.stderr.read()
-        if mode == "call":
-            time.sleep(0.5)
+        # Half a second: in "call" mode allreduces are then on the wire; in
+        # "idle" mode the last ACKs have arrived (Linux delays one by up to
+        # 200 ms). Data still unacknowledged at the cut would be retransmitted
+        # instead of probed, and keepalive would never start.
+        time.sleep(0.5)
         cut(how, tag, names)
         cut_at = time.monotonic()
         time.sleep(wait_after_cut)
