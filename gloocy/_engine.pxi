@@ -172,10 +172,8 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
     if left <= 0:
         return _raise_timeout(ctx, c)
     if (not (ctx.links.users > 1 or ctx.links.contended
-             or ctx.links.wild_head is not NULL or ctx._nconn < ctx.size - 1)
+             or ctx.links.wild_head is not NULL)
             and block_on_words(ctx, c, min(POLL_SLICE_MS * 1000000, left))):
-        # (a peer may dial us meanwhile unless every pair is connected:
-        # then the eventfd below wakes us, the words would not)
         return 0
     if ctx._nconn > 64:
         pfds = <pollfd *>malloc((ctx._nconn + 1) * sizeof(pollfd))
@@ -253,12 +251,24 @@ cdef int block_on_words(Context ctx, Coll *c, int64_t ns) except -1 nogil:
     peer wakes no futex: when the sleep ends without a wake-up, the pairs
     look at their sockets (a dead process has closed its) and Ctrl-C gets
     its chance. A call that watches the node segment (c.watch) sleeps on
-    its word there too, which a rank arriving in the segment wakes."""
+    its word there too, which a rank arriving in the segment wakes. While
+    some pairs are not connected yet (lazy connections), a peer may dial
+    us to send what we wait for: we sleep on the links' arrived_word too,
+    which Links.note_arrival bumps and wakes."""
     global words_unsupported
     cdef WordWait w[WORDS_MAX]
-    cdef int i, k, n = 0, r, err, watched = 0
+    cdef int i, k, n = 0, r, err, watched = 0, first
     if words_unsupported:
         return 0
+    if ctx._nconn < ctx.size - 1:
+        if ctx.links.arrivals:
+            return 1                  # look again: progress_all installs it
+        w[0].val = ctx.links.arrived_word    # (it changes under the lock only)
+        w[0].uaddr = <uint64_t><size_t>&ctx.links.arrived_word
+        w[0].flags = WORD_U32
+        w[0]._reserved = 0
+        n = 1
+    first = n                         # the pairs' words start there
     for i in range(ctx._nconn):     # the connected pairs (see progress_all)
         k = (<Pair>ctx._conn[i]).wait_words(w + n, WORDS_MAX - n)
         if k == WORDS_NONE:
@@ -268,7 +278,7 @@ cdef int block_on_words(Context ctx, Coll *c, int64_t ns) except -1 nogil:
                 (<Pair>ctx._conn[i]).progress()   # read it (or its end)
             return 1
         n += k
-    if n == 0:
+    if n == first:                    # no pair to sleep on
         return 0
     if c.watch and n < WORDS_MAX:
         watched = node_watch_word(ctx, c, w + n)

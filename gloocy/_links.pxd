@@ -44,6 +44,8 @@ cdef class Links:
     cdef list views                   # weak references to the contexts over us
     cdef list retired                 # LazyPairs replaced (kept: a post may be in one)
     cdef int arrivals                 # the connector holds pairs peers dialed (install them)
+    cdef uint32_t arrived_word        # bumped (and futex-woken) at each arrival: a wait
+                                      # asleep on its pairs' futex words sleeps on it too
 
     cdef void enter(self) noexcept nogil
     cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free

@@ -82,10 +82,17 @@ cdef class Links:
         installs it (a sleeper is woken: it may be an any-source receive's).
         From the listener's thread: the sleepers are read under the lock,
         as their owners change them (an eventfd dropped and closed may be
-        another file by now)."""
+        another file by now). A wait asleep on futex words (block_on_words)
+        sleeps on arrived_word too: it is bumped and woken under the lock,
+        so a sleeper that read it before it slept is woken, or sees it
+        changed. The lock is taken without enter(): this thread is no
+        rank's, and enter() finding it held (a rank waiting) would mark the
+        links as contended for good: no wait would sleep on futex words."""
         self.arrivals = 1
         with nogil:
-            self.enter()
+            pthread_mutex_lock(&self.lock)
+            self.arrived_word += 1
+            futex_wake(&self.arrived_word, MAX_SLEEPERS)
             self.wake()
             self.leave()
 
