@@ -33,6 +33,9 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
         trace_timeout(ctx, exc, c, told)
     elif first:
         why, code, culprit, origin = (told or abort_reason(ctx, exc))[:4]
+        if links.arrivals:              # peers that dialed us: tell them too
+            install_arrivals(links)
+        links.told = (why, code, culprit, origin)   # ... and those that will
         if ctx.node is not None:
             connect_members(ctx)        # node collectives move no frames
         for p in links.pairs:

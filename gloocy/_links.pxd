@@ -29,6 +29,9 @@ cdef class Links:
     cdef readonly bint closed         # closed for good (every context over them)
     cdef readonly object error        # first fatal error; poisons them all
     cdef bint failed                  # error is set (readable without the GIL)
+    cdef tuple told                   # (why, code, culprit, origin) we told the peers
+                                      # at the failure; peers that dial us after it
+                                      # are told too (note_arrival)
     cdef int sleepers[MAX_SLEEPERS]   # eventfds of threads blocked in poll(2)
     cdef int nsleepers
     cdef void *scheds                 # unfinished nonblocking collectives (Sched
@@ -54,6 +57,8 @@ cdef class Links:
     cdef void wake(self) noexcept nogil
     cdef bint add_sleeper(self, int efd) noexcept nogil
     cdef void drop_sleeper(self, int efd) noexcept nogil
+    # After a failure: install the pairs peers dialed and tell them why.
+    cdef int _tell_arrivals(self) except -1
 
 
 # A peer not connected yet (lazy connection set-up): its first send or

@@ -91,10 +91,32 @@ cdef class Links:
         self.arrivals = 1
         with nogil:
             pthread_mutex_lock(&self.lock)
+        try:
+            if self.told is not None:
+                self._tell_arrivals()
+        finally:
             self.arrived_word += 1
             futex_wake(&self.arrived_word, MAX_SLEEPERS)
             self.wake()
             self.leave()
+
+    cdef int _tell_arrivals(self) except -1:
+        """After a failure (poisoned: no call will install them), peers that
+        dial us wait for us in a call: tell them why we stopped, as fail()
+        told the peers connected then (the lock held)."""
+        cdef Pair pair
+        why, code, culprit, origin = self.told
+        self.arrivals = 0
+        connector = self.connector
+        if connector is None:
+            return 0
+        for peer, p in connector.arrived():
+            install_pair(self, peer, p)
+            pair = <Pair>p
+            if pair.peer != origin:
+                pair.say_abort(why, code, culprit, origin)
+            pair.abandon()
+        return 0
 
     def connection_fds(self):
         """The fds the connections made so far hold (for leak checks: they
