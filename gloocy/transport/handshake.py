@@ -46,12 +46,13 @@ def _mac(secret, label, *parts):
 
 
 def recv_exact(sock, n, what="the handshake"):
-    """Exactly n bytes from a blocking socket; ProtocolError if it closes."""
+    """Exactly n bytes from a blocking socket; HungUp (a ProtocolError) if
+    it closes."""
     data = bytearray()
     while len(data) < n:
         chunk = sock.recv(n - len(data))
         if not chunk:
-            raise ProtocolError(f"connection closed while reading {what}")
+            raise HungUp(f"connection closed while reading {what}")
         data += chunk
     return bytes(data)
 

@@ -19,6 +19,7 @@ Store keys (all under the job's prefix), O(1) per rank:
   host/H (add)       ranks on host H         joined (add), all, go: start-up
   opened (add), opened_all: the ranks that opened rank 0's node segment
   bye/R              rank R left cleanly (set before its listener closes)
+  abort/R            why rank R stopped on an error (for peers dialing it later)
   left (add)         leaving: the last one clears the job's keys (or rank 0,
                      when it serves the store, once the others' clients left)
 """
@@ -257,14 +258,23 @@ class Connector:
         except (ConnectionRefusedError, handshake.HungUp) as e:
             # The listener lives as long as the rank: it has left, or died.
             # (A listener that fails authentication is a ProtocolError.)
-            if self._said_goodbye(peer):
-                return departed_pair(self.rank, peer, address, self.dead_s)
-            raise PeerLostError(f"rank {self.rank}: rank {peer} ({address}) is "
-                                f"gone ({e})", peer) from None
+            return self._gone(peer, address, e)
         if sock is None:
             return None
-        return build_pair(sock, address, self.rank, peer, self.mode, self.dead_s,
-                          deadline, self.ring)
+        try:
+            return build_pair(sock, address, self.rank, peer, self.mode, self.dead_s,
+                              deadline, self.ring)
+        except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
+            return self._gone(peer, address, e)
+
+    def _gone(self, peer, address, e):
+        """`peer` hung up on our dial: the pair to a peer that left (telling
+        why, if it stopped on an error first), or PeerLostError (it died)."""
+        told = self._abort_of(peer)
+        if told is not None or self._said_goodbye(peer):
+            return departed_pair(self.rank, peer, address, self.dead_s, told)
+        raise PeerLostError(f"rank {self.rank}: rank {peer} ({address}) is "
+                            f"gone ({e})", peer) from None
 
     def _said_goodbye(self, peer):
         """Whether `peer` left cleanly (its bye key, set before its listener
@@ -273,6 +283,28 @@ class Connector:
             return self.store.check([f"{self.job}/bye/{peer}"])
         except (RendezvousError, OSError):
             return False
+
+    def record_abort(self, why, code, culprit, origin):
+        """We stop on an error (fail(), _failure.pxi): say why in the store,
+        for the peers that dial us once we are gone (those that dial us
+        before are told by the links). Best effort."""
+        try:
+            self.store.set(f"{self.job}/abort/{self.rank}",
+                           f"{code} {culprit} {origin} ".encode() + why)
+        except (RendezvousError, OSError, TimeoutError):
+            pass
+
+    def _abort_of(self, peer):
+        """What `peer` said in the store when it stopped on an error (why,
+        code, culprit, origin), or None."""
+        key = f"{self.job}/abort/{peer}"
+        try:
+            if not self.store.check([key]):
+                return None
+            code, culprit, origin, why = self.store.get(key, timeout=1.0).split(b" ", 3)
+            return why, int(code), int(culprit), int(origin)
+        except (RendezvousError, OSError, TimeoutError, ValueError):
+            return None
 
     # -- the listener's side --------------------------------------------------
 
@@ -297,6 +329,9 @@ class Connector:
             sock.sendall(_ACCEPT)
             got = build_pair(sock, address, self.rank, peer, self.mode,
                              self.dead_s, deadline, self.ring)
+        except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
+            got = PeerLostError(f"rank {self.rank}: rank {peer} ({address}) hung "
+                                f"up while connecting to us ({e})", peer)
         except BaseException as e:
             got = e if isinstance(e, Exception) else RendezvousError(str(e))
         with self.cond:
@@ -397,16 +432,23 @@ class Connector:
             pass                  # best effort: the job is over anyway
 
 
-def departed_pair(rank, peer, address, dead_s):
+def departed_pair(rank, peer, address, dead_s, told=None):
     """The pair to a peer that left cleanly before we ever connected to it:
     as if it had connected, said goodbye and closed (its end of a loopback
     connection does just that), so that calls on it behave as on a pair
     made at start-up whose peer has left (a clean exit never fails a peer
-    still finishing calls it needs no answer to)."""
+    still finishing calls it needs no answer to). `told`: the peer stopped
+    on an error first, (why, code, culprit, origin) as it put it in the
+    store: its end says that first, as the peer would have told us had we
+    been connected (so we name the root cause, not the peer)."""
+    from gloocy._core import say_abort_on
     with socket.create_server(("127.0.0.1", 0)) as server:
         ours = socket.create_connection(server.getsockname())
         theirs, _ = server.accept()
-    tcp_pair(theirs, peer, rank, address).close(True)      # goodbye, closed
+    theirs = tcp_pair(theirs, peer, rank, address)
+    if told is not None:
+        say_abort_on(theirs, *told)
+    theirs.close(True)                                     # goodbye, closed
     return tcp_pair(ours, rank, peer, address, dead_s=dead_s)
 
 
