@@ -214,12 +214,15 @@ class Connector:
         return peer in self.ready
 
     def arrived(self):
-        """[(peer, pair)] of the connections peers made, to install now."""
+        """[(peer, pair)] of the connections peers made, to install now.
+        (A connection that failed to become a pair stays: pair(peer) raises
+        its error when the rank needs that peer.)"""
         with self.cond:
-            got = [(p, self.state[p]) for p in self.ready]
-            for p in self.ready:
+            got = [(p, self.state[p]) for p in self.ready
+                   if not isinstance(self.state[p], BaseException)]
+            for p, _ in got:
                 self.state[p] = _INSTALLED
-            self.ready.clear()
+                self.ready.remove(p)
         return got
 
     def _take(self, peer):
