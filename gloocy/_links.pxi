@@ -121,8 +121,7 @@ cdef class Links:
     def connection_fds(self):
         """The fds the connections made so far hold (for leak checks: they
         live as long as the links)."""
-        return {(<Pair>p).wait_fd() for p in self.pairs
-                if p is not None and (<Pair>p).wait_fd() >= 0}
+        return set().union(*(p.held_fds() for p in self.pairs if p is not None))
 
     @property
     def connected(self):
