@@ -35,7 +35,7 @@ from gloocy.rendezvous import TCPStoreServer
 __all__ = ["main", "run_job", "ENV_VARS", "GRACE"]
 
 GRACE = 3.0  # seconds between SIGTERM (or a forwarded signal) and SIGKILL
-LEAVE_WAIT = 60.0  # the longest node 0 keeps the store for the other nodes' ranks
+LEAVE_WAIT = 15.0  # the longest node 0 keeps the store for the other nodes' ranks
 
 ENV_VARS = (
     "GLOOCY_RANK", "GLOOCY_SIZE", "GLOOCY_LOCAL_RANK", "GLOOCY_LOCAL_SIZE",
@@ -265,7 +265,8 @@ def _let_the_others_leave(server: TCPStoreServer, events: queue.SimpleQueue) -> 
     """Node 0 serves the store, and its ranks are done: the other nodes'
     ranks may still need it (connections are made on first use, and a rank
     leaving says so there). Keep it until their clients have gone, for up
-    to LEAVE_WAIT seconds, or until a signal comes."""
+    to LEAVE_WAIT seconds (a rank that finds it gone as it leaves waits a
+    few seconds, not the job's deadline: lazy.py), or until a signal comes."""
     end = time.monotonic() + LEAVE_WAIT
     while time.monotonic() < end:
         if server.wait_clients(0, 0.2):

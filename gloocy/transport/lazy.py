@@ -24,6 +24,7 @@ Store keys (all under the job's prefix), O(1) per rank:
                      when it serves the store, once the others' clients left)
 """
 
+import contextlib
 import hashlib
 import os
 import socket
@@ -43,6 +44,7 @@ __all__ = ["Connector", "Listener", "start"]
 _DIALING, _ACCEPTING, _INSTALLED = "dialing", "accepting", "installed"
 _ACCEPT, _REFUSE = b"\x01", b"\x02"
 _LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
+_CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
 
 
 def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
@@ -154,6 +156,7 @@ class Connector:
         self.server = None        # the store server we host (rank 0), if any
         self.store_hosted = False  # rank 0 serves the store: it leaves last
         self.closed = False
+        self.recording = None     # the thread saying why we stopped (record_abort)
         self.dialed = self.accepted = 0   # connections made each way
         self._pids = {}
         self.listener = listener
@@ -290,12 +293,19 @@ class Connector:
     def record_abort(self, why, code, culprit, origin):
         """We stop on an error (fail(), _failure.pxi): say why in the store,
         for the peers that dial us once we are gone (those that dial us
-        before are told by the links). Best effort."""
-        try:
-            self.store.set(f"{self.job}/abort/{self.rank}",
-                           f"{code} {culprit} {origin} ".encode() + why)
-        except (RendezvousError, OSError, TimeoutError):
-            pass
+        before are told by the links). Best effort, in a thread of its own:
+        the call that failed raises at once even where the store cannot be
+        reached (a cut link); close() waits for it, briefly."""
+        def record():
+            try:
+                with _briefly(self.store):
+                    self.store.set(f"{self.job}/abort/{self.rank}",
+                                   f"{code} {culprit} {origin} ".encode() + why)
+            except (RendezvousError, OSError, TimeoutError, ValueError):
+                pass
+        if self.recording is None and not self.closed:
+            self.recording = start_quiet(threading.Thread(
+                target=record, daemon=True, name=f"gloocy-abort-{self.rank}"))
 
     def _abort_of(self, peer):
         """What `peer` said in the store when it stopped on an error (why,
@@ -376,9 +386,12 @@ class Connector:
         """Stop taking connections, close the pairs never installed; the
         last rank to leave clears the job's keys; the store's host waits
         (bounded) for the others, who may still need the store."""
+        if self.recording is not None:    # (before our own store operations)
+            self.recording.join(_CLOSE_STORE_S + 1.0)
         if clean and not self.closed:
             try:                  # before a dial is refused: see _said_goodbye
-                self.store.set(f"{self.job}/bye/{self.rank}", b"1")
+                with _briefly(self.store):
+                    self.store.set(f"{self.job}/bye/{self.rank}", b"1")
             except (RendezvousError, OSError, TimeoutError):
                 pass
         with self.cond:
@@ -425,14 +438,31 @@ class Connector:
         waits for that (bounded), after a clean end only."""
         store, job = self.store, self.job
         try:
-            if self.server is not None:
-                if clean:         # (our own client stays till we are done)
-                    self.server.wait_clients(1, min(self.timeout, _LEAVE_WAIT))
-                store.clear(f"{job}/")
-            elif not self.store_hosted and store.add(f"{job}/left", 1) == self.size:
-                store.clear(f"{job}/")
+            with _briefly(store):
+                if self.server is not None:
+                    if clean:     # (our own client stays till we are done)
+                        self.server.wait_clients(1, min(self.timeout, _LEAVE_WAIT))
+                    store.clear(f"{job}/")
+                elif not self.store_hosted and store.add(f"{job}/left", 1) == self.size:
+                    store.clear(f"{job}/")
         except (RendezvousError, OSError, TimeoutError):
             pass                  # best effort: the job is over anyway
+
+
+@contextlib.contextmanager
+def _briefly(store):
+    """The store's operations while we leave wait _CLOSE_STORE_S at most
+    (its default timeout is the job's): a store that is gone (its host
+    left, or its link was cut) costs a rank's exit seconds, not the job's
+    deadline."""
+    before = getattr(store, "timeout", None)
+    if before is not None and before > _CLOSE_STORE_S:
+        store.timeout = _CLOSE_STORE_S
+    try:
+        yield
+    finally:
+        if before is not None:
+            store.timeout = before
 
 
 def departed_pair(rank, peer, address, dead_s, told=None):
