@@ -122,6 +122,11 @@ def connect(rank, size, store, *, secret=None, job="gloocy", timeout=None,
             from gloocy.rendezvous.address import advertised_address
             host = advertised_address(urllib.parse.urlsplit(store).hostname
                                       if isinstance(store, str) else None)
+        if transport.connect_mode() == "lazy":
+            comm = _connect_lazy(client, server, store, rank, size, secret,
+                                 host, job, timeout, local_size)
+            client = server = None          # the connector's now
+            return comm
         mesh = transport.connect(client, rank, size, secret, host=host,
                                  job=job, timeout=timeout)
         ctx = _context(rank, size, mesh, timeout, local_size)
@@ -195,6 +200,31 @@ def init(*, rank=None, size=None, store=None, secret=None, timeout=None,
                      host_store=rank == 0 and host_store,
                      local_size=launch.local_size, announce=announce)
     return _world
+
+
+def _connect_lazy(client, server, store, rank, size, secret, host, job,
+                  timeout, local_size):
+    """The world with its pairs connected on first use: the store client
+    (and the store server we host) live as long as the connections may be
+    made, and go with the connector (the links' close)."""
+    from gloocy import transport
+
+    mesh, connector = transport.connect_lazy(client, rank, size, secret,
+                                             host=host, job=job, timeout=timeout,
+                                             hosts_store=server is not None)
+    try:
+        ctx = _context(rank, size, mesh, timeout, local_size)
+    except BaseException:
+        connector.close(False)
+        raise
+    connector.links = ctx.links
+    ctx.links.connector = connector
+    if client is not store:
+        connector.owned.append(client)
+    if server is not None:
+        connector.owned.append(server)
+        connector.server = server
+    return Communicator(ctx)
 
 
 def _context(rank, size, mesh, timeout, local_size):

@@ -3,6 +3,7 @@
 # family's file.
 
 cdef class Context:
+    cdef object __weakref__           # the links keep weak references (install_pair)
     cdef readonly Node node           # the node segment, or None
     cdef public bint node_wanted      # derived: share a node segment at the
                                       # first collective (share_node_segment)
@@ -23,6 +24,8 @@ cdef class Context:
     cdef readonly bint closed         # close() was called
     cdef list _pairs                  # Pair per rank (None at our own rank)
     cdef void **_pair_ptrs            # borrowed _pairs items, for nogil use
+    cdef void **_conn                 # the connected ones (no LazyPairs): what
+    cdef int _nconn                   # progress and blocking look at
     cdef public int64_t segment       # pipeline segment size in bytes
     cdef public int64_t spin_ns       # how long to spin before blocking
     cdef public int64_t small_allreduce  # bytes up to which recursive doubling wins
@@ -105,3 +108,19 @@ cdef class Context:
     cpdef isend(self, buf, int dest, int tag=*, bint sync=*)
     cpdef irecv(self, buf, int source=*, int tag=*)
     cpdef probe(self, int source=*, int tag=*, bint block=*, timeout=*)
+
+
+# Lazy connections: `pair` (just connected to links rank `peer`) replaces
+# the LazyPair there, in the links and every context over them.
+cdef int install_pair(Links links, int peer, Pair pair) except -1
+# The pair a LazyPair stands for, connected now and installed (a borrowed
+# reference: the links hold it).
+cdef void *connect_lazy(LazyPair lazy) except NULL with gil
+# Install the pairs peers dialed (Links.arrivals); 1 if any.
+cdef int install_arrivals(Links links) except -1 with gil
+# Whether the process of our unconnected rank `i` has died (node waits);
+# raises what a signal handler raised meanwhile (Ctrl-C).
+cdef int lazy_peer_gone(Context ctx, int i) except -1 with gil
+# Connect every member of ctx not connected yet (best effort, briefly): a
+# rank that fails in a node collective tells them all why (see fail()).
+cdef int connect_members(Context ctx) except -1

@@ -6,6 +6,7 @@
 
 
 from libc.string cimport strncmp
+from weakref import ref as _weak_ref
 
 cdef extern from "<unistd.h>":
     char **environ
@@ -96,9 +97,11 @@ cdef class Context:
         self._to_self = []
         self._requests = set()
         self._pair_ptrs = <void **>malloc(size * sizeof(void *))
+        self._conn = <void **>malloc(size * sizeof(void *))
         self._world = <int *>malloc(size * sizeof(int))
         self._local = <int *>malloc(links.size * sizeof(int))
-        if self._pair_ptrs is NULL or self._world is NULL or self._local is NULL:
+        if (self._pair_ptrs is NULL or self._conn is NULL or self._world is NULL
+                or self._local is NULL):
             raise MemoryError()
         for i in range(links.size):
             self._local[i] = -1
@@ -106,11 +109,16 @@ cdef class Context:
             self._pair_ptrs[i] = <void *>self._pairs[i]
             self._world[i] = w
             self._local[w] = i
+            if i != rank and not isinstance(self._pairs[i], LazyPair):
+                self._conn[self._nconn] = self._pair_ptrs[i]
+                self._nconn += 1
         links.users += 1
+        links.views.append(_weak_ref(self))   # lazy pairs are installed in us too
         return 0
 
     def __dealloc__(self):
         free(self._pair_ptrs)
+        free(self._conn)
         free(self._world)
         free(self._local)
         free(self._space[0])
@@ -294,13 +302,13 @@ cdef class Context:
         ranks called different collectives there (ones that only send)."""
         cdef Xfer *stale = NULL
         cdef Header *past
-        cdef int peer
+        cdef int peer, i
         seq = min(seq, schedules_low_seq(self))   # theirs may wait in the stash
-        for peer in range(self.size):
-            if peer != self.rank:
-                stale = (<Pair>self._pair_ptrs[peer]).find_stale(self.comm_id, seq)
-                if stale is not NULL:
-                    break
+        for i in range(self._nconn):         # (only connected pairs get frames)
+            stale = (<Pair>self._conn[i]).find_stale(self.comm_id, seq)
+            if stale is not NULL:
+                peer = self._local[(<Pair>self._conn[i]).peer]
+                break
         if stale is NULL:
             return 0
         past = &self._recent[stale.hdr.seq % 16]
@@ -500,3 +508,95 @@ cdef class Context:
         would get, without receiving it; None if `block` is False and
         there is none yet."""
         return call_probe(self, source, tag, block, timeout)
+
+
+# -- lazy connections (see LazyPair, _links.pxi) ------------------------------
+
+cdef int install_pair(Links links, int peer, Pair pair) except -1:
+    cdef Context ctx
+    cdef int i
+    old = links.pairs[peer]
+    if isinstance(old, LazyPair):
+        links.retired.append(old)
+    links.pairs[peer] = pair
+    pair.wild_head = &links.wild_head
+    pair.wild_tail = &links.wild_tail
+    alive = []
+    for view in links.views:
+        ctx = view()
+        if ctx is None:
+            continue
+        alive.append(view)
+        i = ctx._local[peer]
+        if i >= 0:
+            _install_in(ctx, i, pair)
+    links.views = alive
+    return 0
+
+
+cdef int _install_in(Context ctx, int i, Pair pair) except -1:
+    """Our rank i's pair is `pair` now: a connected one more, or (never
+    twice in _conn, which holds size - 1 at most) the one it replaces."""
+    cdef int k
+    old = ctx._pairs[i]
+    ctx._pairs[i] = pair
+    ctx._pair_ptrs[i] = <void *>pair
+    if not isinstance(old, LazyPair):
+        for k in range(ctx._nconn):
+            if ctx._conn[k] == <void *>old:
+                ctx._conn[k] = <void *>pair
+                return 0
+    if ctx._nconn >= ctx.size - 1:
+        raise RuntimeError(f"rank {ctx.rank}: more connected pairs than peers")
+    ctx._conn[ctx._nconn] = <void *>pair
+    ctx._nconn += 1
+    return 0
+
+
+cdef void *connect_lazy(LazyPair lazy) except NULL with gil:
+    cdef Links links = lazy.links
+    cdef int peer = lazy.peer
+    if links is None or links.connector is None:
+        raise ContextPoisoned(f"rank {lazy.rank}: no connection to rank {peer} "
+                              "(the communicator is closed)")
+    if links.arrivals:
+        install_arrivals(links)
+        if not isinstance(links.pairs[peer], LazyPair):
+            return <void *>links.pairs[peer]
+    pair = links.connector.pair(peer)
+    install_pair(links, peer, pair)
+    return <void *>pair
+
+
+cdef int install_arrivals(Links links) except -1 with gil:
+    links.arrivals = 0
+    if links.connector is None:
+        return 0
+    got = links.connector.arrived()
+    for peer, pair in got:
+        install_pair(links, peer, pair)
+    return 1 if got else 0
+
+
+cdef int lazy_peer_gone(Context ctx, int i) except -1 with gil:
+    connector = ctx.links.connector
+    try:
+        return connector is not None and connector.process_gone(ctx._world[i])
+    except Exception:
+        return 0                        # not known: the deadline tells
+    # (a KeyboardInterrupt raised meanwhile goes on: the caller's call stops)
+
+
+cdef int connect_members(Context ctx) except -1:
+    cdef int i, w
+    connector = ctx.links.connector
+    if connector is None:
+        return 0
+    for i in range(ctx.size):
+        w = ctx._world[i]
+        if i != ctx.rank and isinstance(ctx.links.pairs[w], LazyPair):
+            try:
+                install_pair(ctx.links, w, connector.pair(w, timeout=2.0))
+            except Exception:
+                pass                    # gone, or slow: it learns otherwise
+    return 0

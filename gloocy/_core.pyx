@@ -18,6 +18,7 @@ from cpython.buffer cimport (PyObject_GetBuffer, PyBuffer_Release,
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.ref cimport Py_DECREF, Py_INCREF
 
+from gloocy._quiet import lone_thread
 from gloocy.errors import (ArgumentError, CollectiveTimeout, ContextPoisoned,
                            GloocyError, MismatchError, OpError, PeerLostError,
                            ProtocolError, ERR_BUFFER, ERR_COUNT, ERR_RANK,

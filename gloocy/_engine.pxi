@@ -35,16 +35,18 @@ cdef int post_recv(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
 
 
 cdef int progress_all(Context ctx) except -1 nogil:
+    # Only the connected pairs (ctx._conn): a LazyPair has nothing to move,
+    # so a rank of thousands looks at the few peers it talks to.
     cdef int i, moved = 0
     cdef bint everyone = ctx.links.wild_head is not NULL  # any source may send
-    for i in range(ctx.size):
-        if i == ctx.rank:
-            continue
-        if (everyone or (<Pair>ctx._pair_ptrs[i]).busy()
-                or (<Pair>ctx._pair_ptrs[i]).acks is not NULL):
-            moved |= (<Pair>ctx._pair_ptrs[i]).progress()
-            if (<Pair>ctx._pair_ptrs[i]).acks is not NULL:
-                moved |= (<Pair>ctx._pair_ptrs[i]).flush_acks()   # answer Ssends
+    if ctx.links.arrivals:              # peers dialed us (lazy connections)
+        moved = install_arrivals(ctx.links)
+    for i in range(ctx._nconn):
+        if (everyone or (<Pair>ctx._conn[i]).busy()
+                or (<Pair>ctx._conn[i]).acks is not NULL):
+            moved |= (<Pair>ctx._conn[i]).progress()
+            if (<Pair>ctx._conn[i]).acks is not NULL:
+                moved |= (<Pair>ctx._conn[i]).flush_acks()   # answer Ssends
     if ctx.links.scheds is not NULL:    # nonblocking collectives run on
         moved |= advance_schedules(ctx.links)
     if moved and ctx.links.nsleepers:
@@ -173,29 +175,27 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
              or ctx.links.wild_head is not NULL)
             and block_on_words(ctx, c, min(POLL_SLICE_MS * 1000000, left))):
         return 0
-    if ctx.size > 64:
-        pfds = <pollfd *>malloc((ctx.size + 1) * sizeof(pollfd))
-        pairs_at = <int *>malloc((ctx.size + 1) * sizeof(int))
+    if ctx._nconn > 64:
+        pfds = <pollfd *>malloc((ctx._nconn + 1) * sizeof(pollfd))
+        pairs_at = <int *>malloc((ctx._nconn + 1) * sizeof(int))
         if pfds is NULL or pairs_at is NULL:
             free(pfds)
             free(pairs_at)
             with gil:
                 raise MemoryError()
     try:
-        for i in range(ctx.size):
-            if i == ctx.rank:
-                continue
-            events = (<Pair>ctx._pair_ptrs[i]).wait_events()
+        for i in range(ctx._nconn):      # the connected pairs (see progress_all)
+            events = (<Pair>ctx._conn[i]).wait_events()
             if events:
-                pfds[n].fd = (<Pair>ctx._pair_ptrs[i]).wait_fd()
+                pfds[n].fd = (<Pair>ctx._conn[i]).wait_fd()
                 pfds[n].events = events
                 pfds[n].revents = 0
                 pairs_at[n] = i
                 n += 1
         if (ctx.links.users > 1 or ctx.links.contended
-                or ctx.links.wild_head is not NULL):
+                or ctx.links.wild_head is not NULL or ctx._nconn < ctx.size - 1):
             # Others (contexts, threads) may move our bytes or send us one
-            # while we sleep: let them wake us.
+            # while we sleep, or connect to us to send one: let them wake us.
             if ctx.has_efd() and ctx.links.add_sleeper(ctx._efd):
                 sleeping = True
                 pfds[n].fd = ctx._efd
@@ -227,8 +227,8 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
             # that hangs up; let them read what woke them.
             for i in range(n):
                 if (pairs_at[i] >= 0 and pfds[i].revents
-                        and not (<Pair>ctx._pair_ptrs[pairs_at[i]]).busy()):
-                    (<Pair>ctx._pair_ptrs[pairs_at[i]]).progress()
+                        and not (<Pair>ctx._conn[pairs_at[i]]).busy()):
+                    (<Pair>ctx._conn[pairs_at[i]]).progress()
     finally:
         if pfds is not fds:
             free(pfds)
@@ -251,24 +251,34 @@ cdef int block_on_words(Context ctx, Coll *c, int64_t ns) except -1 nogil:
     peer wakes no futex: when the sleep ends without a wake-up, the pairs
     look at their sockets (a dead process has closed its) and Ctrl-C gets
     its chance. A call that watches the node segment (c.watch) sleeps on
-    its word there too, which a rank arriving in the segment wakes."""
+    its word there too, which a rank arriving in the segment wakes. While
+    some pairs are not connected yet (lazy connections), a peer may dial
+    us to send what we wait for: we sleep on the links' arrived_word too,
+    which Links.note_arrival bumps and wakes."""
     global words_unsupported
     cdef WordWait w[WORDS_MAX]
-    cdef int i, k, n = 0, r, err, watched = 0
+    cdef int i, k, n = 0, r, err, watched = 0, first
     if words_unsupported:
         return 0
-    for i in range(ctx.size):
-        if i == ctx.rank:
-            continue
-        k = (<Pair>ctx._pair_ptrs[i]).wait_words(w + n, WORDS_MAX - n)
+    if ctx._nconn < ctx.size - 1:
+        if ctx.links.arrivals:
+            return 1                  # look again: progress_all installs it
+        w[0].val = ctx.links.arrived_word    # (it changes under the lock only)
+        w[0].uaddr = <uint64_t><size_t>&ctx.links.arrived_word
+        w[0].flags = WORD_U32
+        w[0]._reserved = 0
+        n = 1
+    first = n                         # the pairs' words start there
+    for i in range(ctx._nconn):     # the connected pairs (see progress_all)
+        k = (<Pair>ctx._conn[i]).wait_words(w + n, WORDS_MAX - n)
         if k == WORDS_NONE:
             return 0
         if k == WORDS_READY:
-            if not (<Pair>ctx._pair_ptrs[i]).busy():
-                (<Pair>ctx._pair_ptrs[i]).progress()   # read it (or its end)
+            if not (<Pair>ctx._conn[i]).busy():
+                (<Pair>ctx._conn[i]).progress()   # read it (or its end)
             return 1
         n += k
-    if n == 0:
+    if n == first:                    # no pair to sleep on
         return 0
     if c.watch and n < WORDS_MAX:
         watched = node_watch_word(ctx, c, w + n)
@@ -287,13 +297,12 @@ cdef int block_on_words(Context ctx, Coll *c, int64_t ns) except -1 nogil:
         words_unsupported = True
         return 0
     if r >= 0 or err == EAGAIN:       # woken, or a flag fell before we slept
-        for i in range(ctx.size):       # idle pairs: read what woke us
-            if i != ctx.rank and not (<Pair>ctx._pair_ptrs[i]).busy():
-                (<Pair>ctx._pair_ptrs[i]).progress()
+        for i in range(ctx._nconn):     # idle pairs: read what woke us
+            if not (<Pair>ctx._conn[i]).busy():
+                (<Pair>ctx._conn[i]).progress()
         return 1
-    for i in range(ctx.size):
-        if i != ctx.rank:
-            (<Pair>ctx._pair_ptrs[i]).drain_wakeups()
+    for i in range(ctx._nconn):
+        (<Pair>ctx._conn[i]).drain_wakeups()
     ctx.links.leave()
     try:
         _check_signals()

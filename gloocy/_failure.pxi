@@ -33,6 +33,14 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
         trace_timeout(ctx, exc, c, told)
     elif first:
         why, code, culprit, origin = (told or abort_reason(ctx, exc))[:4]
+        if links.arrivals:              # peers that dialed us: tell them too
+            install_arrivals(links)
+        links.told = (why, code, culprit, origin)   # ... and those that will
+        if links.connector is not None:
+            # ... and those that dial us once we are gone (lazy.py: _dial)
+            links.connector.record_abort(why, code, culprit, origin)
+        if ctx.node is not None:
+            connect_members(ctx)        # node collectives move no frames
         for p in links.pairs:
             if p is not None and (<Pair>p).peer != origin:
                 (<Pair>p).say_abort(why, code, culprit, origin)
@@ -154,3 +162,9 @@ cdef int _raise_links_failed(Context ctx) except -1 with gil:
     raise ContextPoisoned(
         f"rank {ctx.rank}: a call on another communicator over the same "
         f"connections failed: {ctx.links.error}")
+
+
+def say_abort_on(Pair pair, bytes why, int code, int culprit, int origin):
+    """Tell pair's peer why we stop, as fail() does (for lazy.py's pairs to
+    peers that left after a failure: see departed_pair)."""
+    pair.say_abort(why, code, culprit, origin)

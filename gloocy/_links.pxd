@@ -29,6 +29,9 @@ cdef class Links:
     cdef readonly bint closed         # closed for good (every context over them)
     cdef readonly object error        # first fatal error; poisons them all
     cdef bint failed                  # error is set (readable without the GIL)
+    cdef tuple told                   # (why, code, culprit, origin) we told the peers
+                                      # at the failure; peers that dial us after it
+                                      # are told too (note_arrival)
     cdef int sleepers[MAX_SLEEPERS]   # eventfds of threads blocked in poll(2)
     cdef int nsleepers
     cdef void *scheds                 # unfinished nonblocking collectives (Sched
@@ -39,6 +42,13 @@ cdef class Links:
                                       # with sched_yield() between looks before it
                                       # sleeps (> 0 where ranks outnumber CPUs)
     cdef Looks looks                  # how long waits on the pairs look (learnt)
+    cdef public object connector      # makes LazyPairs' connections (transport/lazy.py),
+                                      # None when every pair was made at start-up
+    cdef list views                   # weak references to the contexts over us
+    cdef list retired                 # LazyPairs replaced (kept: a post may be in one)
+    cdef int arrivals                 # the connector holds pairs peers dialed (install them)
+    cdef uint32_t arrived_word        # bumped (and futex-woken) at each arrival: a wait
+                                      # asleep on its pairs' futex words sleeps on it too
 
     cdef void enter(self) noexcept nogil
     cdef bint try_enter(self) noexcept nogil   # enter() if the lock is free
@@ -47,3 +57,13 @@ cdef class Links:
     cdef void wake(self) noexcept nogil
     cdef bint add_sleeper(self, int efd) noexcept nogil
     cdef void drop_sleeper(self, int efd) noexcept nogil
+    # After a failure: install the pairs peers dialed and tell them why.
+    cdef int _tell_arrivals(self) except -1
+
+
+# A peer not connected yet (lazy connection set-up): its first send or
+# receive asks the links' connector for the real pair (dialing the peer,
+# or taking the one the peer dialed), installs it in the links and every
+# context over them (install_pair, _context.pxi), and posts there.
+cdef class LazyPair(Pair):
+    cdef Links links                  # set when the links are made

@@ -13,11 +13,15 @@ cdef class Links:
         self.next_id = 1              # 0 is the first context's
         self.looks.now_ns = (<int64_t>1) << 62    # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
+        self.views = []
+        self.retired = []
         pthread_mutex_init(&self.lock, NULL)
         for p in pairs:
             if p is not None:
                 (<Pair>p).wild_head = &self.wild_head
                 (<Pair>p).wild_tail = &self.wild_tail
+                if isinstance(p, LazyPair):
+                    (<LazyPair>p).links = self
 
     def __dealloc__(self):
         if self.pairs is not None:
@@ -69,3 +73,75 @@ cdef class Links:
         for p in self.pairs:
             if p is not None:
                 (<Pair>p).shutdown(clean)
+        connector, self.connector = self.connector, None
+        if connector is not None:
+            connector.close(clean)
+
+    def note_arrival(self):
+        """The connector holds a pair a peer dialed: the next progress
+        installs it (a sleeper is woken: it may be an any-source receive's).
+        From the listener's thread: the sleepers are read under the lock,
+        as their owners change them (an eventfd dropped and closed may be
+        another file by now). A wait asleep on futex words (block_on_words)
+        sleeps on arrived_word too: it is bumped and woken under the lock,
+        so a sleeper that read it before it slept is woken, or sees it
+        changed. The lock is taken without enter(): this thread is no
+        rank's, and enter() finding it held (a rank waiting) would mark the
+        links as contended for good: no wait would sleep on futex words."""
+        self.arrivals = 1
+        with nogil:
+            pthread_mutex_lock(&self.lock)
+        try:
+            if self.told is not None:
+                self._tell_arrivals()
+        finally:
+            self.arrived_word += 1
+            futex_wake(&self.arrived_word, MAX_SLEEPERS)
+            self.wake()
+            self.leave()
+
+    cdef int _tell_arrivals(self) except -1:
+        """After a failure (poisoned: no call will install them), peers that
+        dial us wait for us in a call: tell them why we stopped, as fail()
+        told the peers connected then (the lock held)."""
+        cdef Pair pair
+        why, code, culprit, origin = self.told
+        self.arrivals = 0
+        connector = self.connector
+        if connector is None:
+            return 0
+        for peer, p in connector.arrived():
+            install_pair(self, peer, p)
+            pair = <Pair>p
+            if pair.peer != origin:
+                pair.say_abort(why, code, culprit, origin)
+            pair.abandon()
+        return 0
+
+    def connection_fds(self):
+        """The fds the connections made so far hold (for leak checks: they
+        live as long as the links)."""
+        return set().union(*(p.held_fds() for p in self.pairs if p is not None))
+
+    @property
+    def connected(self):
+        """The ranks we hold a connection to (not LazyPairs)."""
+        return [i for i, p in enumerate(self.pairs)
+                if p is not None and not isinstance(p, LazyPair)]
+
+
+cdef class LazyPair(Pair):
+    """A placeholder for the pair to `peer`, connected on first use."""
+
+    def __init__(self, int rank, int peer):
+        self.rank = rank
+        self.peer = peer
+
+    cdef int post_send(self, Xfer *x) except -1 nogil:
+        return (<Pair>connect_lazy(self)).post_send(x)
+
+    cdef int post_recv(self, Xfer *x) except -1 nogil:
+        return (<Pair>connect_lazy(self)).post_recv(x)
+
+    cdef int progress(self) except -1 nogil:
+        return 0

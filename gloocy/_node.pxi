@@ -269,6 +269,8 @@ cdef int node_progress(Context ctx) except -1 nogil:
     """Move what the pairs can (frames that came or wait to leave); wake
     the threads asleep on the links (a frame we stashed may be theirs)."""
     cdef int i, moved = 0
+    if ctx.links.arrivals:              # peers dialed us (lazy connections)
+        install_arrivals(ctx.links)
     for i in range(ctx.size):
         if i != ctx.rank:
             moved |= (<Pair>ctx._pair_ptrs[i]).progress()
@@ -293,6 +295,10 @@ cdef bint node_frames_move(Context ctx) noexcept nogil:
     return False
 
 
+cdef enum:
+    NO_WORDS = 2                  # node_sleep_words: sleep in poll(2) instead
+
+
 cdef int node_sleep(Context ctx, uint64_t phase, int who, int ms) except -1 nogil:
     """Sleep up to `ms` with our `sleeping` word up, so that arriving ranks
     wake us: on the word itself (a futex) or, while frames move for us, in
@@ -315,7 +321,7 @@ cdef int node_sleep(Context ctx, uint64_t phase, int who, int ms) except -1 nogi
         flag_set(sleeping, NODE_AWAKE)
         return r == ETIMEDOUT or r == EINTR
     r = node_sleep_words(ctx, phase, who, ms)
-    if r >= 0:
+    if r != NO_WORDS:
         return r
     for i in range(ctx.size):
         if i != ctx.rank:
@@ -354,19 +360,20 @@ cdef inline void sleeping_word(uint32_t *sleeping, WordWait *w) noexcept nogil:
 cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -1 nogil:
     """node_sleep while frames move, where every pair sleeps on futex words
     (shared-memory pairs): on our `sleeping` word and theirs at once
-    (futex_waitv). -1 where a pair cannot (then poll(2)), else as
-    node_sleep."""
+    (futex_waitv). NO_WORDS where a pair cannot (a TCP pair, one not
+    connected yet: then poll(2)), else as node_sleep. (Not -1: that is
+    the error return, which would make the caller look for an exception.)"""
     global words_unsupported
     cdef WordWait w[WORDS_MAX]
     cdef int i, k, n = 1, r = 0, err = 0
     cdef uint32_t *sleeping = &ctx.node.ctl[ctx.rank].sleeping
     if words_unsupported:
-        return -1
+        return NO_WORDS
     for i in range(ctx.size):
         if i != ctx.rank:
             k = (<Pair>ctx._pair_ptrs[i]).wait_words(w + n, WORDS_MAX - n)
             if k == WORDS_NONE:
-                return -1
+                return NO_WORDS
             if k == WORDS_READY:
                 return 0              # node_wait moves it, then looks again
             n += k
@@ -380,7 +387,7 @@ cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -
     flag_set(sleeping, NODE_AWAKE)
     if r < 0 and err == ENOSYS:
         words_unsupported = True
-        return -1
+        return NO_WORDS
     return r < 0 and (err == ETIMEDOUT or err == EINTR)
 
 
@@ -399,6 +406,8 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
             # It may have told us why it stopped before it left (a peer of
             # its was lost): reading that raises the root cause instead.
             (<Pair>ctx._pair_ptrs[i]).progress()
+            return _raise_node_peer_lost(ctx, i)
+        if fds[0].fd < 0 and lazy_peer_gone(ctx, i):   # never connected
             return _raise_node_peer_lost(ctx, i)
     return 0
 

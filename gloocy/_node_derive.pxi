@@ -24,8 +24,14 @@ def share_node_segment(Context ctx, timeout=None):
     from gloocy.transport._shm import ShmPair
     if ctx.size < 2 or ctx.node is not None:
         return ctx.node is not None
-    local = all(isinstance(p, ShmPair) for i, p in enumerate(ctx._pairs)
-                if i != ctx.rank)
+    connector = ctx.links.connector
+    if connector is None:                 # every pair made at start-up
+        local = all(isinstance(p, ShmPair) for i, p in enumerate(ctx._pairs)
+                    if i != ctx.rank)
+    elif connector.all_local:             # every rank of the job on our host
+        local = True
+    else:
+        local = _members_share_a_host(ctx, connector, timeout)
     info = _array("q", [0, -1, 0])        # maker's pid, its fd, slot bytes
     fd = -1
     if ctx.rank == 0 and local:
@@ -51,6 +57,23 @@ def share_node_segment(Context ctx, timeout=None):
     if ok[0]:
         ctx.node = node
     return ctx.node is not None
+
+
+def _members_share_a_host(Context ctx, connector, timeout):
+    """With connections made on first use, where the job spans hosts: whether
+    every member of ctx is on our host and willing to share memory (as
+    their shared-memory pairs would say, without connecting them all), by
+    one allreduce of the host's id: the same on every member, or not."""
+    import hashlib
+    from gloocy.transport import shm
+    if connector.mode == "tcp":           # unwilling: a value of our own
+        me = -1 - ctx._world[ctx.rank]
+    else:
+        me = int.from_bytes(hashlib.sha256(shm.host_identity().encode()).digest()[:7],
+                            "little")
+    ids = _array("q", [me, -me])          # min of both: the lowest and highest
+    ctx.allreduce(None, ids, OP_MIN, timeout, "recursive_doubling")
+    return ids[0] == -ids[1] == me and me >= 0
 
 
 cdef Node _open_shared_node(Context ctx, int own_fd, int64_t pid, int64_t fd):

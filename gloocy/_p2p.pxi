@@ -30,8 +30,9 @@ cdef bint _only_self(Context ctx, int source) noexcept:
 
 
 cdef bint _lone_thread() except -1:
-    """No other thread of this process could send."""
-    return threading.active_count() == 1
+    """No other thread of this process could send (gloocy's listener and
+    store threads never do)."""
+    return threading.active_count() == 1 or lone_thread()
 
 
 cdef int _lone_thread_deadlock(Context ctx, str what) except -1:
@@ -503,8 +504,9 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
                 x.buf = (<Pair>ctx._pair_ptrs[peer]).unstash(u)
                 (<Pair>ctx._pair_ptrs[peer]).flush_acks()
             return 1
-        # Read whatever has arrived, from every pair that may send it.
-        moved = 0
+        # Read whatever has arrived, from every pair that may send it
+        # (and put in place those peers connected to send it: lazy set-up).
+        moved = install_arrivals(ctx.links) if ctx.links.arrivals else 0
         for i in range(ctx.size):
             if i != ctx.rank and (source < 0 or i == source):
                 moved |= (<Pair>ctx._pair_ptrs[i]).progress()

@@ -203,6 +203,12 @@ cdef class Pair:
     def close(self, clean=True):
         self.shutdown(clean)
 
+    def held_fds(self):
+        """The fds this pair holds (for leak checks): its wait_fd; a
+        transport that holds more says so."""
+        fd = self.wait_fd()
+        return {fd} if fd >= 0 else set()
+
     def __repr__(self):
         return (f"<{type(self).__name__} rank {self.rank} -> peer "
                 f"{self.peer}{' closed' if self.closed else ''}>")

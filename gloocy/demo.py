@@ -172,7 +172,12 @@ def main():
     comm = gloocy.init()
     n = comm.size
     if comm.rank == 0:
-        kinds = {type(p).__name__ for p in comm._ctx.links.pairs if p is not None}
+        links = comm._ctx.links
+        kinds = {type(p).__name__ for p in links.pairs if p is not None}
+        if "LazyPair" in kinds:     # connected on first use: say what they will be
+            kinds.discard("LazyPair")
+            kinds.add("ShmPair" if getattr(links.connector, "all_local", False)
+                      else "connected on first use")
         transport = ({"ShmPair": "shared memory", "TcpPair": "tcp"}.get(k, k)
                      for k in sorted(kinds))
         transport = " + ".join(transport) or "none (one rank)"

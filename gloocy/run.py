@@ -35,6 +35,7 @@ from gloocy.rendezvous import TCPStoreServer
 __all__ = ["main", "run_job", "ENV_VARS", "GRACE"]
 
 GRACE = 3.0  # seconds between SIGTERM (or a forwarded signal) and SIGKILL
+LEAVE_WAIT = 15.0  # the longest node 0 keeps the store for the other nodes' ranks
 
 ENV_VARS = (
     "GLOOCY_RANK", "GLOOCY_SIZE", "GLOOCY_LOCAL_RANK", "GLOOCY_LOCAL_SIZE",
@@ -240,6 +241,8 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
                     threads.append(threading.Thread(target=target, args=args, daemon=True))
                     threads[-1].start()
             result = _supervise(procs, events, timeout, result)
+            if result == 0 and nnodes > 1 and isinstance(server, TCPStoreServer):
+                _let_the_others_leave(server, events)
         finally:
             # Ranks are reaped by now (unless we are unwinding an error); kill
             # anything they left in their process groups, then drain the output.
@@ -256,6 +259,24 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
             for s, h in old.items():
                 signal.signal(s, h)
     return result
+
+
+def _let_the_others_leave(server: TCPStoreServer, events: queue.SimpleQueue) -> None:
+    """Node 0 serves the store, and its ranks are done: the other nodes'
+    ranks may still need it (connections are made on first use, and a rank
+    leaving says so there). Keep it until their clients have gone, for up
+    to LEAVE_WAIT seconds (a rank that finds it gone as it leaves waits a
+    few seconds, not the job's deadline: lazy.py), or until a signal comes."""
+    end = time.monotonic() + LEAVE_WAIT
+    while time.monotonic() < end:
+        if server.wait_clients(0, 0.2):
+            return
+        try:
+            event = events.get_nowait()
+        except queue.Empty:
+            continue
+        if event[0] == "signal":
+            return
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -37,6 +37,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 
+from .._quiet import start_quiet
 from ..errors import RendezvousError, RendezvousTimeout
 from .store import DEFAULT_TIMEOUT, Store, _check_timeout
 
@@ -189,6 +190,8 @@ class TCPStoreServer:
         self._handshaking: deque[_Conn] = deque()
         self._ready: list[_Conn] = []  # conns with buffered requests to resume
         self._thread: threading.Thread | None = None
+        self._clients = threading.Condition()  # notified as `_authed` falls
+        self._authed = 0  # authenticated clients connected
         self._stopping = False
         self._closed = False
         self._close_lock = threading.Lock()
@@ -201,9 +204,8 @@ class TCPStoreServer:
         if self._closed:
             raise RendezvousError(f"store server {self.url} is closed")
         if self._thread is None:
-            self._thread = threading.Thread(
-                target=self._serve, name=f"gloocy-store {self.url}", daemon=True)
-            self._thread.start()
+            self._thread = start_quiet(threading.Thread(
+                target=self._serve, name=f"gloocy-store {self.url}", daemon=True))
         return self
 
     def close(self) -> None:
@@ -221,12 +223,22 @@ class TCPStoreServer:
             self._thread.join()
         for conn in list(self._conns.values()):
             self._drop(conn)
+        with self._clients:
+            self._clients.notify_all()  # wait_clients() returns
         self._ep.close()
         for s in (self._listener, self._wake_r, self._wake_w):
             s.close()
         if self._spare_fd is not None:
             os.close(self._spare_fd)
             self._spare_fd = None
+
+    def wait_clients(self, most: int, timeout: float) -> bool:
+        """Wait until at most `most` authenticated clients are connected
+        (a client that closes, or whose process ends, leaves), for up to
+        `timeout` seconds. True if they were that few in time."""
+        with self._clients:
+            return self._clients.wait_for(
+                lambda: self._authed <= most or self._closed, timeout)
 
     def __enter__(self) -> TCPStoreServer:
         return self.start()
@@ -365,6 +377,8 @@ class TCPStoreServer:
             if not hmac.compare_digest(answer, _mac(self._secret, CLIENT_LABEL, conn.nonce)):
                 raise _Malformed("authentication failed")
             conn.authed = True
+            with self._clients:
+                self._authed += 1
             self._send(conn, _mac(self._secret, SERVER_LABEL, client_nonce + conn.nonce))
             self._process(conn)
         elif conn.inbuf:
@@ -527,6 +541,10 @@ class TCPStoreServer:
             return
         conn.closed = True
         del self._conns[conn.fd]
+        if conn.authed:
+            with self._clients:
+                self._authed -= 1
+                self._clients.notify_all()
         for k in conn.missing:
             waiters = self._waiters.get(k)
             if waiters is not None:

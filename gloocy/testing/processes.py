@@ -118,6 +118,8 @@ class ProcessWorld(World):
             if link_faults:
                 self._links = LinkFaults(link_faults, size, self._lookup)
                 self.env.setdefault("GLOOCY_TRANSPORT", "tcp")
+                # the proxies stand where a rank dials the lower ones at start-up
+                self.env.setdefault("GLOOCY_CONNECT", "eager")
             self._spawn()
         except BaseException:
             self.close(timeout=2.0)
@@ -447,14 +449,28 @@ def _module_ref(fn):
     return (name, str(root))
 
 
-def _not_kept_for_life(new):
+def _not_kept_for_life(new, comm):
     """allowed() for grown(): the part of a rank's growth since the world
     formed that the world's communicator does not keep for its lifetime:
     an eventfd for each context it keeps over the shared connections (its
     own, made once a Dup shares them; where the ranks span hosts, the
-    two-level collectives' two: _hier.pxi)."""
-    efds = sorted(f for f in new.fds if f[1] == "anon_inode:[eventfd]")
-    return new._replace(fds=new.fds - set(efds[:3]))
+    two-level collectives' two: _hier.pxi), and the connections made on
+    first use, with what a transport's library holds for them where the
+    test names it (``GLOOCY_TEST_HELD_FDS=module:function``, a function
+    returning those fds: the libibverbs stand-in's, whose objects hold fds
+    where a real HCA's live in the kernel). All must be gone at close."""
+    links = comm._ctx.links.connection_fds() | _held_by_transport()
+    rest = {f for f in new.fds if f[0] not in links}
+    efds = sorted(f for f in rest if f[1] == "anon_inode:[eventfd]")
+    return new._replace(fds=rest - set(efds[:3]))
+
+
+def _held_by_transport():
+    name = os.environ.get("GLOOCY_TEST_HELD_FDS", "")
+    if not name:
+        return set()
+    module, _, fn = name.partition(":")
+    return set(getattr(importlib.import_module(module), fn)())
 
 
 def _import_main(path):
@@ -540,7 +556,7 @@ def _worker(fd):
         except BaseException as e:
             reply("err", error_payload(e))
         else:
-            reply("ok", result, grown(formed, _not_kept_for_life))
+            reply("ok", result, grown(formed, lambda new: _not_kept_for_life(new, comm)))
 
 
 # The worker's command line: the rank's end of the socket pair is argv[1].

@@ -82,6 +82,7 @@ class ThreadWorld(World):
         self._failed = False
         self._closed = False
         self._links = None
+        self._clients = [None] * size   # each rank's store client, till close()
         self._before = resources()
         self._store = HashStore(timeout=self.comm_timeout)
         open_worlds.append(self)
@@ -90,7 +91,11 @@ class ThreadWorld(World):
                 if transport != "tcp":
                     raise ValueError("link_faults need transport='tcp'")
                 self._links = LinkFaults(link_faults, size, self._lookup)
-            with _connecting, _environ({**self.env, "GLOOCY_TRANSPORT": transport}):
+            # The proxies of link faults stand between a rank and the lower
+            # ones it dials at start-up: connect eagerly then.
+            eager = {"GLOOCY_CONNECT": "eager"} if link_faults else {}
+            with _connecting, _environ({**self.env, **eager,
+                                        "GLOOCY_TRANSPORT": transport}):
                 self._connect(gloocy)
         except BaseException:
             self.close(timeout=2.0)
@@ -106,12 +111,10 @@ class ThreadWorld(World):
         def connect(comm, rank):
             store = redirected(self._store.client(), self.job,
                                self._links.redirects(rank) if self._links else {})
-            try:
-                self._comms[rank] = gloocy.connect(
-                    rank, self.size, store, secret=self._secret, job=self.job,
-                    timeout=self.comm_timeout)
-            finally:
-                store.close()
+            self._clients[rank] = store     # lazy connections need it: kept
+            self._comms[rank] = gloocy.connect(
+                rank, self.size, store, secret=self._secret, job=self.job,
+                timeout=self.comm_timeout)
         results = self._start(connect, {r: () for r in range(self.size)},
                               list(range(self.size)), self.timeout, None,
                               "start-up (gloocy.connect)", capture=False)
@@ -251,6 +254,9 @@ class ThreadWorld(World):
             if not self._threads[r].is_alive() and self._comms[r] is not None:
                 self._comms[r].Free()
         self._comms = [None] * self.size
+        for client in self._clients:
+            if client is not None:
+                client.close()
         self._store.close()
         if self in open_worlds:
             open_worlds.remove(self)

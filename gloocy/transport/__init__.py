@@ -3,6 +3,8 @@
 `connect()` authenticates one TCP connection per peer, then turns those to
 peers on the same host into shared-memory pairs (`shm`), and those to other
 hosts into RDMA pairs (`ibverbs`) where both ends have a usable device.
+Pairs are connected on first use (`connect_lazy`, see lazy.py) unless
+GLOOCY_CONNECT=eager asks for every connection at start-up (`connect`).
 GLOOCY_TRANSPORT chooses: `auto` (shared memory where the host is shared,
 else ibverbs if both ends can, else TCP), `tcp`, `shm` (every peer must be
 local) or `ibverbs` (every peer over RDMA, local ones too). GLOOCY_TCP_DEAD_S bounds how long
@@ -13,16 +15,43 @@ import os
 import time
 from typing import NamedTuple
 
-from gloocy._core import new_node_segment
+from gloocy._core import LazyPair, new_node_segment
 from gloocy.errors import RendezvousError
 from gloocy.rendezvous.address import listen_port_and_advertised
-from gloocy.transport import ibverbs, shm
+from gloocy.transport import ibverbs, lazy, shm
 from gloocy.transport._tcp import TcpPair, tcp_pair
 from gloocy.transport.handshake import connect_sockets
 
-__all__ = ["connect", "connect_by_allgather", "Mesh", "TcpPair", "TRANSPORTS"]
+__all__ = ["connect", "connect_by_allgather", "connect_lazy", "connect_mode",
+           "Mesh", "TcpPair", "TRANSPORTS"]
 
 TRANSPORTS = ("auto", "tcp", "shm", "ibverbs")
+CONNECT_MODES = ("lazy", "eager")
+
+
+def connect_mode():
+    """GLOOCY_CONNECT: `lazy` (default: a pair is connected when first
+    used) or `eager` (every pair at start-up)."""
+    name = os.environ.get("GLOOCY_CONNECT", "") or "lazy"
+    if name not in CONNECT_MODES:
+        raise ValueError(f"GLOOCY_CONNECT={name!r} is not one of "
+                         f"{', '.join(CONNECT_MODES)}")
+    return name
+
+
+def connect_lazy(store, rank, size, secret, *, host="127.0.0.1", job="",
+                 timeout=300.0, transport=None, hosts_store=False):
+    """Join the job without connecting: (a Mesh of LazyPairs and the node
+    segment's fd, if any; the Connector that connects them on first use,
+    which needs `store` until it is closed). `hosts_store`: this rank
+    serves the store (it then leaves last)."""
+    mode, dead_s = _settings(transport, rank)
+    _check_membership(store, rank, size, job, timeout, "lazy")
+    connector, node = lazy.start(store, rank, size, secret, host=host, job=job,
+                                 timeout=timeout, mode=mode, dead_s=dead_s,
+                                 hosts_store=hosts_store, **_listen())
+    pairs = [None if p == rank else LazyPair(rank, p) for p in range(size)]
+    return Mesh(pairs, node), connector
 
 
 def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
@@ -34,7 +63,7 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
     if size == 1:
         return Mesh([None], None)
     deadline = time.monotonic() + timeout
-    _check_membership(store, rank, size, job, timeout)
+    _check_membership(store, rank, size, job, timeout, "eager")
 
     def publish(address):
         store.set(f"{job}/tcp/{rank}", address.encode())
@@ -164,15 +193,19 @@ def _rdma_peers(socks, local, rank, mode, deadline):
     return {p: dev for p in ibverbs.agree(remote, rank, mode, deadline, dev)}
 
 
-def _check_membership(store, rank, size, job, timeout):
-    """Each rank is claimed once, and every rank has rank 0's world size."""
+def _check_membership(store, rank, size, job, timeout, how):
+    """Each rank is claimed once, and every rank has rank 0's world size
+    and way of connecting (`how`: GLOOCY_CONNECT)."""
     if store.add(f"{job}/claim/{rank}", 1) != 1:
         raise RendezvousError(f"rank {rank}: another process already joined "
                               f"job {job!r} as rank {rank}")
     if rank == 0:
-        store.set(f"{job}/size", str(size).encode())
+        store.set(f"{job}/size", f"{size} {how}".encode())
         return
-    theirs = int(store.get(f"{job}/size", timeout=timeout))
-    if theirs != size:
+    theirs, _, their_how = store.get(f"{job}/size", timeout=timeout).decode().partition(" ")
+    if int(theirs) != size:
         raise RendezvousError(f"rank {rank}: this process has a world of "
                               f"{size} but rank 0 has {theirs}")
+    if their_how != how:
+        raise RendezvousError(f"rank {rank}: this process has GLOOCY_CONNECT="
+                              f"{how} but rank 0 has {their_how}")

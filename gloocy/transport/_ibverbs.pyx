@@ -284,6 +284,10 @@ cdef class IbvPair(StreamPair):
             _raise_verbs("epoll_ctl", errno)
         self.sock = sock
 
+    def held_fds(self):
+        """Its epoll fd (wait_fd) and the peer's connection it watches."""
+        return StreamPair.held_fds(self) | ({self.sock} if self.sock >= 0 else set())
+
     def local_address(self):
         """What the peer needs to connect to us: (qpn, psn, lid, gid, mtu)."""
         return (self.qp.qp_num, self.qp.qp_num & 0xffffff, self.dev.lid,

@@ -14,7 +14,8 @@ import time
 
 from gloocy.errors import ProtocolError, RendezvousError
 
-__all__ = ["connect_sockets", "recv_exact"]
+__all__ = ["authenticate", "connect_sockets", "dial", "fmt", "HungUp", "job_tag",
+           "parse_addr", "read_hello", "recv_exact"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -23,14 +24,21 @@ __all__ = ["connect_sockets", "recv_exact"]
 #   connector -> HELLO: magic, version, its rank, wanted rank, size, job tag, nonce_c
 #   acceptor  -> nonce_a, HMAC(secret, "acceptor"  | HELLO | nonce_a)
 #   connector -> HMAC(secret, "connector" | HELLO | nonce_a)
-#   acceptor  -> b"\x01" (accepted)
+#   acceptor  -> b"\x01" (accepted), or b"\x02" (refused: a lazy connection
+#                the acceptor's rank is making the other way, see lazy.py)
 #
 # A connection that fails any step is closed; the job goes on without it.
 
 _HELLO = struct.Struct("<8sIiiI16s32s")
 _HELLO_MAGIC = b"GLCYHELO"
 _HELLO_VERSION = 1
-_HANDSHAKE_TIMEOUT = 5.0      # per incoming connection: a stranger can't stall us long
+HANDSHAKE_TIMEOUT = 5.0       # per incoming connection: a stranger can't stall us long
+
+
+class HungUp(ProtocolError):
+    """The listener hung up (or reset) during the handshake: with lazy
+    connections, where a listener lives as long as its process, the rank
+    dialed has left or died."""
 
 
 def _mac(secret, label, *parts):
@@ -38,55 +46,74 @@ def _mac(secret, label, *parts):
 
 
 def recv_exact(sock, n, what="the handshake"):
-    """Exactly n bytes from a blocking socket; ProtocolError if it closes."""
+    """Exactly n bytes from a blocking socket; HungUp (a ProtocolError) if
+    it closes."""
     data = bytearray()
     while len(data) < n:
         chunk = sock.recv(n - len(data))
         if not chunk:
-            raise ProtocolError(f"connection closed while reading {what}")
+            raise HungUp(f"connection closed while reading {what}")
         data += chunk
     return bytes(data)
 
 
-def _job_tag(job):
+def job_tag(job):
     return hashlib.sha256(job.encode()).digest()[:16]
 
 
-def _accept_one(sock, secret, rank, size, job):
-    """Authenticate an incoming connection; returns the peer's rank."""
+def read_hello(sock):
+    """An incoming HELLO: (its bytes, peer, wanted rank, size, job tag)."""
     hello = recv_exact(sock, _HELLO.size)
     magic, version, peer, wanted, peer_size, tag, _nonce = _HELLO.unpack(hello)
     if magic != _HELLO_MAGIC or version != _HELLO_VERSION:
         raise ProtocolError("not a gloocy handshake")
-    if wanted != rank or peer_size != size or tag != _job_tag(job):
-        raise ProtocolError(f"handshake for another job or rank ({peer}->{wanted})")
-    if not rank < peer < size:
-        raise ProtocolError(f"rank {peer} should not connect to rank {rank}")
+    return hello, peer, wanted, peer_size, tag
+
+
+def authenticate(sock, secret, hello, peer):
+    """The acceptor's half: prove we know the secret, check the dialer's
+    proof (ProtocolError if wrong). The verdict byte is the caller's."""
     nonce = secrets.token_bytes(32)
     sock.sendall(nonce + _mac(secret, b"acceptor", hello, nonce))
     proof = recv_exact(sock, 32)
     if not hmac.compare_digest(proof, _mac(secret, b"connector", hello, nonce)):
         raise ProtocolError(f"rank {peer} failed authentication")
+
+
+def _accept_one(sock, secret, rank, size, job):
+    """Authenticate an incoming connection; returns the peer's rank."""
+    hello, peer, wanted, peer_size, tag = read_hello(sock)
+    if wanted != rank or peer_size != size or tag != job_tag(job):
+        raise ProtocolError(f"handshake for another job or rank ({peer}->{wanted})")
+    if not rank < peer < size:
+        raise ProtocolError(f"rank {peer} should not connect to rank {rank}")
+    authenticate(sock, secret, hello, peer)
     sock.sendall(b"\x01")
     return peer
 
 
-def _connect_one(addr, secret, rank, peer, size, job, deadline):
-    """Connect to `peer` at (host, port) and authenticate both ways."""
+def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
+    """Connect to `peer` at (host, port) and authenticate both ways. With
+    `refusable` (lazy connections: the listener is up for the whole job),
+    ConnectionRefusedError is raised at once, and a refusal returns None."""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
             raise RendezvousError(f"rank {rank}: could not connect to rank "
-                                  f"{peer} at {_fmt(addr)} before the deadline")
+                                  f"{peer} at {fmt(addr)} before the deadline")
         try:
             sock = socket.create_connection(addr, timeout=min(left, 5.0))
             break
-        except (ConnectionRefusedError, socket.timeout, OSError):
+        except ConnectionRefusedError:
+            if refusable:
+                raise
             time.sleep(min(0.05, max(left, 0)))
-    who = f"rank {rank}: the process at {_fmt(addr)}"
+        except (socket.timeout, OSError):
+            time.sleep(min(0.05, max(left, 0)))
+    who = f"rank {rank}: the process at {fmt(addr)}"
     hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size,
-                        _job_tag(job), secrets.token_bytes(32))
-    authentic = accepted = False
+                        job_tag(job), secrets.token_bytes(32))
+    authentic = accepted = refused = False
     try:
         sock.settimeout(max(0.001, deadline - time.monotonic()))
         sock.sendall(hello)
@@ -95,18 +122,23 @@ def _connect_one(addr, secret, rank, peer, size, job, deadline):
         authentic = hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce))
         if authentic:
             sock.sendall(_mac(secret, b"connector", hello, nonce))
-            accepted = recv_exact(sock, 1) == b"\x01"
+            verdict = recv_exact(sock, 1)
+            accepted = verdict == b"\x01"
+            refused = refusable and verdict == b"\x02"
     except socket.timeout:            # a listener that stays silent
         sock.close()
         raise RendezvousError(f"{who} did not finish the handshake as rank "
                               f"{peer} before the deadline") from None
     except (OSError, ProtocolError) as e:   # it hung up or reset
         sock.close()
-        raise ProtocolError(f"{who} broke off the handshake as rank {peer} "
-                            f"({e})") from None
+        raise HungUp(f"{who} broke off the handshake as rank {peer} "
+                     f"({e})") from None
     except BaseException:
         sock.close()
         raise
+    if refused:
+        sock.close()
+        return None
     if not accepted:
         sock.close()
         raise ProtocolError(f"{who} failed authentication as rank {peer}"
@@ -115,12 +147,12 @@ def _connect_one(addr, secret, rank, peer, size, job, deadline):
     return sock
 
 
-def _fmt(addr):
+def fmt(addr):
     host, port = addr[:2]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _parse_addr(text):
+def parse_addr(text):
     host, _, port = text.rpartition(":")
     return host.strip("[]"), int(port)
 
@@ -142,9 +174,9 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
             listener.bind((host, port))
         except OSError as e:
             raise RendezvousError(f"rank {rank}: cannot listen on "
-                                  f"{_fmt((host, port))}: {e.strerror}") from None
+                                  f"{fmt((host, port))}: {e.strerror}") from None
         listener.listen(max(16, size))
-        publish(advertise or _fmt(listener.getsockname()))
+        publish(advertise or fmt(listener.getsockname()))
     except BaseException:
         listener.close()
         raise
@@ -160,9 +192,9 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
 
         def handshake(sock, addr):
             try:
-                sock.settimeout(_HANDSHAKE_TIMEOUT)
+                sock.settimeout(HANDSHAKE_TIMEOUT)
                 done.put((_accept_one(sock, secret, rank, size, job), sock,
-                          _fmt(addr)))
+                          fmt(addr)))
             except (OSError, ProtocolError, struct.error):
                 sock.close()              # a stranger; the job goes on
                 done.put(None)
@@ -207,10 +239,10 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
     acceptor.start()
     try:
         for peer in range(rank):
-            addr = _parse_addr(lookup(peer, max(deadline - time.monotonic(),
+            addr = parse_addr(lookup(peer, max(deadline - time.monotonic(),
                                                 0.001)))
-            socks[peer] = (_connect_one(addr, secret, rank, peer, size, job,
-                                        deadline), _fmt(addr))
+            socks[peer] = (dial(addr, secret, rank, peer, size, job,
+                                        deadline), fmt(addr))
         acceptor.join()
         if failure:
             raise failure[0]

@@ -97,13 +97,14 @@ def local_peers(socks, rank, mode, deadline):
     return local
 
 
-def shm_pair(sock, rank, peer, deadline, *, node=None):
+def shm_pair(sock, rank, peer, deadline, *, node=None, ring=None):
     """Turn the TCP connection `sock` to a local peer into a ShmPair (the
     TCP connection is closed); (pair, node segment fd or None). The lower
-    rank hands `node` (a node segment's fd, see _node.pxi) over too."""
+    rank hands `node` (a node segment's fd, see _node.pxi) over too, and
+    makes rings of `ring` bytes (default: ring_bytes())."""
     try:
         if rank < peer:
-            conn, memfd, ring = _offer(sock, peer, deadline, ring_bytes(), node)
+            conn, memfd, ring = _offer(sock, peer, deadline, ring or ring_bytes(), node)
         else:
             conn, memfd, ring, node = _take(sock, peer, deadline)
         try:

@@ -325,20 +325,55 @@ EXPORT int ibv_dereg_mr(struct ibv_mr *mr) {
     return 0;
 }
 
+static struct ibv_comp_channel *chans[MAX_QP];   /* for ibmock_held_fds */
+
 EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c) {
     struct ibv_comp_channel *ch = calloc(1, sizeof(*ch));
-    int p[2];
+    int p[2], i;
     if (!ch || pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0) { free(ch); return NULL; }
     ch->context = c;
     ch->fd = p[0];
     ch->refcnt = p[1];        /* the write end (the real library counts CQs here) */
+    pthread_mutex_lock(&G);
+    for (i = 0; i < MAX_QP && chans[i]; i++) {}
+    if (i < MAX_QP) chans[i] = ch;
+    pthread_mutex_unlock(&G);
     return ch;
 }
 
 EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *ch) {
+    int i;
+    pthread_mutex_lock(&G);
+    for (i = 0; i < MAX_QP; i++)
+        if (chans[i] == ch) chans[i] = NULL;
+    pthread_mutex_unlock(&G);
     close(ch->fd); close(ch->refcnt);
     free(ch);
     return 0;
+}
+
+/* Not a verb: the fds the stand-in holds for its live objects (the device,
+ * completion channels, QPs' connections, the pagemap), into out[0..max);
+ * returns how many. Where a real HCA's objects live in the kernel, these
+ * are the stand-in's: the tests' leak checks count them as the
+ * connections' (tests/ibmock/__init__.py: held_fds). */
+EXPORT int ibmock_held_fds(int *out, int max) {
+    int n = 0, i;
+#define PUT(fd) do { if ((fd) >= 0 && n < max) out[n++] = (fd); } while (0)
+    pthread_mutex_lock(&G);
+    if (opened) {
+        PUT(async_pipe[0]); PUT(async_pipe[1]); PUT(wake_fd); PUT(listen_fd);
+    }
+    PUT(mr_pages_fd());
+    for (i = 0; i < MAX_QP; i++) {
+        if (qps[i] && qps[i]->out) PUT(qps[i]->out->fd);
+        if (qps[i] && qps[i]->in) PUT(qps[i]->in->fd);
+        if (loose[i]) PUT(loose[i]->fd);
+        if (chans[i]) { PUT(chans[i]->fd); PUT(chans[i]->refcnt); }
+    }
+    pthread_mutex_unlock(&G);
+#undef PUT
+    return n;
 }
 
 EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *ctx,

@@ -124,6 +124,7 @@ void qp_fail(struct mqp *q, int first);
 struct mmr *find_mr(uint32_t key);
 void mr_pages(struct mmr *m);
 void mr_pages_close(void);
+int mr_pages_fd(void);
 int mr_allows(uint32_t key, uint64_t addr, uint64_t len, int access);
 void enqueue(struct conn *c, const struct msg *m, const void *body, const struct ibv_sge *sge, int nsge);
 void serve_held(struct mqp *q);

@@ -157,6 +157,8 @@ void mr_pages(struct mmr *m) {
     m->pfn = NULL;
 }
 
+int mr_pages_fd(void) { return pagemap_fd; }
+
 void mr_pages_close(void) {
     if (pagemap_fd >= 0) close(pagemap_fd);
     pagemap_fd = -2;

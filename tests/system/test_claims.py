@@ -10,8 +10,10 @@ real sockets and (for redis://) a real redis-server; and the bench's
 - an IPv6 mesh (GLOOCY_SOCKET_IFNAME + GLOOCY_SOCKET_FAMILY=AF_INET6);
 - the knobs GLOOCY_SPIN_US, GLOOCY_SMALL_ALLREDUCE_BYTES,
   GLOOCY_SHM_RING_BYTES and GLOOCY_SHM_CHUNK_BYTES, each by its effect;
-- the store is not used after start-up (it is shut down, then the ranks
-  work on);
+- with GLOOCY_CONNECT=eager the store is not used after start-up (it is
+  shut down, then the ranks work on); with connections made on first use
+  (the default) it lives as long as the job: rank 0, serving it, stays
+  until the others' clients have gone, however late they connect;
 - a rank refuses an impostor listening at the address it looks up.
 """
 
@@ -120,7 +122,7 @@ INIT_PROG = """
     x = np.array([rank + 1.0])
     comm.Allreduce(gloocy.IN_PLACE, x)
     host, port = store[len("tcp://"):].rsplit(":", 1)
-    try:                        # rank 0 stopped serving once the world formed
+    try:                        # connections made on first use: rank 0 serves on
         socket.create_connection((host, int(port)), timeout=5).close()
         served = True
     except OSError:
@@ -156,7 +158,10 @@ def test_init_by_hand_rank_0_serves_the_store(tmp_path):
     reps = json_lines("".join(out for _, out, _ in results))
     assert sorted(reps) == [0, 1, 2]
     for r, rep in reps.items():
-        assert (rep["size"], rep["sum"], rep["served_after"]) == (3, 6.0, False)
+        assert (rep["size"], rep["sum"], rep["served_after"]) == (3, 6.0, True)
+    # ... and stops once the job is over
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
 # -- gloocy-run --host ---------------------------------------------------------------
@@ -296,8 +301,12 @@ IPV6_PROG = """
     comm = gloocy.init()
     x = np.array([comm.rank + 1.0])
     comm.Allreduce(gloocy.IN_PLACE, x)
+    n, r = comm.size, comm.rank       # a ring both ways: every pair connected
+    comm.sendrecv(r, dest=(r + 1) % n, source=(r - 1) % n)
+    comm.sendrecv(r, dest=(r - 1) % n, source=(r + 1) % n)
+    links = comm._ctx.links
     print(json.dumps(dict(rank=comm.rank, sum=x[0], peers=[
-        p.address for p in comm._ctx.links.pairs if p is not None])))
+        links.pairs[p].address for p in links.connected])))
 """
 
 
@@ -382,14 +391,8 @@ def test_small_allreduce_bytes_moves_the_switch(world):
 def r_shm_maps(comm, nbytes):
     """The sizes of our shared-memory mappings, and large messages through
     them: a ring of Sendrecv, an Allreduce over the node segment and one
-    forced over the pairs, a Bcast."""
-    maps = {"gloocy-ring": [], "gloocy-node": []}
-    with open("/proc/self/maps") as f:
-        for line in f:
-            for name in maps:
-                if f"memfd:{name}" in line:
-                    lo, hi = line.split()[0].split("-")
-                    maps[name].append(int(hi, 16) - int(lo, 16))
+    forced over the pairs, a Bcast. (The maps are read after them: pairs
+    are connected on first use, and the ring connects all of 3 ranks.)"""
     n, r = comm.size, comm.rank
     ramp = np.arange(nbytes // 8, dtype=np.float64)
     got = np.zeros_like(ramp)
@@ -403,6 +406,13 @@ def r_shm_maps(comm, nbytes):
     b = ramp.copy() if r == 0 else np.zeros_like(ramp)
     comm.Bcast(b, root=0)
     ok.append(bool(np.array_equal(b, ramp)))
+    maps = {"gloocy-ring": [], "gloocy-node": []}
+    with open("/proc/self/maps") as f:
+        for line in f:
+            for name in maps:
+                if f"memfd:{name}" in line:
+                    lo, hi = line.split()[0].split("-")
+                    maps[name].append(int(hi, 16) - int(lo, 16))
     return maps, ok
 
 
@@ -444,7 +454,7 @@ def test_a_bad_shm_chunk_is_named(tmp_path, value):
     assert "RendezvousError" not in r.stdout + r.stderr     # not left to the peers
 
 
-# -- the store is not used after start-up ------------------------------------------
+# -- the store: not used after start-up (eager), living for the job (lazy) ----------
 
 AFTER_PROG = """
     import json, sys
@@ -465,11 +475,12 @@ AFTER_PROG = """
 """
 
 
-def test_the_store_is_not_used_after_start_up(tmp_path):
-    # Ranks meet at a store this test serves (as gloocy-run does), which is
-    # closed (its port refuses connections) once the world has formed; then
-    # collectives, new communicators, a nonblocking collective (its helper
-    # communicator is made then) and point-to-point.
+def test_eager_the_store_is_not_used_after_start_up(tmp_path):
+    # GLOOCY_CONNECT=eager: ranks meet at a store this test serves (as
+    # gloocy-run does), which is closed (its port refuses connections) once
+    # the world has formed; then collectives, new communicators, a
+    # nonblocking collective (its helper communicator is made then) and
+    # point-to-point.
     prog = script(tmp_path, AFTER_PROG)
     key = secrets.token_bytes(32)
     srv = TCPStoreServer(secret=key).start()
@@ -478,7 +489,7 @@ def test_the_store_is_not_used_after_start_up(tmp_path):
         [sys.executable, prog], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, env=clean_env(
             GLOOCY_RANK=r, GLOOCY_SIZE=n, GLOOCY_STORE=srv.url,
-            GLOOCY_SECRET=key.hex(), GLOOCY_TIMEOUT=30,
+            GLOOCY_SECRET=key.hex(), GLOOCY_TIMEOUT=30, GLOOCY_CONNECT="eager",
             GLOOCY_LAUNCHER="gloocy-run"))      # as under gloocy-run: we serve
              for r in range(n)]
     try:
@@ -504,14 +515,78 @@ def test_the_store_is_not_used_after_start_up(tmp_path):
                                sub=[q for q in range(n) if q % 2 == r % 2])
 
 
+LATE_PROG = """
+    import json, os, sys, time
+    import gloocy
+    rank, store = int(sys.argv[1]), sys.argv[2]
+    comm = gloocy.init(rank=rank, size=3, store=store, timeout=30,
+                       secret=bytes.fromhex(os.environ["TEST_SECRET"]))
+    if rank == 0:                 # done at once: leaves while the others work on
+        print(json.dumps(dict(rank=0, left=time.time())), flush=True)
+        sys.exit(0)
+    time.sleep(2)                 # then 1 and 2 connect to each other, first use
+    other = 3 - rank
+    got = comm.sendrecv(rank, dest=other, source=other)
+    print(json.dumps(dict(rank=rank, got=got, connected=comm._ctx.links.connected,
+                          done=time.time())), flush=True)
+    if rank == 2:
+        sys.stdin.readline()      # stays until the test says (no comm use)
+"""
+
+
+def test_lazy_rank_0_serves_the_store_until_the_others_leave(tmp_path):
+    # Connections made on first use need the store for the whole job: rank
+    # 0 (serving it, as under torchrun or init by hand) reaches its exit
+    # first, while ranks 1 and 2 have not connected yet; they then connect
+    # to each other through its store. Rank 0's process ends once the
+    # others' store clients have gone: after rank 2 leaves (however long it
+    # stays) and at once when a rank is killed.
+    prog = script(tmp_path, LATE_PROG)
+    key = secrets.token_hex(32)
+    for how in ("leaves", "killed"):
+        store = f"tcp://127.0.0.1:{free_port()}"
+        procs = [subprocess.Popen([sys.executable, prog, str(r), store],
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=clean_env(TEST_SECRET=key))
+                 for r in range(3)]
+        try:
+            reps = {}
+            for r in (1, 2):
+                line = procs[r].stdout.readline()
+                assert line.startswith(b"{"), (line, procs[r].stderr.read()[-3000:])
+                reps[r] = json.loads(line)
+            assert reps[1]["got"] == 2 and reps[2]["got"] == 1, reps
+            assert reps[1]["connected"] == [2] and reps[2]["connected"] == [1], reps
+            time.sleep(1.0)
+            assert procs[0].poll() is None, "rank 0 left while rank 2 still lives"
+            t = time.monotonic()
+            if how == "leaves":
+                procs[2].stdin.write(b"bye\n")
+                procs[2].stdin.flush()
+            else:
+                procs[2].kill()
+            code, out, err = finish(procs[0], timeout=30)
+            took = time.monotonic() - t
+            assert code == 0, err[-3000:]
+            assert took < 15, f"rank 0 left {took:.1f} s after the last client ({how})"
+            for r in (1, 2):
+                code, _, err = finish(procs[r])
+                assert code == (0 if r == 1 or how == "leaves" else -9), err[-3000:]
+        finally:
+            for p in procs:
+                p.kill()
+                p.wait()
+
+
 # -- a rank refuses an impostor listener ----------------------------------------------
 
 IMPOSTOR_RANK = """
     import os, sys
     import gloocy
     try:
-        gloocy.connect(1, 2, sys.argv[1], secret=bytes.fromhex(os.environ["TEST_SECRET"]),
-                       job="claims", timeout=20)
+        comm = gloocy.connect(1, 2, sys.argv[1], job="claims", timeout=20,
+                              secret=bytes.fromhex(os.environ["TEST_SECRET"]))
+        comm.Barrier()                # lazy: rank 0 is dialed here
     except Exception as e:
         print(f"{type(e).__name__}: {e}")
         sys.exit(3)
@@ -519,19 +594,24 @@ IMPOSTOR_RANK = """
 """
 
 
-def test_a_rank_refuses_an_impostor_listener(tmp_path):
+@pytest.mark.parametrize("mode", ["lazy", "eager"])
+def test_a_rank_refuses_an_impostor_listener(tmp_path, mode):
     # Rank 1 looks rank 0 up in the store and finds a process that listens
     # there but does not know the secret: it answers the hello with bytes
     # that cannot prove it. Rank 1 must raise, naming the address, and send
-    # nothing more (no proof of its own, no data).
+    # nothing more (no proof of its own, no data). Eagerly it dials at
+    # start-up; lazily at its first use of rank 0 (rank 0's go is in the
+    # store, as rank 0 would have put it).
     key = secrets.token_bytes(32)
     listener = socket.create_server(("127.0.0.1", 0))
     address = f"127.0.0.1:{listener.getsockname()[1]}"
     after = []
 
     def impostor():
-        listener.settimeout(30)
-        conn, _ = listener.accept()
+        try:
+            conn, _ = listener.accept()
+        except OSError:                             # closed: nobody came
+            return
         with conn:
             conn.settimeout(30)
             conn.recv(4096)                         # the hello
@@ -543,16 +623,22 @@ def test_a_rank_refuses_an_impostor_listener(tmp_path):
 
     t = threading.Thread(target=impostor, daemon=True)
     t.start()
-    with TCPStoreServer(secret=key) as srv, TCPStore(srv.host, srv.port, secret=key,
-                                                     timeout=10) as store:
-        store.add("claims/claim/0", 1)
-        store.set("claims/size", b"2")
-        store.set("claims/tcp/0", address.encode())
-        prog = script(tmp_path, IMPOSTOR_RANK)
-        code, out, err = finish(start([sys.executable, prog, srv.url],
-                                      clean_env(TEST_SECRET=key.hex())))
-    t.join(10)
-    listener.close()
+    try:
+        with TCPStoreServer(secret=key) as srv, TCPStore(srv.host, srv.port, secret=key,
+                                                         timeout=10) as store:
+            store.add("claims/claim/0", 1)
+            store.set("claims/size", f"2 {mode}".encode())
+            store.set("claims/tcp/0", address.encode())
+            store.set("claims/go", b"0 0 0")
+            prog = script(tmp_path, IMPOSTOR_RANK)
+            code, out, err = finish(start([sys.executable, prog, srv.url],
+                                          clean_env(TEST_SECRET=key.hex(),
+                                                    GLOOCY_CONNECT=mode)))
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)         # wakes an accept still waiting
+        listener.close()
+        t.join(30)
+    assert not t.is_alive()
     assert code == 3, (out, err[-3000:])
     assert out.startswith(("ProtocolError", "RendezvousError")), out
     assert address in out and "authentication" in out, out

@@ -26,6 +26,10 @@ PROGRAM = textwrap.dedent("""
     comm.Allreduce(MPI.IN_PLACE, x)
     n = comm.size
     ok = bool(np.array_equal(x, n * np.arange(300_000.0) + n * (n - 1) / 2))
+    for k in range(1, n):                 # every pair, connected on first use
+        got = comm.sendrecv(comm.rank, dest=(comm.rank + k) % n,
+                            source=(comm.rank - k) % n)
+        ok = ok and got == (comm.rank - k) % n
     kinds = [type(p).__name__ if p is not None else "-" for p in comm._ctx.links.pairs]
     print(comm.rank, ok, ",".join(kinds), flush=True)
 """)

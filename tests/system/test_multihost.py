@@ -165,24 +165,28 @@ DELAYED = textwrap.dedent("""
 
 
 def test_delay_through_a_proxy_stays_correct(hosts, tmp_path):
-    """Node 0's rank listens on a fixed port (GLOOCY_PORT) and publishes
-    the proxy's address instead (GLOOCY_ADVERTISE): node 1's rank reaches
-    it only through a proxy in the bridge's namespace adding 30 ms each
-    way. The store is reached directly."""
+    """Each node's rank listens on a fixed port (GLOOCY_PORT) and publishes
+    the address of a proxy in front of it instead (GLOOCY_ADVERTISE): the
+    ranks reach each other only through a proxy in the bridge's namespace
+    adding 30 ms each way, whichever of them dials (connections are made
+    on first use, by either side). The store is reached directly."""
     tag, names, addrs, _ = hosts
-    delay, rank_port, proxy_port = 0.03, 29610, 29620  # fresh namespaces: all free
+    delay, rank_port = 0.03, 29610             # fresh namespaces: all free
+    proxy_ports = (29620, 29621)               # in front of node 0's rank, node 1's
     bridge, proxy_addr = hosts[3].bridge, hosts[3].bridge_addr
     (tmp_path / "proxy.py").write_text(PROXY)
     (tmp_path / "prog.py").write_text(DELAYED)
-    proxy = subprocess.Popen(
+    proxies = [subprocess.Popen(
         ["ip", "netns", "exec", bridge, sys.executable, str(tmp_path / "proxy.py"),
-         proxy_addr, str(proxy_port), addrs[0], str(rank_port), str(delay)],
+         proxy_addr, str(port), addrs[k], str(rank_port), str(delay)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for k, port in enumerate(proxy_ports)]
     try:
-        assert proxy.stdout.readline() == "listening\n", proxy.stderr.read()
+        for proxy in proxies:
+            assert proxy.stdout.readline() == "listening\n", proxy.stderr.read()
         base = dict(os.environ, GLOOCY_SECRET="cd" * 16)
         envs = [dict(base, GLOOCY_PORT=str(rank_port),
-                     GLOOCY_ADVERTISE=f"{proxy_addr}:{proxy_port}"), base]
+                     GLOOCY_ADVERTISE=f"{proxy_addr}:{port}") for port in proxy_ports]
         procs = [subprocess.Popen(
             ["ip", "netns", "exec", ns, sys.executable, "-m", "gloocy.run",
              "--nnodes", "2", "--node-rank", str(k), "--store", f"{addrs[0]}:29557",
@@ -198,16 +202,21 @@ def test_delay_through_a_proxy_stays_correct(hosts, tmp_path):
         finally:
             for p in procs:
                 p.kill()
-        proxy.terminate()
-        to_rank0, from_rank0 = map(int, proxy.communicate(timeout=10)[0].split())
+        carried = []                           # (to its rank, from its rank) each
+        for proxy in proxies:
+            proxy.terminate()
+            carried.append(tuple(map(int, proxy.communicate(timeout=10)[0].split())))
     finally:
-        proxy.kill()
-        proxy.wait()
+        for proxy in proxies:
+            proxy.kill()
+            proxy.wait()
     lines = sorted(line.split()[:4] for line in outs)
     assert lines == [["[0]", "0", "2", "32"], ["[1]", "1", "2", "32"]]
-    # The proxy carried the mesh: for the 4 MiB allreduce alone each rank
+    # The proxies carried the mesh: for the 4 MiB allreduce alone each rank
     # must receive 4 MiB worth of the other's (incompressible) data.
-    assert to_rank0 >= 4 << 20 and from_rank0 >= 4 << 20, (to_rank0, from_rank0)
+    to_rank0 = carried[0][0] + carried[1][1]
+    from_rank0 = carried[0][1] + carried[1][0]
+    assert to_rank0 >= 4 << 20 and from_rank0 >= 4 << 20, carried
     # And delayed it: a 1-element allreduce needs the other rank's data of
     # the same round, which needs ours of the round before, so 5 rounds
     # take at least 4 one-way delays whatever the machine's speed.

@@ -280,6 +280,45 @@ def test_client_waits_for_a_late_server():
     srv.close()
 
 
+def test_wait_clients_counts_authenticated_clients_till_they_leave(server):
+    # Three clients; a stranger that never authenticates does not count. A
+    # client that closes leaves, and so does one whose process is killed.
+    clients = [client(server) for _ in range(2)]
+    for c in clients:
+        c.set("k", b"1")                  # connected and authenticated
+    child = subprocess.Popen([sys.executable, "-c", f"""
+import sys
+from gloocy.rendezvous import TCPStore
+c = TCPStore({server.host!r}, {server.port}, secret={SECRET!r}, timeout=5)
+c.set("child", b"1")
+print("in", flush=True)
+sys.stdin.read()
+"""], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    stranger = socket.create_connection((server.host, server.port))
+    try:
+        assert child.stdout.readline() == b"in\n"
+        t = time.monotonic()
+        assert server.wait_clients(2, 0.3) is False      # 3 are connected
+        assert time.monotonic() - t >= 0.25
+        clients[0].close()
+        assert server.wait_clients(2, 5.0) is True
+        child.kill()
+        child.wait()
+        # clients[1] alone: the child's went with its process, and the
+        # stranger (connected all along) never counted
+        assert server.wait_clients(1, 5.0) is True
+        assert server.wait_clients(0, 0.2) is False
+    finally:
+        stranger.close()
+        child.kill()
+        child.wait()
+        child.stdin.close()
+        child.stdout.close()
+        for c in clients:
+            c.close()
+    assert server.wait_clients(0, 5.0) is True
+
+
 def test_close_frees_the_port_and_stops_the_thread():
     srv = TCPStoreServer(secret=SECRET).start()
     port = srv.port

@@ -23,7 +23,7 @@ import pytest
 
 import gloocy
 from gloocy.rendezvous import TCPStore, TCPStoreServer
-from gloocy.transport.handshake import _HANDSHAKE_TIMEOUT
+from gloocy.transport.handshake import HANDSHAKE_TIMEOUT as _HANDSHAKE_TIMEOUT
 
 from conftest import TRANSPORT_ENV
 from gloocy.testing.processes import TEST_HOSTS, ProcessWorld as World
@@ -300,6 +300,8 @@ def test_strangers_are_refused_and_the_job_completes(tmp_path, transport):
 def test_unauthenticated_frames_after_setup_never_reach_the_job(tmp_path, transport):
     # After set-up the listeners are closed: nobody can connect at all
     # (tried while rank 0 is up, past set-up, waiting for the test's word).
+    # (Eager set-up: lazy connections keep the listener for the whole job,
+    # which authenticates every dial: see the strangers test above.)
     job = Job(tmp_path, 2, """
         comm.Barrier()
         report(ready=True)
@@ -307,7 +309,7 @@ def test_unauthenticated_frames_after_setup_never_reach_the_job(tmp_path, transp
         x = np.ones(10)
         comm.Allreduce(gloocy.IN_PLACE, x)
         report(value=float(x.sum()))
-    """, transport)
+    """, transport, env={"GLOOCY_CONNECT": "eager"})
     with job.store() as store:
         host, _, port = store.get(f"{job.job}/tcp/0", timeout=20).decode().rpartition(":")
     assert json.loads(job.procs[0].stdout.readline())["ready"]

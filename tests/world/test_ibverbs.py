@@ -20,7 +20,7 @@ import gloocy
 from gloocy.testing import RankFailure
 from gloocy.testing.processes import ProcessWorld as World
 import ibmock
-from test_shm import pair_kinds, total
+from test_shm import everyone_to_everyone, pair_kinds, total
 
 MISSING = ibmock.missing()
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"the ibverbs stand-in "
@@ -29,7 +29,10 @@ pytestmark = pytest.mark.skipif(bool(MISSING), reason=f"the ibverbs stand-in "
 
 @pytest.fixture(scope="module")
 def ib_env():
-    return {**ibmock.session_env(), "GLOOCY_TRANSPORT": "ibverbs"}
+    # Pairs are connected on first use: the stand-in's fds for them come
+    # during calls, and count as the connections' (ibmock.held_fds).
+    return {**ibmock.session_env(), "GLOOCY_TRANSPORT": "ibverbs",
+            "GLOOCY_TEST_HELD_FDS": "ibmock:held_fds"}
 
 
 @pytest.mark.parametrize("extra, expect", [
@@ -40,6 +43,8 @@ def ib_env():
 ])
 def test_each_pair_uses_the_transport_its_hosts_allow(ib_env, extra, expect):
     with World(4, env={**ib_env, **extra}) as w:
+        # every pair, connected on first use
+        assert w.run(everyone_to_everyone) == [list(range(4))] * 4
         kinds = w.run(pair_kinds)
         assert w.run(total, 200_000) == [True] * 4
     for r in range(4):
@@ -317,8 +322,18 @@ def test_beyond_the_locked_memory_limit_transfers_go_by_copies(ib_env):
 
 
 def test_a_registration_limit_below_the_slots_is_a_clear_error(ib_env):
-    for message in start_error({**ib_env, "GLOOCY_IBMOCK_MAX_MR": "1"}):
+    """The slots of a pair are registered as it is connected: at start-up
+    (GLOOCY_CONNECT=eager), or in the first call that uses it."""
+    env = {**ib_env, "GLOOCY_IBMOCK_MAX_MR": "1"}
+    for message in start_error({**env, "GLOOCY_CONNECT": "eager"}):
         assert "ibv_reg_mr" in message and "limit" in message, message
+    with World(2, env=env, timeout=30) as w:
+        with pytest.raises(RankFailure) as info:
+            w.run(total, 1000)
+    errors = info.value.errors
+    assert sorted(errors) == [0, 1], info.value
+    for e in errors.values():
+        assert "ibv_reg_mr" in e.message and "limit" in e.message, e.message
 
 
 def r_probe_then_receive(comm, n):

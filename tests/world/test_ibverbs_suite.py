@@ -24,11 +24,15 @@ LONG = os.environ.get("GLOOCY_TEST_LONG") == "1"
 TRANSPORTS = ("ibverbs", "ibmix") if LONG else ("ibverbs",)
 SMALL = {"GLOOCY_IB_RDV_BYTES": "4096", "GLOOCY_IB_SLOT_BYTES": "1024",
          "GLOOCY_IB_SLOTS": "8"}
+# Pairs are connected on first use: the stand-in's queue pairs hold sockets
+# and pipes inside the mock library, which the ranks' leak checks count as
+# the connections' (ibmock.held_fds; at close they must be gone).
+HELD = {"GLOOCY_TEST_HELD_FDS": "ibmock:held_fds"}
 if not MISSING:
     conftest.TRANSPORT_ENV.setdefault("ibverbs", {
-        **ibmock.session_env(), **SMALL, "GLOOCY_TRANSPORT": "ibverbs"})
+        **ibmock.session_env(), **SMALL, **HELD, "GLOOCY_TRANSPORT": "ibverbs"})
     conftest.TRANSPORT_ENV.setdefault("ibmix", {
-        **ibmock.session_env(), **SMALL, "GLOOCY_TEST_HOSTS": "2"})
+        **ibmock.session_env(), **SMALL, **HELD, "GLOOCY_TEST_HOSTS": "2"})
 
 import test_collectives      # noqa: E402
 import test_p2p              # noqa: E402

@@ -23,6 +23,16 @@ def pair_kinds(comm):
             for p in comm._ctx.links.pairs]
 
 
+def everyone_to_everyone(comm):
+    """A message each way between every two ranks (point to point: node
+    collectives would use no pair)."""
+    r, n = comm.rank, comm.size
+    got = [r] * n
+    for k in range(1, n):
+        got[(r - k) % n] = comm.sendrecv(r, dest=(r + k) % n, source=(r - k) % n)
+    return got
+
+
 def total(comm, n):
     x = np.full(n, comm.rank + 1.0)
     comm.Allreduce(gloocy.IN_PLACE, x)
@@ -35,12 +45,24 @@ def total(comm, n):
     ({"GLOOCY_TEST_HOSTS": "2"},
      lambda r, p: "ShmPair" if r % 2 == p % 2 else "TcpPair"),
 ])
-def test_each_pair_uses_the_transport_its_hosts_allow(env, expect):
-    with World(5, env=env) as w:
+@pytest.mark.parametrize("connect", ["eager", "lazy"])
+def test_each_pair_uses_the_transport_its_hosts_allow(env, expect, connect):
+    with World(5, env={**env, "GLOOCY_CONNECT": connect}) as w:
+        if connect == "lazy":             # every pair, connected on first use
+            assert w.run(everyone_to_everyone) == [list(range(5))] * 5
         kinds = w.run(pair_kinds)
         assert w.run(total, 100_000) == [True] * 5
     for r in range(5):
         assert kinds[r] == [None if p == r else expect(r, p) for p in range(5)]
+
+
+@pytest.fixture(autouse=True)
+def eager_unless_asked(request, monkeypatch):
+    """These tests check the shared-memory pairs made at set-up and what is
+    left behind: the full mesh (GLOOCY_CONNECT=eager), unless a test says
+    otherwise (lazy pairs: tests/world/test_lazy_connect.py)."""
+    if "connect" not in request.fixturenames:
+        monkeypatch.setenv("GLOOCY_CONNECT", "eager")
 
 
 def connect_threads(size):

@@ -195,7 +195,13 @@ def r_woken_by_a_send(comm, delay):
     """Rank 1 sends to rank 0 `delay` s into a Recv of rank 0's (asleep on
     its pairs' futex words by then). Rank 0: (what it got, CPU s, wall s);
     rank 1: (wake-ups its pair to rank 0 gave on the futex, by the socket)
-    during the send."""
+    during the send. (Pairs are connected on first use: a first message
+    from 1 to 0 connects theirs, so that rank 1 can count on it and rank 0
+    sleeps on it; rank 0's other pairs, at 3 ranks, are not connected.)"""
+    if comm.rank == 0:
+        comm.Recv(np.zeros(1), source=1)
+    elif comm.rank == 1:
+        comm.Send(np.ones(1), dest=0)
     comm.Barrier()
     if comm.rank == 1:
         pair = comm._ctx.links.pairs[0]

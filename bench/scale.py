@@ -1,0 +1,198 @@
+"""Thousands of ranks on one machine: ranks as threads spread over a few
+processes (issue 19's scale simulation).
+
+    PYTHONPATH=. python bench/scale.py -n 1024 --procs 4
+    PYTHONPATH=. python bench/scale.py -n 4096 --procs 8
+
+The parent serves a TCP store; each worker process raises its fd limit,
+starts its share of the ranks as threads, and each rank runs, timed by
+phase: start-up (gloocy.connect, lazy connections), a barrier, allreduce
+by ring and by recursive doubling, a bcast, a Split into 64 groups (with an
+allreduce in each), and Free. Ranks connect over TCP (GLOOCY_TRANSPORT=tcp:
+ranks as threads would otherwise share memory rings, 512 KiB a pair).
+Prints a markdown table: seconds per phase (the slowest rank: phases end
+with a barrier-like collective), connections per rank, store operations
+in total and per rank (at start-up and in all), and resident memory per
+rank (the processes' RSS over their ranks).
+"""
+
+import argparse
+import json
+import math
+import os
+import resource
+import secrets
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+
+PHASES = ("start-up", "barrier", "allreduce ring", "allreduce rd", "bcast",
+          "split 64", "free")
+
+
+class CountingStore:
+    """A store client that counts its operations."""
+
+    COUNTED = ("set", "get", "add", "wait", "check", "delete", "clear",
+               "compare_set")
+
+    def __init__(self, inner):
+        self.inner, self.ops = inner, 0
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in self.COUNTED:
+            return attr
+
+        def counted(*args, **kwargs):
+            self.ops += 1
+            return attr(*args, **kwargs)
+        return counted
+
+
+def rank_main(rank, size, url, secret, job, out, timeout):
+    import gloocy
+    from gloocy import rendezvous
+
+    store = CountingStore(rendezvous.connect(url, secret=secret, timeout=timeout))
+    t = {}
+    comm = None
+    try:
+        t0 = time.monotonic()
+        comm = gloocy.connect(rank, size, store, secret=secret, job=job,
+                              timeout=timeout)
+        t["start-up"] = time.monotonic() - t0
+        startup_ops = store.ops
+
+        def phase(name, fn):
+            s = time.monotonic()
+            fn()
+            t[name] = time.monotonic() - s
+
+        phase("barrier", comm.Barrier)
+        x = np.full(16, rank, dtype=np.int64)
+        phase("allreduce ring", lambda: comm.Allreduce(gloocy.IN_PLACE, x,
+                                                       algorithm="ring"))
+        assert (x == size * (size - 1) // 2).all()
+        x[:] = rank
+        phase("allreduce rd", lambda: comm.Allreduce(
+            gloocy.IN_PLACE, x, algorithm="recursive_doubling"))
+        assert (x == size * (size - 1) // 2).all()
+        y = np.arange(64, dtype=np.int64) if rank == 0 else np.zeros(64, np.int64)
+        phase("bcast", lambda: comm.Bcast(y, root=0))
+        assert (y == np.arange(64)).all()
+        conns = len(comm._ctx.links.connected)   # after barrier+allreduce+bcast
+
+        def split():
+            sub = comm.Split(rank % 64, rank)
+            z = np.ones(1)
+            sub.Allreduce(gloocy.IN_PLACE, z)
+            assert z[0] == sub.Get_size()
+            sub.Free()
+        phase("split 64", split)
+        conns_all = len(comm._ctx.links.connected)
+        s = time.monotonic()
+        comm.Free()
+        comm = None
+        t["free"] = time.monotonic() - s
+        out[rank] = dict(t=t, conns=conns, conns_all=conns_all,
+                         startup_ops=startup_ops, ops=store.ops)
+    except BaseException as e:      # noqa: B036 -- reported
+        out[rank] = dict(error=f"{type(e).__name__}: {e}")
+        if comm is not None:
+            comm.Free()
+    finally:
+        store.close()
+
+
+def worker(args):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    threading.stack_size(512 << 10)
+    os.environ["GLOOCY_TRANSPORT"] = "tcp"
+    ranks = range(args.first, args.first + args.count)
+    out = {}
+    threads = [threading.Thread(target=rank_main, daemon=True,
+                                args=(r, args.n, args.store, bytes.fromhex(args.secret),
+                                      args.job, out, args.timeout))
+               for r in ranks]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    json.dump(dict(out=out, rss=rss), sys.stdout)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, default=1024)
+    p.add_argument("--procs", type=int, default=4)
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
+    p.add_argument("--store", default="", help=argparse.SUPPRESS)
+    p.add_argument("--secret", default="", help=argparse.SUPPRESS)
+    p.add_argument("--job", default="", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return worker(args)
+
+    from gloocy.rendezvous import TCPStoreServer
+    secret = secrets.token_bytes(32)
+    server = TCPStoreServer(secret=secret).start()
+    job = "scale-" + secrets.token_hex(4)
+    per = math.ceil(args.n / args.procs)
+    t0 = time.monotonic()
+    procs = []
+    for first in range(0, args.n, per):
+        procs.append(subprocess.Popen(
+            [sys.executable, __file__, "--worker", "-n", str(args.n),
+             "--first", str(first), "--count", str(min(per, args.n - first)),
+             "--store", server.url, "--secret", secret.hex(), "--job", job,
+             "--timeout", str(args.timeout)],
+            stdout=subprocess.PIPE))
+    results, rss = {}, 0
+    for proc in procs:
+        data = json.loads(proc.communicate()[0] or b'{"out": {}, "rss": 0}')
+        results.update({int(k): v for k, v in data["out"].items()})
+        rss += data["rss"]
+    wall = time.monotonic() - t0
+    server.close()
+    errors = {r: v["error"] for r, v in results.items() if "error" in v}
+    if errors or len(results) != args.n:
+        first = sorted(errors.items())[:5]
+        print(f"FAILED: {len(errors)} ranks failed, {args.n - len(results)} "
+              f"did not report; first: {first}")
+        return 1
+    ok = list(results.values())
+    bound = 2 * math.ceil(math.log2(args.n)) + 2
+    slowest = {ph: max(v["t"][ph] for v in ok) for ph in PHASES}
+    conns = [v["conns"] for v in ok]
+    ops = [v["ops"] for v in ok]
+    sops = [v["startup_ops"] for v in ok]
+    print(f"## {args.n} ranks as threads in {len(procs)} processes "
+          f"(TCP; loaded 2-core machine)\n")
+    print("| phase | seconds (slowest rank) |\n|---|---|")
+    for ph in PHASES:
+        print(f"| {ph} | {slowest[ph]:.2f} |")
+    print(f"| start-up + barrier + allreduce (ring) | "
+          f"{slowest['start-up'] + slowest['barrier'] + slowest['allreduce ring']:.2f} |")
+    print(f"| whole run, processes included | {wall:.2f} |\n")
+    print(f"- connections per rank after barrier + allreduce + bcast: max "
+          f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
+          f"= {bound}); after the Split too: max "
+          f"{max(v['conns_all'] for v in ok)}")
+    print(f"- store operations: {sum(ops)} in total; per rank at start-up max "
+          f"{max(sops)}, in all max {max(ops)}, mean {sum(ops) / len(ops):.1f}")
+    print(f"- memory: {rss / args.n / 1024:.0f} KiB resident per rank "
+          f"({rss / 2**20:.0f} MiB over {len(procs)} processes)")
+    return 0 if max(conns) <= bound else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,595 @@
+"""Lazy connections: a pair is connected when it is first used.
+
+At start-up each rank only publishes its address and meets the others
+through a handful of store operations (`start`); every pair is a LazyPair
+(_links.pxi) until its first send or receive, which asks this rank's
+`Connector` for the real one. The Connector dials the peer, or takes the
+connection the peer dialed: every process has one `Listener` (a thread
+that accepts and authenticates, shared by the ranks living in the process)
+that hands incoming connections to the rank they are for.
+
+When both ranks of a pair dial each other at once, the lower rank's dial
+wins: a listener refuses a dial from a higher rank while its own rank is
+dialing that rank, and the refused dialer waits for the other connection,
+which its own listener accepts. So a pair is connected once.
+
+Store keys (all under the job's prefix), O(1) per rank:
+  claim/R (add)      once-only ranks         size (rank 0 sets, others get)
+  tcp/R              rank R's address        pid/R   rank R's process id
+  host/H (add)       ranks on host H         joined (add), all, go: start-up
+  opened (add), opened_all: the ranks that opened rank 0's node segment
+  bye/R              rank R left cleanly (set before its listener closes)
+  abort/R            why rank R stopped on an error (for peers dialing it later)
+  left (add)         leaving: the last one clears the job's keys (or rank 0,
+                     when it serves the store, once the others' clients left)
+"""
+
+import contextlib
+import hashlib
+import os
+import socket
+import struct
+import threading
+import time
+import weakref
+
+from gloocy._quiet import start_quiet
+from gloocy.errors import (PeerLostError, ProtocolError, RendezvousError,
+                           RendezvousTimeout)
+from gloocy.transport import handshake, ibverbs, shm
+from gloocy.transport._tcp import tcp_pair
+
+__all__ = ["Connector", "Listener", "start"]
+
+_DIALING, _ACCEPTING, _INSTALLED = "dialing", "accepting", "installed"
+_ACCEPT, _REFUSE = b"\x01", b"\x02"
+_LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
+_CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
+
+
+def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
+          port=0, advertise=None, hosts_store=False):
+    """Join the job lazily: (Connector, node segment fd or None). Every
+    rank reads O(1) keys; rank 0 waits until all have joined, then tells
+    them whether it serves the store (`hosts_store`: it must outlive the
+    others' use) and, when every rank is on its host, the node segment."""
+    deadline = time.monotonic() + timeout
+    listener = Listener.get(host, port, handshake.job_tag(job))
+    connector = Connector(store, rank, size, secret, job, mode, dead_s,
+                          timeout, listener)
+    node = None
+    try:
+        address = advertise or listener.address
+        store.set(f"{job}/tcp/{rank}", address.encode())
+        store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
+        if mode in ("auto", "shm"):
+            connector.host_key = (f"{job}/host/"
+                                  + hashlib.sha256(shm.host_identity().encode()).hexdigest()[:32])
+            store.add(connector.host_key, 1)
+        if store.add(f"{job}/joined", 1) == size:
+            store.set(f"{job}/all", b"1")
+        if rank == 0:
+            _wait_for_all(store, job, size, deadline)
+            local = (connector.host_key is not None
+                     and store.add(connector.host_key, 0) == size)
+            pid = fd = 0
+            if local:
+                node = _new_node_segment(size)
+                if node is not None:      # the others open this one via /proc
+                    connector.own_fd = os.dup(node)
+                    pid, fd = os.getpid(), connector.own_fd
+            go = (int(hosts_store), pid, fd)
+            store.set(f"{job}/go", " ".join(map(str, go)).encode())
+        else:
+            go = tuple(map(int, _wait_for_go(store, job, rank, size, deadline).split()))
+            if go[1]:
+                node = os.open(f"/proc/{go[1]}/fd/{go[2]}", os.O_RDWR | os.O_CLOEXEC)
+                # rank 0 keeps its fd open until every rank has opened it
+                if store.add(f"{job}/opened", 1) == size - 1:
+                    store.set(f"{job}/opened_all", b"1")
+        connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
+        return connector, node
+    except BaseException:
+        if node is not None:
+            os.close(node)
+        connector.close(False)
+        raise
+
+
+def _wait_for_all(store, job, size, deadline):
+    """Rank 0: until every rank has joined; at the deadline, name the ranks
+    that never published their address (O(N) reads, on failure only)."""
+    try:
+        store.get(f"{job}/all", timeout=max(deadline - time.monotonic(), 0.001))
+    except RendezvousTimeout:
+        missing = [r for r in range(1, size) if not store.check([f"{job}/tcp/{r}"])]
+        raise RendezvousError(f"rank 0: rank(s) {missing} did not join the job "
+                              "before the deadline") from None
+
+
+def _wait_for_go(store, job, rank, size, deadline):
+    """Another rank: rank 0's go (once every rank has joined). At the
+    deadline, say how many joined, and whether rank 0 is the one missing."""
+    try:
+        return store.get(f"{job}/go", timeout=max(deadline - time.monotonic(), 0.001))
+    except RendezvousTimeout:
+        pass
+    if not store.check([f"{job}/tcp/0"]):
+        why = "rank 0 never joined"
+    else:
+        joined = store.add(f"{job}/joined", 0)
+        why = f"{size - joined} of {size} ranks did not join (rank 0 names them)"
+    raise RendezvousError(f"rank {rank}: rank 0's go did not come before the "
+                          f"deadline: {why}") from None
+
+
+def _new_node_segment(size):
+    """A node segment for `size` ranks (its fd), or None if none can be made."""
+    from gloocy._core import new_node_segment
+    try:
+        return new_node_segment(size, shm.chunk_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+class Connector:
+    """One rank's lazy connections: `pair(peer)` connects now (the engine
+    calls it from a LazyPair, the links' lock held); pairs peers dialed
+    wait in `arrived()` until installed."""
+
+    def __init__(self, store, rank, size, secret, job, mode, dead_s, timeout,
+                 listener):
+        self.store, self.rank, self.size = store, rank, size
+        self.secret, self.job, self.mode, self.dead_s = secret, job, mode, dead_s
+        self.timeout = timeout
+        self.ring = shm.ring_bytes() if mode != "tcp" else None   # read at start-up
+        self.tag = handshake.job_tag(job)
+        self.cond = threading.Condition()
+        self.state = {}           # peer -> _DIALING, _ACCEPTING, _INSTALLED, a
+                                  # ready pair (dialed by the peer) or an error
+        self.ready = []           # peers whose ready pair is not installed
+        self.links = None         # set once the Context exists
+        self.host_key = None
+        self.all_local = False
+        self.own_fd = None        # rank 0: the node segment, kept for the others
+        self.owned = []           # store client, store server: closed with us
+        self.server = None        # the store server we host (rank 0), if any
+        self.store_hosted = False  # rank 0 serves the store: it leaves last
+        self.closed = False
+        self.recording = None     # the thread saying why we stopped (record_abort)
+        self.dialed = self.accepted = 0   # connections made each way
+        self._pids = {}
+        self.listener = listener
+        try:
+            listener.register(self.tag, rank, self)
+        except BaseException:
+            listener.release()
+            raise
+        # Unregistered at close(), or when dropped unclosed (links that were
+        # never closed, e.g. a Dup never freed, then collected).
+        self._unregister = weakref.finalize(self, listener.unregister, self.tag, rank)
+
+    # -- the engine's side ----------------------------------------------------
+
+    def pair(self, peer, timeout=None):
+        """The pair to `peer`, connected now (or the one it dialed)."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        with self.cond:
+            while True:
+                st = self.state.get(peer)
+                if st is None:
+                    self.state[peer] = _DIALING
+                    break
+                if st is not _ACCEPTING:
+                    return self._take(peer)
+                self._wait(peer, deadline)
+        try:
+            got = self._dial(peer, deadline)
+        except BaseException:
+            with self.cond:
+                if self._theirs_came(peer, deadline):
+                    return self._take(peer)     # it dialed us, then left
+                if self.state.get(peer) is _DIALING:
+                    del self.state[peer]
+            raise
+        if got is not None:
+            with self.cond:
+                if self._theirs_came(peer, deadline):
+                    got.close(False)            # (the stand-in of a peer that left)
+                    return self._take(peer)
+                self.state[peer] = _INSTALLED
+                self.dialed += 1
+            return got
+        with self.cond:           # refused: the peer's own dial wins
+            while self.state.get(peer) in (_DIALING, _ACCEPTING):
+                self._wait(peer, deadline)
+            return self._take(peer)
+
+    def _theirs_came(self, peer, deadline):
+        """After our dial failed, or found the peer gone (a peer that is
+        leaving breaks the lower-rank-wins rule): whether its own dial to us
+        came meanwhile (waiting for one being accepted). The lock held."""
+        try:
+            while self.state.get(peer) is _ACCEPTING:
+                self._wait(peer, deadline)
+        except RendezvousError:
+            return False
+        return peer in self.ready
+
+    def arrived(self):
+        """[(peer, pair)] of the connections peers made, to install now.
+        (A connection that failed to become a pair stays: pair(peer) raises
+        its error when the rank needs that peer.)"""
+        with self.cond:
+            got = [(p, self.state[p]) for p in self.ready
+                   if not isinstance(self.state[p], BaseException)]
+            for p, _ in got:
+                self.state[p] = _INSTALLED
+                self.ready.remove(p)
+        return got
+
+    def _take(self, peer):
+        st = self.state[peer]
+        if isinstance(st, BaseException):
+            raise st
+        if st is _INSTALLED:
+            raise RuntimeError(f"rank {self.rank}: rank {peer} is connected twice")
+        self.state[peer] = _INSTALLED
+        self.ready.remove(peer)
+        return st
+
+    def _wait(self, peer, deadline):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise RendezvousError(f"rank {self.rank}: rank {peer} did not finish "
+                                  "connecting to us before the deadline")
+        self.cond.wait(min(left, 1.0))
+
+    def _dial(self, peer, deadline):
+        """Connect to `peer`; its pair, or None if it refused (it dials us)."""
+        try:
+            text = self.store.get(f"{self.job}/tcp/{peer}",
+                                  timeout=max(deadline - time.monotonic(), 0.001))
+        except RendezvousTimeout as e:
+            raise RendezvousError(f"rank {self.rank}: rank {peer} never published "
+                                  f"its address (it did not join?): {e}") from None
+        except RendezvousError as e:   # the store is gone (it must live for the job)
+            raise RendezvousError(f"rank {self.rank}: cannot look up rank {peer}'s "
+                                  f"address to connect to it: {e}") from None
+        addr = handshake.parse_addr(text.decode())
+        address = handshake.fmt(addr)
+        try:
+            sock = handshake.dial(addr, self.secret, self.rank, peer, self.size,
+                                  self.job, deadline, refusable=True)
+        except (ConnectionRefusedError, handshake.HungUp) as e:
+            # The listener lives as long as the rank: it has left, or died.
+            # (A listener that fails authentication is a ProtocolError.)
+            return self._gone(peer, address, e)
+        if sock is None:
+            return None
+        try:
+            return build_pair(sock, address, self.rank, peer, self.mode, self.dead_s,
+                              deadline, self.ring)
+        except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
+            return self._gone(peer, address, e)
+
+    def _gone(self, peer, address, e):
+        """`peer` hung up on our dial: the pair to a peer that left (telling
+        why, if it stopped on an error first), or PeerLostError (it died)."""
+        told = self._abort_of(peer)
+        if told is not None or self._said_goodbye(peer):
+            return departed_pair(self.rank, peer, address, self.dead_s, told)
+        raise PeerLostError(f"rank {self.rank}: rank {peer} ({address}) is "
+                            f"gone ({e})", peer) from None
+
+    def _said_goodbye(self, peer):
+        """Whether `peer` left cleanly (its bye key, set before its listener
+        closed), rather than died."""
+        try:
+            return self.store.check([f"{self.job}/bye/{peer}"])
+        except (RendezvousError, OSError):
+            return False
+
+    def record_abort(self, why, code, culprit, origin):
+        """We stop on an error (fail(), _failure.pxi): say why in the store,
+        for the peers that dial us once we are gone (those that dial us
+        before are told by the links). Best effort, in a thread of its own:
+        the call that failed raises at once even where the store cannot be
+        reached (a cut link); close() waits for it, briefly."""
+        def record():
+            try:
+                with _briefly(self.store):
+                    self.store.set(f"{self.job}/abort/{self.rank}",
+                                   f"{code} {culprit} {origin} ".encode() + why)
+            except (RendezvousError, OSError, TimeoutError, ValueError):
+                pass
+        if self.recording is None and not self.closed:
+            self.recording = start_quiet(threading.Thread(
+                target=record, daemon=True, name=f"gloocy-abort-{self.rank}"))
+
+    def _abort_of(self, peer):
+        """What `peer` said in the store when it stopped on an error (why,
+        code, culprit, origin), or None."""
+        key = f"{self.job}/abort/{peer}"
+        try:
+            if not self.store.check([key]):
+                return None
+            code, culprit, origin, why = self.store.get(key, timeout=1.0).split(b" ", 3)
+            return why, int(code), int(culprit), int(origin)
+        except (RendezvousError, OSError, TimeoutError, ValueError):
+            return None
+
+    # -- the listener's side --------------------------------------------------
+
+    def incoming(self, sock, peer, hello, address):
+        """An authenticated dial from `peer` (the listener's thread): accept
+        it unless we dial the peer too and it is the higher rank."""
+        with self.cond:
+            if self.closed:       # we left: the dialer names us lost
+                sock.close()
+                return
+            st = self.state.get(peer)
+            accept = st is None or (st is _DIALING and peer < self.rank)
+            if accept:
+                self.state[peer] = _ACCEPTING
+                self.accepted += 1
+        if not accept:
+            sock.sendall(_REFUSE)
+            sock.close()
+            return
+        deadline = time.monotonic() + self.timeout
+        try:
+            sock.sendall(_ACCEPT)
+            got = build_pair(sock, address, self.rank, peer, self.mode,
+                             self.dead_s, deadline, self.ring)
+        except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
+            got = PeerLostError(f"rank {self.rank}: rank {peer} ({address}) hung "
+                                f"up while connecting to us ({e})", peer)
+        except BaseException as e:
+            got = e if isinstance(e, Exception) else RendezvousError(str(e))
+        with self.cond:
+            if self.closed and not isinstance(got, BaseException):
+                got.close(False)
+                return
+            self.state[peer] = got
+            self.ready.append(peer)
+            self.cond.notify_all()
+        links = self.links
+        if links is not None:
+            links.note_arrival()
+
+    # -- the node segment's waits ------------------------------------------------
+
+    def process_gone(self, peer):
+        """Whether rank `peer`'s process (on our host) has ended."""
+        pid = self._pids.get(peer)
+        if pid is None:
+            pid = self._pids[peer] = int(self.store.get(f"{self.job}/pid/{peer}",
+                                                        timeout=1.0))
+        if pid == os.getpid():
+            return False
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        try:
+            import select
+            return bool(select.select([fd], [], [], 0)[0])   # readable: it exited
+        finally:
+            os.close(fd)
+
+    # -- the end ------------------------------------------------------------------
+
+    def close(self, clean=True):
+        """Stop taking connections, close the pairs never installed; the
+        last rank to leave clears the job's keys; the store's host waits
+        (bounded) for the others, who may still need the store."""
+        if self.recording is not None:    # (before our own store operations)
+            self.recording.join(_CLOSE_STORE_S + 1.0)
+        if clean and not self.closed:
+            try:                  # before a dial is refused: see _said_goodbye
+                with _briefly(self.store):
+                    self.store.set(f"{self.job}/bye/{self.rank}", b"1")
+            except (RendezvousError, OSError, TimeoutError):
+                pass
+        with self.cond:
+            if self.closed:
+                return
+            self.closed = True
+            ready = [self.state[p] for p in self.ready]
+            self.ready.clear()
+            self.cond.notify_all()
+        self._unregister()
+        for pair in ready:
+            if not isinstance(pair, BaseException):
+                pair.close(False)
+        self.links = None
+        try:
+            self._give_up_node_fd(clean)
+            self._leave(clean)
+        finally:
+            for thing in self.owned:
+                thing.close()
+            self.owned = []
+
+    def _give_up_node_fd(self, clean):
+        """Rank 0: close the node segment's fd the others open through
+        /proc, once they all have (a rank slower than our whole job would
+        find it gone, or another file in its place). Bounded, and after a
+        clean end only."""
+        if self.own_fd is None:
+            return
+        try:
+            if clean:
+                self.store.get(f"{self.job}/opened_all",
+                               timeout=min(self.timeout, _LEAVE_WAIT))
+        except (RendezvousError, OSError, TimeoutError):
+            pass                  # best effort: they are told at their deadline
+        finally:
+            os.close(self.own_fd)
+            self.own_fd = None
+
+    def _leave(self, clean):
+        """Count ourselves out; the last one out clears the job's keys. When
+        rank 0 serves the store, it clears them once the other ranks' store
+        clients have gone (they may still dial, which needs the store): it
+        waits for that (bounded), after a clean end only."""
+        store, job = self.store, self.job
+        try:
+            with _briefly(store):
+                if self.server is not None:
+                    if clean:     # (our own client stays till we are done)
+                        self.server.wait_clients(1, min(self.timeout, _LEAVE_WAIT))
+                    store.clear(f"{job}/")
+                elif not self.store_hosted and store.add(f"{job}/left", 1) == self.size:
+                    store.clear(f"{job}/")
+        except (RendezvousError, OSError, TimeoutError):
+            pass                  # best effort: the job is over anyway
+
+
+@contextlib.contextmanager
+def _briefly(store):
+    """The store's operations while we leave wait _CLOSE_STORE_S at most
+    (its default timeout is the job's): a store that is gone (its host
+    left, or its link was cut) costs a rank's exit seconds, not the job's
+    deadline."""
+    before = getattr(store, "timeout", None)
+    if before is not None and before > _CLOSE_STORE_S:
+        store.timeout = _CLOSE_STORE_S
+    try:
+        yield
+    finally:
+        if before is not None:
+            store.timeout = before
+
+
+def departed_pair(rank, peer, address, dead_s, told=None):
+    """The pair to a peer that left cleanly before we ever connected to it:
+    as if it had connected, said goodbye and closed (its end of a loopback
+    connection does just that), so that calls on it behave as on a pair
+    made at start-up whose peer has left (a clean exit never fails a peer
+    still finishing calls it needs no answer to). `told`: the peer stopped
+    on an error first, (why, code, culprit, origin) as it put it in the
+    store: its end says that first, as the peer would have told us had we
+    been connected (so we name the root cause, not the peer)."""
+    from gloocy._core import say_abort_on
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        ours = socket.create_connection(server.getsockname())
+        theirs, _ = server.accept()
+    theirs = tcp_pair(theirs, peer, rank, address)
+    if told is not None:
+        say_abort_on(theirs, *told)
+    theirs.close(True)                                     # goodbye, closed
+    return tcp_pair(ours, rank, peer, address, dead_s=dead_s)
+
+
+def build_pair(sock, address, rank, peer, mode, dead_s, deadline, ring=None):
+    """The pair to `peer` over the authenticated socket (either side): shared
+    memory when on one host (unless `mode` is tcp), ibverbs where both ends
+    can, else TCP."""
+    try:
+        link = {peer: (sock, address)}
+        if peer in shm.local_peers(link, rank, "tcp" if mode == "ibverbs" else mode,
+                                   deadline):
+            return shm.shm_pair(sock, rank, peer, deadline, ring=ring)[0]
+        if mode in ("auto", "ibverbs"):
+            dev = ibverbs.require(rank) if mode == "ibverbs" else ibverbs.probe()[0]
+            if peer in ibverbs.agree(link, rank, mode, deadline, dev):
+                return ibverbs.ib_pair(sock, rank, peer, address, dev, deadline,
+                                       dead_s=dead_s)
+        return tcp_pair(sock, rank, peer, address, dead_s=dead_s)
+    except BaseException:
+        sock.close()
+        raise
+
+
+class Listener:
+    """The process's listening socket for a job's lazy connections (one per
+    job and bound address, shared by the job's ranks living in the process;
+    a process in several jobs, e.g. worlds of thread ranks, has one each, so
+    that a job's listener goes with it): a thread accepts, and each
+    connection is authenticated in a thread of its own, so that a stranger
+    that stays silent delays nobody."""
+
+    _lock = threading.Lock()
+    _open = {}                    # (host, port, job tag) -> Listener
+
+    @classmethod
+    def get(cls, host, port, tag):
+        with cls._lock:
+            listener = cls._open.get((host, port, tag))
+            if listener is None:
+                listener = cls._open[(host, port, tag)] = cls(host, port, tag)
+            listener.users += 1
+            return listener
+
+    def __init__(self, host, port, tag):
+        self.key = (host, port, tag)
+        self.users = 0
+        self.ranks = {}           # (job tag, rank) -> weak reference to its Connector
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        try:
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                self.sock.bind((host, port))
+            except OSError as e:
+                raise RendezvousError(f"cannot listen on {handshake.fmt((host, port))}: "
+                                      f"{e.strerror}") from None
+            self.sock.listen(4096)
+        except BaseException:
+            self.sock.close()
+            raise
+        self.address = handshake.fmt(self.sock.getsockname())
+        self.thread = start_quiet(threading.Thread(
+            target=self._serve, daemon=True, name=f"gloocy-listen-{self.address}"))
+
+    def register(self, tag, rank, connector):
+        with self._lock:
+            if (tag, rank) in self.ranks:
+                raise RendezvousError(f"rank {rank}: another rank {rank} of this "
+                                      "job lives in this process")
+            self.ranks[tag, rank] = weakref.ref(connector)
+
+    def unregister(self, tag, rank):
+        with self._lock:
+            self.ranks.pop((tag, rank), None)
+        self.release()
+
+    def release(self):
+        """One user (a Connector) fewer: the last one closes us."""
+        with self._lock:
+            self.users -= 1
+            if self.users > 0:
+                return
+            del self._open[self.key]
+        self.sock.shutdown(socket.SHUT_RDWR)   # wakes accept()
+        if self.thread is not threading.current_thread():   # (a finalizer may run there)
+            self.thread.join()
+        self.sock.close()
+
+    def _serve(self):
+        while True:
+            try:
+                sock, addr = self.sock.accept()
+            except OSError:
+                return                # shut down
+            start_quiet(threading.Thread(target=self._handshake, args=(sock, addr),
+                                         daemon=True))
+
+    def _handshake(self, sock, addr):
+        try:
+            sock.settimeout(handshake.HANDSHAKE_TIMEOUT)
+            hello, peer, wanted, size, tag = handshake.read_hello(sock)
+            with self._lock:
+                ref = self.ranks.get((tag, wanted))
+            connector = ref() if ref is not None else None
+            if connector is None or size != connector.size or not (
+                    0 <= peer < size and peer != wanted):
+                raise ProtocolError("a dial for no rank of ours")
+            handshake.authenticate(sock, connector.secret, hello, peer)
+            connector.incoming(sock, peer, hello, handshake.fmt(addr))
+        except (OSError, ProtocolError, struct.error):
+            sock.close()              # a stranger, or a rank that left: goes on

@@ -1,0 +1,219 @@
+"""Lazy connections (issue 19): a pair is connected on first use, once,
+over the transport that applies; start-up reads and writes O(1) store keys
+per rank; GLOOCY_CONNECT=eager keeps the full mesh."""
+
+import math
+import threading
+
+import numpy as np
+import pytest
+
+import gloocy
+from conftest import long_runs
+from gloocy.errors import PeerLostError
+from gloocy.rendezvous.hash_store import HashStore
+from gloocy.testing import World
+
+
+def connected(comm):
+    return comm._ctx.links.connected
+
+
+def dissemination_peers(rank, size):
+    """Whom a dissemination barrier of `size` touches from `rank`."""
+    peers, k = set(), 1
+    while k < size:
+        peers |= {(rank + k) % size, (rank - k) % size}
+        k <<= 1
+    return peers
+
+
+def test_nothing_is_connected_at_start_up():
+    with World(6) as w:
+        assert w.run(connected) == [[]] * 6
+
+
+def test_only_the_peers_used_are_connected():
+    def exchange(comm):
+        r = comm.Get_rank()
+        x = np.array([r], dtype=np.int64)
+        if r in (1, 4):
+            other = 5 - r
+            got = np.empty(1, dtype=np.int64)
+            comm.Sendrecv(x, other, recvbuf=got, source=other)
+            assert got[0] == other
+        return connected(comm)
+
+    with World(6) as w:
+        assert w.run(exchange) == [[], [4], [], [], [1], []]
+
+
+@pytest.mark.parametrize("kind", ["tcp", "shm"])
+def test_barrier_connects_its_own_peers_only(kind):
+    size = 12
+    with World(size, transport=kind) as w:
+        got = w.run(lambda comm: (comm.Barrier(), connected(comm))[1])
+        if kind == "shm":      # all on one host: the node segment does it
+            assert got == [[]] * size
+        else:
+            assert got == [sorted(dissemination_peers(r, size)) for r in range(size)]
+
+
+def test_both_sides_dial_at_once_connect_once():
+    """Every rank sends to every other at the same moment: both ends of
+    each pair dial; each pair ends up with one connection, data intact."""
+    size = 10
+
+    def all_to_all(comm):
+        r = comm.Get_rank()
+        send = np.arange(size, dtype=np.int64) + 100 * r
+        recv = np.empty(size, dtype=np.int64)
+        comm.Alltoall(send, recv)
+        assert list(recv) == [100 * p + r for p in range(size)]
+        c = comm._ctx.links.connector
+        return connected(comm), c.dialed, c.accepted
+
+    with World(size) as w:
+        out = w.run(all_to_all)
+    assert [o[0] for o in out] == [[p for p in range(size) if p != r]
+                                    for r in range(size)]
+    pairs = size * (size - 1) // 2
+    assert sum(o[1] for o in out) == pairs      # one dial won per pair
+    assert sum(o[2] for o in out) == pairs      # ... and one accept
+
+
+def test_any_source_receive_from_an_unconnected_peer():
+    def gather_any(comm):
+        r, n = comm.Get_rank(), comm.Get_size()
+        if r == 0:
+            got = sorted(comm.recv(source=gloocy.ANY_SOURCE) for _ in range(n - 1))
+            return got, connected(comm)
+        comm.send(r * r, dest=0)
+        return None, connected(comm)
+
+    with World(5) as w:
+        out = w.run(gather_any)
+    assert out[0] == ([1, 4, 9, 16], [1, 2, 3, 4])
+    assert [o[1] for o in out[1:]] == [[0]] * 4
+
+
+def test_peer_gone_before_it_was_ever_connected_is_named():
+    def send_to_3(comm):
+        if comm.Get_rank() == 0:
+            with pytest.raises(PeerLostError, match="rank 3") as e:
+                comm.send(1, dest=3)
+            return e.value.rank
+        return None
+
+    with World(4, comm_timeout=20.0) as w:
+        w.kill(3)
+        got = w.run(send_to_3, ranks=[0], check=False)
+    assert got == [3]
+
+
+def test_eager_knob_makes_the_full_mesh():
+    with World(5, env={"GLOOCY_CONNECT": "eager"}) as w:
+        assert w.run(connected) == [[p for p in range(5) if p != r] for r in range(5)]
+
+
+class CountingStore:
+    """A store client that counts its operations (by name)."""
+
+    def __init__(self, inner):
+        self.inner, self.ops = inner, {}
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name):
+        attr = getattr(self.inner, name)
+        if name not in ("set", "get", "add", "wait", "check", "delete",
+                        "clear", "compare_set"):
+            return attr
+
+        def counted(*args, **kwargs):
+            with self.lock:
+                self.ops[name] = self.ops.get(name, 0) + 1
+            return attr(*args, **kwargs)
+        return counted
+
+    @property
+    def total(self):
+        return sum(self.ops.values())
+
+
+@pytest.mark.parametrize("size", [16, 32])
+@pytest.mark.parametrize("kind", ["tcp", "auto"])
+def test_start_up_store_operations_are_o1_per_rank(size, kind, monkeypatch):
+    monkeypatch.setenv("GLOOCY_TRANSPORT", kind)
+    server = HashStore(timeout=30.0)
+    stores = [CountingStore(server.client()) for _ in range(size)]
+    comms = [None] * size
+    errors = []
+
+    def rank_main(r):
+        try:
+            comms[r] = gloocy.connect(r, size, stores[r], job="count",
+                                      secret=b"k" * 32, timeout=30.0)
+            comms[r].Barrier()
+            at_start = stores[r].total
+            x = np.ones(4)
+            comms[r].Allreduce(gloocy.IN_PLACE, x)
+            assert x[0] == size
+            comms[r].results = (at_start, stores[r].total, connected(comms[r]))
+        except BaseException as e:    # noqa: B036 -- shown below
+            errors.append(e)
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert not errors, errors
+        for r, comm in enumerate(comms):
+            at_start, after, peers = comm.results
+            # claim, size, address, pid, host count, joined, go (rank 0:
+            # all, host count again, go; the last to join: all)
+            assert at_start - len(peers) <= 10, (r, stores[r].ops)
+            # connecting reads one address per peer dialed, nothing else
+            assert after - at_start <= len(peers)
+            assert len(peers) <= 2 * math.ceil(math.log2(size)) + 2
+    finally:
+        for comm in comms:
+            if comm is not None:
+                comm.Free()
+        for s in stores:
+            s.close()
+        server.close()
+    # the last rank to leave cleared the job's keys
+    assert server_keys_left(server, "count/") == 0
+
+
+def server_keys_left(server, prefix):
+    client = server.client()
+    try:
+        return client.clear(prefix)
+    finally:
+        client.close()
+
+
+def test_scale_thread_world():
+    """The suite's version of bench/scale.py: 96 ranks (1024 under
+    --long), barrier, allreduce both ways, bcast: results right,
+    connections within the bound."""
+    size = 1024 if long_runs() else 96
+    bound = 2 * math.ceil(math.log2(size)) + 2
+
+    def run(comm):
+        r = comm.Get_rank()
+        comm.Barrier()
+        for algorithm in ("ring", "recursive_doubling"):
+            x = np.full(8, r, dtype=np.int64)
+            comm.Allreduce(gloocy.IN_PLACE, x, algorithm=algorithm)
+            assert (x == size * (size - 1) // 2).all()
+        y = np.arange(16, dtype=np.int64) if r == 0 else np.zeros(16, dtype=np.int64)
+        comm.Bcast(y, root=0)
+        assert (y == np.arange(16)).all()
+        return len(connected(comm))
+
+    with World(size, timeout=600.0 if long_runs() else 120.0) as w:
+        counts = w.run(run)
+    assert max(counts) <= bound, counts
