@@ -4,9 +4,11 @@
 comm_timeout=None, link_faults=None)`` (or ``World(size, ...)``, the
 default back end). The ranks meet through an in-process store
 (``HashStore``) and connect with a real transport: ``"tcp"`` (loopback
-sockets; the fastest to start), ``"shm"`` or ``"auto"`` (shared-memory
-rings between the threads). Collectives release the GIL, so the ranks run
-concurrently. A world of 8 starts in a few tens of milliseconds.
+sockets), ``"shm"`` or ``"auto"`` (shared-memory rings between the
+threads, and a node segment whose collectives need no pair: the fastest to
+start). Collectives release the GIL, so the ranks run concurrently. A
+world of 8 and its first allreduce take about 10 ms over shared memory,
+about 35 over TCP.
 
 - ``run(fn, *args)``: each call starts one thread per rank that calls
   ``fn(comm, *args)``; `fn` can be any callable (closures too) and
