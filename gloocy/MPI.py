@@ -64,7 +64,6 @@ VERSION, SUBVERSION = 4, 1
 
 
 # -- one-sided communication: windows (gloocy.rma) ----------------------------
-from gloocy.rma import WIN_NULL, Win  # noqa: E402,F401
 from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED,  # noqa: E402,F401
                                   MODE_NOCHECK, MODE_NOPRECEDE, MODE_NOPUT,
                                   MODE_NOSTORE, MODE_NOSUCCEED, WIN_BASE,
@@ -73,7 +72,27 @@ from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED,  # noqa: E402,F40
                                   WIN_FLAVOR_DYNAMIC, WIN_FLAVOR_SHARED,
                                   WIN_MODEL, WIN_SEPARATE, WIN_SIZE, WIN_UNIFIED)
 # -- MPI-IO (gloocy.mpiio) ---------------------------------------------------
-from gloocy.mpiio import FILE_NULL, File, Register_datarep  # noqa: E402,F401
+# Windows and files are loaded on first use (__getattr__ below): most
+# programs use neither, and they are a sixth of this module's import.
+_ON_FIRST_USE = {"Win": "gloocy.rma", "WIN_NULL": "gloocy.rma",
+                 "File": "gloocy.mpiio", "FILE_NULL": "gloocy.mpiio",
+                 "Register_datarep": "gloocy.mpiio"}
+
+
+def __getattr__(name):
+    where = _ON_FIRST_USE.get(name)
+    if where is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(where), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_ON_FIRST_USE))
+
+
 from gloocy.session import SESSION_NULL, Session  # noqa: E402,F401
 # MPI-IO's access modes (MPICH's numbers), for code that names them.
 MODE_CREATE, MODE_RDONLY, MODE_WRONLY, MODE_RDWR = 1, 2, 4, 8
@@ -380,8 +399,9 @@ Remove_error_string = _errors.remove_error_string
 
 # -- mpi4py's object model: sizes and handles of objects --
 
-_HANDLE_CLASSES = (Comm, Datatype, Request, Message, Op, Group, Info, Errhandler,
-                   Session, Win, File)
+def _handle_classes():
+    return (Comm, Datatype, Request, Message, Op, Group, Info, Errhandler,
+            Session, __getattr__("Win"), __getattr__("File"))
 
 
 def _sizeof(obj):
@@ -390,14 +410,14 @@ def _sizeof(obj):
     cls = obj if isinstance(obj, type) else type(obj)
     if issubclass(cls, Status):
         return 24                 # its fields: six C ints (Status.tomemory)
-    if issubclass(cls, _HANDLE_CLASSES):
+    if issubclass(cls, _handle_classes()):
         return _handles.HANDLE_SIZE
     raise TypeError(f"expecting an MPI type or instance, got {obj!r}")
 
 
 def _addressof(obj):
     """A non-zero address standing for the object's handle."""
-    if not isinstance(obj, (Status,) + _HANDLE_CLASSES):
+    if not isinstance(obj, (Status,) + _handle_classes()):
         raise TypeError(f"expecting an MPI instance, got {obj!r}")
     return id(obj)
 
@@ -406,7 +426,7 @@ def _handleof(obj):
     """The object's integer handle (a Status: its address)."""
     if isinstance(obj, Status):
         return id(obj)
-    if not isinstance(obj, _HANDLE_CLASSES):
+    if not isinstance(obj, _handle_classes()):
         raise TypeError(f"expecting an MPI instance, got {obj!r}")
     return obj.handle
 
@@ -448,3 +468,7 @@ def Wtime():
 
 def Wtick():
     return time.get_clock_info("perf_counter").resolution
+
+
+# `from gloocy.MPI import *` brings what mpi4py's does, windows and files too
+__all__ = sorted({n for n in globals() if not n.startswith("_")} | set(_ON_FIRST_USE))

@@ -15,4 +15,12 @@ point-to-point messages.
 """
 
 from gloocy.rma.constants import *  # noqa: F401,F403
-from gloocy.rma.window import WIN_NULL, Win  # noqa: F401
+
+
+def __getattr__(name):
+    # Win and WIN_NULL load the windows' machinery on first use: gloocy.MPI
+    # imports the constants at start-up, and most programs use no window.
+    if name in ("Win", "WIN_NULL"):
+        from gloocy.rma import window
+        return getattr(window, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -162,3 +162,30 @@ def test_dropin(program, n):
 def test_dropin_singleton(program):
     """No launcher at all: both sides must make a world of one by themselves."""
     _compare(program, None)
+
+
+LAZY_CHECK = """
+import sys
+from gloocy import MPI
+before = [m for m in ("gloocy.rma.window", "gloocy.mpiio.file") if m in sys.modules]
+from gloocy.rma.window import Win, WIN_NULL
+from gloocy.mpiio.file import File, FILE_NULL
+same = (MPI.Win is Win, MPI.WIN_NULL is WIN_NULL, MPI.File is File,
+        MPI.FILE_NULL is FILE_NULL, "Win" in dir(MPI), "File" in MPI.__all__)
+star = {}
+exec("from gloocy.MPI import *", star)
+print(before, same, star["Win"] is Win and star["File"] is File,
+      MPI._sizeof(MPI.Win) > 0)
+"""
+
+
+def test_windows_and_files_load_on_first_use():
+    """`from gloocy import MPI` leaves the window and file machinery unloaded
+    (most programs use neither: a sixth of the import); the first MPI.Win or
+    MPI.File loads it, and `from gloocy.MPI import *` brings both."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GLOOCY_")}
+    out = subprocess.run([sys.executable, "-c", LAZY_CHECK], env=env, timeout=60,
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "(True,", "True,", "True,", "True,", "True,",
+                                  "True)", "True", "True"], out.stdout
