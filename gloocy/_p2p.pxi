@@ -507,9 +507,12 @@ cdef int probe_stashed(Context ctx, Coll *c, Xfer *x, int source,
         # Read whatever has arrived, from every pair that may send it
         # (and put in place those peers connected to send it: lazy set-up).
         moved = install_arrivals(ctx.links) if ctx.links.arrivals else 0
-        for i in range(ctx.size):
-            if i != ctx.rank and (source < 0 or i == source):
-                moved |= (<Pair>ctx._pair_ptrs[i]).progress()
+        if source >= 0:
+            if source != ctx.rank:
+                moved |= (<Pair>ctx._pair_ptrs[source]).progress()
+        else:                         # the connected pairs (see progress_all)
+            for i in range(ctx._nconn):
+                moved |= (<Pair>ctx._conn[i]).progress()
         if moved:
             if ctx.links.nsleepers:
                 ctx.links.wake()
