@@ -27,6 +27,13 @@ _ID = struct.Struct("<8s?H")
 _ID_MAGIC = b"GLCYHOST"
 _RING = struct.Struct("<Q")
 DEFAULT_RING = 1 << 18        # small rings stay in cache (measured: bench/README.md)
+# A rank's share of its host's rings, at most: with L local ranks every pair
+# used makes L(L-1) rings (two per pair), L - 1 per rank, so each is cut to
+# RING_BUDGET / (L - 1) from L = 18 on (64 KiB at 64 local ranks, 32 KiB at
+# 128), and the host's rings stay below L x RING_BUDGET, not L^2 x 256 KiB.
+# Large messages barely mind: bench/README.md has the ping-pong measured.
+RING_BUDGET = 4 << 20
+MIN_RING = 4096
 DEFAULT_CHUNK = 1 << 18       # 2 parities x N slots stay in cache
 
 
@@ -61,14 +68,20 @@ def chunk_bytes():
     return n
 
 
-def ring_bytes():
-    """GLOOCY_SHM_RING_BYTES, rounded up to a power of two (>= 4 KiB)."""
-    text = os.environ.get("GLOOCY_SHM_RING_BYTES", str(DEFAULT_RING))
+def ring_bytes(local_ranks=2):
+    """Bytes of each direction's ring between two of `local_ranks` ranks on
+    this host: GLOOCY_SHM_RING_BYTES rounded up to a power of two (>= 4 KiB)
+    if set, else DEFAULT_RING cut to the largest power of two within
+    RING_BUDGET / (local_ranks - 1) (>= 4 KiB)."""
+    text = os.environ.get("GLOOCY_SHM_RING_BYTES", "")
+    if not text:
+        share = max(RING_BUDGET // max(local_ranks - 1, 1), MIN_RING)
+        return max(MIN_RING, min(DEFAULT_RING, 1 << (share.bit_length() - 1)))
     try:
         n = int(text)
     except ValueError:
         raise ValueError(f"GLOOCY_SHM_RING_BYTES={text!r} is not an integer") from None
-    return max(4096, 1 << (max(n, 1) - 1).bit_length())
+    return max(MIN_RING, 1 << (max(n, 1) - 1).bit_length())
 
 
 def local_peers(socks, rank, mode, deadline):
