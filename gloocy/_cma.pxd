@@ -38,7 +38,8 @@ cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
 cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
-                       const int64_t *rsizes) except -1 nogil
+                       const int64_t *rsizes, const int64_t *at,
+                       int64_t done) except -1 nogil
 # node_gatherv's rest (the root reads every block), node_scatterv's
 # (each rank reads its block from the root).
 cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,

@@ -133,7 +133,8 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             else:
                 h = _head(ctx.node, 0)
                 if cma_alltoallv(ctx, c, h + 1 + 3 * n, h + 2 + 3 * n,
-                                 h + 1 + 2 * n, ctx.node.chunk // 8, recv, roffs, rsizes):
+                                 h + 1 + 2 * n, ctx.node.chunk // 8, recv, roffs, rsizes,
+                                 theirs, room):
                     return 0
                 lo += room            # refused (every rank saw it): the slots
                 continue
