@@ -35,9 +35,10 @@ DEFAULT_RING = 1 << 18        # small rings stay in cache (measured: bench/READM
 # 128), except in a rank's first FULL_PAIRS pairs (where both ranks still
 # have one to spend: the neighbours a ring or halo exchange uses keep their
 # speed). A point-to-point message goes through the ring, so a smaller one
-# costs large messages: at N = 2 a 1 MiB ping-pong took 2-3x as long over
-# 32-64 KiB rings (bench/results/large/). Per rank at most FULL_PAIRS x 512
-# KiB + 2 x RING_BUDGET of mappings, the host's half of that: <= 6 MiB x L.
+# costs large messages: at N = 2 a 1 MiB ping-pong took 1.4-9x as long over
+# 32-64 KiB rings, on a loaded machine (bench/results/large/). Per rank at
+# most FULL_PAIRS x 512 KiB + 2 x RING_BUDGET of mappings; the host holds
+# half the sum (each pair's rings are mapped by both): <= 6 MiB x L.
 RING_BUDGET = 4 << 20
 MIN_RING = 4096
 FULL_PAIRS = 8
