@@ -88,6 +88,9 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
                 if store.add(f"{job}/opened", 1) == size - 1:
                     store.set(f"{job}/opened_all", b"1")
         connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
+        if connector.host_key is not None:    # rings sized by the ranks here
+            connector.ring = shm.ring_bytes(
+                size if connector.all_local else store.add(connector.host_key, 0))
         return connector, node
     except BaseException:
         if node is not None:
