@@ -10,6 +10,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 import gloocy
 from gloocy.testing import strategies as gst
 
+BACKEND = "threads"      # the suite's `world` fixture: thread worlds here
+
 
 # -- the code under test (what a user writes) ---------------------------------
 
@@ -56,7 +58,7 @@ def check(world, fn, shares):
     size = len(shares)
     everything = np.concatenate(shares)
     scale = 1.0 + np.abs(everything).max()
-    for mean, var in world(size, backend="threads").run_each(fn, [(s,) for s in shares]):
+    for mean, var in world(size).run_each(fn, [(s,) for s in shares]):
         assert mean == pytest.approx(everything.mean(), rel=1e-9, abs=1e-12 * scale)
         assert var == pytest.approx(everything.var(), rel=1e-9, abs=1e-9 * scale)
 
