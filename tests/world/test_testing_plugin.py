@@ -117,7 +117,9 @@ SEARCH = '''
 
 
 def falsifying(out):
-    found = re.search(r"Falsifying example: test_total\((.*?)\n\s*E?\s*\)", out, re.S)
+    # (hypothesis >= 6.16x says "Failing test case")
+    found = re.search(r"(?:Falsifying example|Failing test case): test_total\("
+                      r"(.*?)\n\s*E?\s*\)", out, re.S)
     assert found, out
     return re.sub(r"[\sE]+", "", found.group(1))
 
