@@ -370,7 +370,9 @@ class Connector:
             pid = self._pids[peer] = int(self.store.get(f"{self.job}/pid/{peer}",
                                                         timeout=1.0))
         if pid == os.getpid():
-            return False
+            # A rank thread of this process (gloocy.testing's thread worlds):
+            # gone once its connector closed (it left, or its links dropped).
+            return not self.listener.serves(self.tag, peer)
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -555,6 +557,11 @@ class Listener:
                 raise RendezvousError(f"rank {rank}: another rank {rank} of this "
                                       "job lives in this process")
             self.ranks[tag, rank] = weakref.ref(connector)
+
+    def serves(self, tag, rank):
+        """Whether rank `rank` of job `tag` is still open in this process."""
+        with self._lock:
+            return (tag, rank) in self.ranks
 
     def unregister(self, tag, rank):
         with self._lock:
