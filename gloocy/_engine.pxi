@@ -171,6 +171,8 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
     cdef int64_t left = c.deadline - now_ns()
     if left <= 0:
         return _raise_timeout(ctx, c)
+    if ctx.links.arrivals:
+        return 0                  # a peer dialed us: progress_all installs it
     if (not (ctx.links.users > 1 or ctx.links.contended
              or ctx.links.wild_head is not NULL)
             and block_on_words(ctx, c, min(POLL_SLICE_MS * 1000000, left))):
