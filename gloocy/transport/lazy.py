@@ -47,6 +47,11 @@ _ACCEPT, _REFUSE = b"\x01", b"\x02"
 _LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
 _CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
 _RETELL_S = 0.002      # how soon the listener tells a busy rank of a pair again
+# How long a dial may take to authenticate before the listener drops it.
+# Long: a silent stranger costs an fd here, no thread, and delays nobody,
+# while a rank's dial can be slow on a host loaded with thousands of ranks
+# (dropped, it would take us for dead).
+_ANSWER_S = 60.0
 
 
 def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
@@ -663,8 +668,7 @@ class Listener:
                 time.sleep(0.01)      # out of fds: the dialers retry or time out
                 return
             sock.setblocking(False)
-            d = _Dial(sock, handshake.fmt(addr),
-                      time.monotonic() + handshake.HANDSHAKE_TIMEOUT)
+            d = _Dial(sock, handshake.fmt(addr), time.monotonic() + _ANSWER_S)
             dials[d.fd] = d
             poller.register(d.fd, select.EPOLLIN)
 
