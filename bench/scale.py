@@ -60,10 +60,10 @@ def rank_main(rank, size, url, secret, job, out, timeout):
     import gloocy
     from gloocy import rendezvous
 
-    store = CountingStore(rendezvous.connect(url, secret=secret, timeout=timeout))
     t, at = {}, {}                # seconds per phase; when each ended (monotonic)
-    comm = None
+    comm = store = None
     try:
+        store = CountingStore(rendezvous.connect(url, secret=secret, timeout=timeout))
         t0 = at["begin"] = time.monotonic()
         comm = gloocy.connect(rank, size, store, secret=secret, job=job,
                               timeout=timeout)
@@ -110,7 +110,8 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         if comm is not None:
             comm.Free()
     finally:
-        store.close()
+        if store is not None:
+            store.close()
 
 
 def worker(args):

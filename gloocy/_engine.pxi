@@ -317,5 +317,14 @@ cdef int _raise_poll_error(int err) except -1 with gil:
     raise OSError(err, "poll failed")
 
 
-cdef int _check_signals() except -1 with gil:
-    return PyErr_CheckSignals()
+# Signal handlers run in the main thread only (PyErr_CheckSignals does
+# nothing in another): a rank's thread skips the GIL here, which thousands
+# of thread ranks, each waking every POLL_SLICE_MS, would fight over.
+cdef pthread_t _signal_thread = <pthread_t>threading.main_thread().ident
+
+
+cdef int _check_signals() except -1 nogil:
+    if pthread_self() != _signal_thread:
+        return 0
+    with gil:
+        return PyErr_CheckSignals()
