@@ -5,7 +5,6 @@ the higher ones).
 
 import hashlib
 import hmac
-import queue
 import secrets
 import socket
 import struct
@@ -187,6 +186,7 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
     free one) and `publish(address)` makes "host:port", or `advertise` when
     given (a forwarded address), known to the others (a store, an
     allgather...); `lookup(peer, timeout)` returns a peer's."""
+    import queue                  # (eager set-up only)
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
