@@ -161,11 +161,7 @@ def test_start_up_store_operations_are_o1_per_rank(size, kind, monkeypatch):
             comms[r].results = (at_start, stores[r].total, connected(comms[r]))
         except BaseException as e:    # noqa: B036 -- shown below
             errors.append(e)
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_threads(rank_main, size)
     try:
         assert not errors, errors
         for r, comm in enumerate(comms):
@@ -185,6 +181,15 @@ def test_start_up_store_operations_are_o1_per_rank(size, kind, monkeypatch):
         server.close()
     # the last rank to leave cleared the job's keys
     assert server_keys_left(server, "count/") == 0
+
+
+def in_threads(rank_main, size):
+    """rank_main(r) for every rank r, each in a thread of its own."""
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
 
 
 def server_keys_left(server, prefix):
@@ -271,11 +276,7 @@ def test_ranks_of_a_process_never_look_each_other_up(monkeypatch):
             comms[r].Barrier()
         except BaseException as e:    # noqa: B036 -- shown below
             errors.append(e)
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_threads(rank_main, size)
     try:
         assert not errors, errors
         assert all(connected(c) for c in comms)
