@@ -115,8 +115,6 @@ def rank_main(rank, size, url, secret, job, out, timeout):
 
 
 def worker(args):
-    if os.environ.get("SCALE_SWITCH"):
-        sys.setswitchinterval(float(os.environ["SCALE_SWITCH"]))
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     threading.stack_size(512 << 10)
