@@ -74,9 +74,20 @@ from gloocy.rma.constants import (LOCK_EXCLUSIVE, LOCK_SHARED,  # noqa: E402,F40
 # -- MPI-IO (gloocy.mpiio) ---------------------------------------------------
 # Windows and files are loaded on first use (__getattr__ below): most
 # programs use neither, and they are a sixth of this module's import.
+# So are ports and names (gloocy.dynamic) and address arithmetic
+# (gloocy.packing): every rank of a job pays for its imports at start-up.
+# name -> module, or (module, its name there)
 _ON_FIRST_USE = {"Win": "gloocy.rma", "WIN_NULL": "gloocy.rma",
                  "File": "gloocy.mpiio", "FILE_NULL": "gloocy.mpiio",
-                 "Register_datarep": "gloocy.mpiio"}
+                 "Register_datarep": "gloocy.mpiio",
+                 "Open_port": ("gloocy.dynamic", "open_port"),
+                 "Close_port": ("gloocy.dynamic", "close_port"),
+                 "Publish_name": ("gloocy.dynamic", "publish_name"),
+                 "Unpublish_name": ("gloocy.dynamic", "unpublish_name"),
+                 "Lookup_name": ("gloocy.dynamic", "lookup_name"),
+                 "Aint_add": ("gloocy.packing", "aint_add"),
+                 "Aint_diff": ("gloocy.packing", "aint_diff"),
+                 "Get_address": ("gloocy.packing", "get_address")}
 
 
 def __getattr__(name):
@@ -84,7 +95,8 @@ def __getattr__(name):
     if where is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     import importlib
-    value = getattr(importlib.import_module(where), name)
+    module, attr = where if isinstance(where, tuple) else (where, name)
+    value = getattr(importlib.import_module(module), attr)
     globals()[name] = value
     return value
 
@@ -107,7 +119,6 @@ SEEK_SET, SEEK_CUR, SEEK_END = 600, 602, 604
 from gloocy import communicator as _communicator  # noqa: E402
 from gloocy import pickling as _pickling  # noqa: E402
 from gloocy import requests as _requests  # noqa: E402
-from gloocy import dynamic as _dynamic  # noqa: E402
 from gloocy.pickling import Pickle, pickle  # noqa: E402,F401
 _pickling.on_change(_communicator._set_pickle)
 _pickling.on_change(_requests._set_pickle)
@@ -206,7 +217,9 @@ def _join():
     COMM_SELF._errhandler = ERRORS_RETURN
     _state["initialized"] = True
     _communicator.WORLD_ATTRS.update(_world_attributes())
-    _dynamic.join_parent(COMM_WORLD)    # a spawned process meets its parents
+    if "GLOOCY_PARENT_PORT" in os.environ:     # (gloocy.dynamic.ENV_PARENT)
+        from gloocy import dynamic      # a spawned process meets its parents
+        dynamic.join_parent(COMM_WORLD)
 
 
 if _rc_options()["initialize"] in (True, "yes"):
@@ -290,9 +303,6 @@ def Free_mem(mem):
     mem.release()
 
 
-from gloocy.packing import (aint_add as Aint_add,  # noqa: E402,F401
-                            aint_diff as Aint_diff,
-                            get_address as Get_address)
 
 
 def Attach_buffer(buf):
@@ -445,13 +455,8 @@ def Get_hw_resource_info():
     return Info.Create()
 
 
-# -- dynamic processes: ports and names (gloocy.dynamic; Spawn: gloocy.spawn) --
-
-Open_port = _dynamic.open_port
-Close_port = _dynamic.close_port
-Publish_name = _dynamic.publish_name
-Unpublish_name = _dynamic.unpublish_name
-Lookup_name = _dynamic.lookup_name
+# -- dynamic processes: ports and names (gloocy.dynamic, loaded on first use:
+# see _ON_FIRST_USE; Spawn: gloocy.spawn) --
 
 
 # MPICH's numbers for names gloocy has no use for, so that code naming them runs

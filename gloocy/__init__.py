@@ -24,6 +24,9 @@ from gloocy.requests import (Request, Testall, Testany, Waitall, Waitany,
                              Waitsome)
 from gloocy.ops import (AVG, BAND, BOR, BXOR, LAND, LOR, LXOR, MAX, MAXLOC,
                         MIN, MINLOC, PROD, SUM, Op)
+# (at the top: thousands of thread ranks importing it at once in _tuning
+# queue on the import lock while the first one runs its body)
+from gloocy.waiting import wait_tuning
 
 __version__ = "0.1.0"
 
@@ -72,7 +75,6 @@ def _secret_bytes(secret, job):
 def _tuning(size, local_size=None):
     """Knobs for tests and benchmarks (environment variables); how a wait
     spins and yields follows from the host (gloocy/waiting.py)."""
-    from gloocy.waiting import wait_tuning
     return dict(
         segment=_env_int("GLOOCY_SEGMENT_BYTES", 1 << 20),
         small_allreduce=_env_int("GLOOCY_SMALL_ALLREDUCE_BYTES", 1 << 16),

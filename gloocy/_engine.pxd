@@ -44,4 +44,4 @@ cdef int pause(Context ctx) except -1 nogil
 # Sleep in poll(2) for one slice (the links' lock dropped meanwhile).
 cdef int block_poll(Context ctx, Coll *c) except -1 nogil
 # Pending signals (Ctrl-C) raise, from code without the GIL.
-cdef int _check_signals() except -1 with gil
+cdef int _check_signals() except -1 nogil

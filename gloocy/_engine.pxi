@@ -171,6 +171,8 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
     cdef int64_t left = c.deadline - now_ns()
     if left <= 0:
         return _raise_timeout(ctx, c)
+    if ctx.links.arrivals:
+        return 0                  # a peer dialed us: progress_all installs it
     if (not (ctx.links.users > 1 or ctx.links.contended
              or ctx.links.wild_head is not NULL)
             and block_on_words(ctx, c, min(POLL_SLICE_MS * 1000000, left))):
@@ -315,5 +317,14 @@ cdef int _raise_poll_error(int err) except -1 with gil:
     raise OSError(err, "poll failed")
 
 
-cdef int _check_signals() except -1 with gil:
-    return PyErr_CheckSignals()
+# Signal handlers run in the main thread only (PyErr_CheckSignals does
+# nothing in another): a rank's thread skips the GIL here, which thousands
+# of thread ranks, each waking every POLL_SLICE_MS, would fight over.
+cdef pthread_t _signal_thread = <pthread_t>threading.main_thread().ident
+
+
+cdef int _check_signals() except -1 nogil:
+    if pthread_self() != _signal_thread:
+        return 0
+    with gil:
+        return PyErr_CheckSignals()

@@ -77,7 +77,7 @@ cdef class Links:
         if connector is not None:
             connector.close(clean)
 
-    def note_arrival(self):
+    def note_arrival(self, bint wait=True):
         """The connector holds a pair a peer dialed: the next progress
         installs it (a sleeper is woken: it may be an any-source receive's).
         From the listener's thread: the sleepers are read under the lock,
@@ -87,10 +87,22 @@ cdef class Links:
         so a sleeper that read it before it slept is woken, or sees it
         changed. The lock is taken without enter(): this thread is no
         rank's, and enter() finding it held (a rank waiting) would mark the
-        links as contended for good: no wait would sleep on futex words."""
+        links as contended for good: no wait would sleep on futex words.
+        Without `wait` (a listener serving many ranks must wait for none
+        of them), a lock held by another thread is not waited for: the
+        word is bumped and woken without it (only this thread writes it; a
+        sleeper sees it changed, or is woken), and False says to call
+        again soon for the sleepers in poll(2) (a rank at work holds the
+        lock; it looks at `arrivals` before it sleeps)."""
         self.arrivals = 1
-        with nogil:
-            pthread_mutex_lock(&self.lock)
+        if not wait:
+            if pthread_mutex_trylock(&self.lock) != 0:
+                self.arrived_word += 1
+                futex_wake(&self.arrived_word, MAX_SLEEPERS)
+                return False
+        else:
+            with nogil:
+                pthread_mutex_lock(&self.lock)
         try:
             if self.told is not None:
                 self._tell_arrivals()
@@ -99,6 +111,7 @@ cdef class Links:
             futex_wake(&self.arrived_word, MAX_SLEEPERS)
             self.wake()
             self.leave()
+        return True
 
     cdef int _tell_arrivals(self) except -1:
         """After a failure (poisoned: no call will install them), peers that

@@ -9,6 +9,7 @@
 
 
 cdef object _callback_failed(str which, exc):
+    import traceback              # (seldom: not imported with the module)
     traceback.print_exception(exc)
     code = exc.Get_error_class() if isinstance(exc, GloocyError) else ERR_OTHER
     return GloocyError(f"Grequest: {which} raised {type(exc).__name__}: {exc}",

@@ -39,6 +39,8 @@ cdef extern from "<pthread.h>" nogil:
     int pthread_mutex_lock(pthread_mutex_t *m)
     int pthread_mutex_trylock(pthread_mutex_t *m)
     int pthread_mutex_unlock(pthread_mutex_t *m)
+    ctypedef unsigned long pthread_t
+    pthread_t pthread_self()
 
 cdef enum:
     POLL_SLICE_MS = 100       # longest uninterrupted block: Ctrl-C latency

@@ -12,7 +12,6 @@ callback that raises fails the call with ERR_OTHER, its traceback printed
 
 import itertools
 import sys
-import traceback
 
 from gloocy.constants import KEYVAL_INVALID
 from gloocy.errors import ERR_KEYVAL, ERR_OTHER, GloocyError
@@ -57,6 +56,7 @@ def _call(fn, what, obj, keyval, value):
     try:
         return fn(obj, keyval, value)
     except BaseException as e:
+        import traceback          # (seldom: not imported with the module)
         traceback.print_exc(file=sys.stderr)
         raise GloocyError(f"the {what} callback of keyval {keyval} raised "
                           f"{type(e).__name__}: {e}", ERR_OTHER) from e

@@ -11,7 +11,6 @@ the process's environment (command, argv, host, arch, wdir...).
 """
 
 import os
-import platform
 import socket
 import sys
 
@@ -61,7 +60,7 @@ class Info(_handles.Handled):
                "argv": " ".join(args[1:]),
                "maxprocs": os.environ.get("WORLD_SIZE", "1"),
                "host": socket.gethostname(),
-               "arch": platform.machine(),
+               "arch": os.uname().machine,      # (platform.machine(), unimported)
                "wdir": os.getcwd(),
                "thread_level": "MPI_THREAD_MULTIPLE"}
         return cls.Create(env)

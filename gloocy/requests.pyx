@@ -22,7 +22,6 @@ from gloocy.status cimport Status
 import pickle
 import threading
 import time
-import traceback
 
 from gloocy import handles as _handles
 from gloocy.constants import ANY_SOURCE, ANY_TAG, UNDEFINED

@@ -46,12 +46,18 @@ ENV_VARS = (
 _print_lock = threading.Lock()  # one line at a time on the launcher's outputs
 
 
-def _die_with_launcher():
-    """In a rank, before exec: the kernel kills it if gloocy-run dies (even
-    by SIGKILL), so no rank outlives its job."""
+def _death_signal():
+    """What each rank runs before exec: the kernel kills it if gloocy-run
+    dies (even by SIGKILL), so no rank outlives its job. prctl is looked up
+    here, once: a rank's child then only calls it (no import, no dlopen
+    between its fork and its exec)."""
     import ctypes
     PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+    def die_with_launcher():
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    return die_with_launcher
 
 
 def _say(message: str) -> None:
@@ -217,6 +223,7 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
         in_main = threading.current_thread() is threading.main_thread()
         handled = (signal.SIGINT, signal.SIGTERM) if in_main else ()
         old = {s: signal.signal(s, on_signal) for s in handled}
+        die_with_launcher = _death_signal()
         try:
             for local in range(n):
                 rank = node_rank * n + local
@@ -228,7 +235,7 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
                         stdin=None if rank == 0 else subprocess.DEVNULL,
                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                         start_new_session=True,  # our signals, not the terminal's
-                        preexec_fn=_die_with_launcher)
+                        preexec_fn=die_with_launcher)
                 except OSError as e:
                     _say(f"cannot start {command[0]!r}: {e.strerror or e}")
                     result = 127 if isinstance(e, FileNotFoundError) else 126

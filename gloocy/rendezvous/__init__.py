@@ -18,22 +18,26 @@ from __future__ import annotations
 from collections.abc import Callable
 from urllib.parse import SplitResult, parse_qs, unquote, urlsplit
 
-from .file_store import FileStore
-from .hash_store import HashStore
-from .prefix_store import PrefixStore
 from .store import DEFAULT_TIMEOUT, Store
-from .tcp_store import TCPStore, TCPStoreServer
+
+# Each store's module is imported when first asked for: a rank loads only
+# the one it meets at (every rank of a job pays for its imports at start-up).
+_LAZY = {"TCPStore": "tcp_store", "TCPStoreServer": "tcp_store",
+         "HashStore": "hash_store", "FileStore": "file_store",
+         "PrefixStore": "prefix_store", "RedisStore": "redis_store"}
 
 __all__ = ["Store", "TCPStore", "TCPStoreServer", "HashStore", "FileStore",
            "RedisStore", "PrefixStore", "connect", "SCHEMES"]
 
 
 def __getattr__(name: str):
-    # RedisStore needs hiredis; import it only when asked for.
-    if name == "RedisStore":
-        from .redis_store import RedisStore
-        return RedisStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
+    value = getattr(import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 
 def _connect_tcp(url: SplitResult, secret: bytes, timeout: float) -> Store:
@@ -44,6 +48,7 @@ def _connect_tcp(url: SplitResult, secret: bytes, timeout: float) -> Store:
     if not host or port is None:
         raise ValueError(f"store url {url.geturl()!r} needs a host and a port, "
                          f"e.g. tcp://127.0.0.1:29500 or tcp://[::1]:29500")
+    from .tcp_store import TCPStore
     return TCPStore(host, port, secret=secret, timeout=timeout)
 
 
@@ -78,11 +83,13 @@ def _connect_file(url: SplitResult, secret: bytes, timeout: float) -> Store:
         raise ValueError(f"store url {url.geturl()!r} must name an absolute path "
                          f"with three slashes, e.g. file:///shared/job42")
     _query(url, set())
+    from .file_store import FileStore
     return FileStore(unquote(url.path), timeout=timeout)
 
 
 def _connect_hash(url: SplitResult, secret: bytes, timeout: float) -> Store:
     _query(url, set())
+    from .hash_store import HashStore
     return HashStore.named(unquote(url.netloc + url.path), timeout=timeout)
 
 

@@ -27,7 +27,6 @@ import errno
 import hashlib
 import hmac
 import os
-import resource
 import secrets
 import select
 import socket
@@ -47,7 +46,11 @@ MAX_FRAME = 64 << 20  # largest frame body, checked before allocating
 NONCE = 32
 CLIENT_LABEL = b"gloocy-store"
 SERVER_LABEL = b"gloocy-store-server"
-AUTH_TIMEOUT = 5.0
+# A client that has not authenticated by then is dropped. Long: one that
+# stays silent costs the server an fd, and delays nobody (one epoll loop),
+# while thousands of clients starting at once on a loaded host can take
+# seconds to answer (dropped, they failed their job's start-up).
+AUTH_TIMEOUT = 60.0
 # The least time a client gives a reply to come back: a get or wait with
 # timeout=0 looks once (the question and its answer need a round trip).
 MIN_REPLY_WAIT = 0.05
@@ -324,6 +327,7 @@ class TCPStoreServer:
         or else refuse the waiting client, if any, with the reason. True:
         accept again; False: stop for now (the listener wakes the loop when
         a client waits, or accepting is paused for a moment: no busy loop)."""
+        import resource           # (seldom needed: imported here)
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
         if hard == resource.RLIM_INFINITY or soft < hard:
             try:

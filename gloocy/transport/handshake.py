@@ -5,7 +5,6 @@ the higher ones).
 
 import hashlib
 import hmac
-import queue
 import secrets
 import socket
 import struct
@@ -14,8 +13,9 @@ import time
 
 from gloocy.errors import ProtocolError, RendezvousError
 
-__all__ = ["authenticate", "connect_sockets", "dial", "fmt", "HungUp", "job_tag",
-           "parse_addr", "read_hello", "recv_exact"]
+__all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
+           "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello", "read_hello",
+           "recv_exact"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -61,23 +61,44 @@ def job_tag(job):
     return hashlib.sha256(job.encode()).digest()[:16]
 
 
-def read_hello(sock):
-    """An incoming HELLO: (its bytes, peer, wanted rank, size, job tag)."""
-    hello = recv_exact(sock, _HELLO.size)
+HELLO_BYTES = _HELLO.size
+PROOF_BYTES = 32
+
+
+def parse_hello(hello):
+    """The fields of a HELLO's bytes: (peer, wanted rank, size, job tag);
+    ProtocolError if it is not one."""
     magic, version, peer, wanted, peer_size, tag, _nonce = _HELLO.unpack(hello)
     if magic != _HELLO_MAGIC or version != _HELLO_VERSION:
         raise ProtocolError("not a gloocy handshake")
-    return hello, peer, wanted, peer_size, tag
+    return peer, wanted, peer_size, tag
+
+
+def read_hello(sock):
+    """An incoming HELLO: (its bytes, peer, wanted rank, size, job tag)."""
+    hello = recv_exact(sock, _HELLO.size)
+    return (hello, *parse_hello(hello))
+
+
+def challenge(secret, hello):
+    """The acceptor's first answer to `hello`: (our nonce, the bytes to
+    send: the nonce and our proof that we know the secret)."""
+    nonce = secrets.token_bytes(32)
+    return nonce, nonce + _mac(secret, b"acceptor", hello, nonce)
+
+
+def check_proof(secret, hello, nonce, proof, peer):
+    """The dialer's proof that it knows the secret; ProtocolError if wrong."""
+    if not hmac.compare_digest(proof, _mac(secret, b"connector", hello, nonce)):
+        raise ProtocolError(f"rank {peer} failed authentication")
 
 
 def authenticate(sock, secret, hello, peer):
     """The acceptor's half: prove we know the secret, check the dialer's
     proof (ProtocolError if wrong). The verdict byte is the caller's."""
-    nonce = secrets.token_bytes(32)
-    sock.sendall(nonce + _mac(secret, b"acceptor", hello, nonce))
-    proof = recv_exact(sock, 32)
-    if not hmac.compare_digest(proof, _mac(secret, b"connector", hello, nonce)):
-        raise ProtocolError(f"rank {peer} failed authentication")
+    nonce, answer = challenge(secret, hello)
+    sock.sendall(answer)
+    check_proof(secret, hello, nonce, recv_exact(sock, PROOF_BYTES), peer)
 
 
 def _accept_one(sock, secret, rank, size, job):
@@ -165,6 +186,7 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
     free one) and `publish(address)` makes "host:port", or `advertise` when
     given (a forwarded address), known to the others (a store, an
     allgather...); `lookup(peer, timeout)` returns a peer's."""
+    import queue                  # (eager set-up only)
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)

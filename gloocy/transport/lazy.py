@@ -27,6 +27,7 @@ Store keys (all under the job's prefix), O(1) per rank:
 import contextlib
 import hashlib
 import os
+import select
 import socket
 import struct
 import threading
@@ -45,6 +46,12 @@ _DIALING, _ACCEPTING, _INSTALLED = "dialing", "accepting", "installed"
 _ACCEPT, _REFUSE = b"\x01", b"\x02"
 _LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
 _CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
+_RETELL_S = 0.002      # how soon the listener tells a busy rank of a pair again
+# How long a dial may take to authenticate before the listener drops it.
+# Long: a silent stranger costs an fd here, no thread, and delays nobody,
+# while a rank's dial can be slow on a host loaded with thousands of ranks
+# (dropped, it would take us for dead).
+_ANSWER_S = 60.0
 
 
 def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
@@ -59,8 +66,9 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
                           timeout, listener)
     node = None
     try:
-        address = advertise or listener.address
-        store.set(f"{job}/tcp/{rank}", address.encode())
+        address = (advertise or listener.address).encode()
+        store.set(f"{job}/tcp/{rank}", address)
+        listener.addresses[rank] = address    # (for the ranks of this process)
         store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
         if mode in ("auto", "shm"):
             connector.host_key = (f"{job}/host/"
@@ -146,6 +154,8 @@ class Connector:
         self.secret, self.job, self.mode, self.dead_s = secret, job, mode, dead_s
         self.timeout = timeout
         self.ring = shm.ring_bytes() if mode != "tcp" else None   # read at start-up
+        # what we tell a peer about our host (see shm.local_peers)
+        self.host_frame = shm.id_frame("tcp" if mode == "ibverbs" else mode)
         self.tag = handshake.job_tag(job)
         self.cond = threading.Condition()
         self.state = {}           # peer -> _DIALING, _ACCEPTING, _INSTALLED, a
@@ -250,9 +260,12 @@ class Connector:
 
     def _dial(self, peer, deadline):
         """Connect to `peer`; its pair, or None if it refused (it dials us)."""
+        text = self.listener.addresses.get(peer)
         try:
-            text = self.store.get(f"{self.job}/tcp/{peer}",
-                                  timeout=max(deadline - time.monotonic(), 0.001))
+            if text is None:
+                text = self.store.get(f"{self.job}/tcp/{peer}",
+                                      timeout=max(deadline - time.monotonic(), 0.001))
+                self.listener.addresses[peer] = text
         except RendezvousTimeout as e:
             raise RendezvousError(f"rank {self.rank}: rank {peer} never published "
                                   f"its address (it did not join?): {e}") from None
@@ -272,7 +285,7 @@ class Connector:
             return None
         try:
             return build_pair(sock, address, self.rank, peer, self.mode, self.dead_s,
-                              deadline, self.ring)
+                              deadline, self.ring, ours=self.host_frame)
         except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
             return self._gone(peer, address, e)
 
@@ -324,32 +337,43 @@ class Connector:
 
     # -- the listener's side --------------------------------------------------
 
-    def incoming(self, sock, peer, hello, address):
-        """An authenticated dial from `peer` (the listener's thread): accept
-        it unless we dial the peer too and it is the higher rank."""
+    def verdict(self, peer):
+        """An authenticated dial from `peer` (the listener's thread): True
+        to accept it, False to refuse it (we dial the peer too, and it is
+        the higher rank), None if we have left (the dialer names us lost)."""
         with self.cond:
-            if self.closed:       # we left: the dialer names us lost
-                sock.close()
-                return
+            if self.closed:
+                return None
             st = self.state.get(peer)
-            accept = st is None or (st is _DIALING and peer < self.rank)
-            if accept:
+            if st is None or (st is _DIALING and peer < self.rank):
                 self.state[peer] = _ACCEPTING
                 self.accepted += 1
-        if not accept:
-            sock.sendall(_REFUSE)
-            sock.close()
-            return
+                return True
+        return False
+
+    def finish(self, sock, peer, address, local):
+        """Make the pair of a dial we accepted (in a thread of its own:
+        shared memory and ibverbs pairs take more messages), then arrive()."""
         deadline = time.monotonic() + self.timeout
         try:
-            sock.sendall(_ACCEPT)
+            sock.setblocking(True)
             got = build_pair(sock, address, self.rank, peer, self.mode,
-                             self.dead_s, deadline, self.ring)
+                             self.dead_s, deadline, self.ring, local=local)
         except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
-            got = PeerLostError(f"rank {self.rank}: rank {peer} ({address}) hung "
-                                f"up while connecting to us ({e})", peer)
+            got = self.hung_up(peer, address, e)
         except BaseException as e:
             got = e if isinstance(e, Exception) else RendezvousError(str(e))
+        self.arrive(peer, got)
+
+    def hung_up(self, peer, address, e):
+        return PeerLostError(f"rank {self.rank}: rank {peer} ({address}) hung "
+                             f"up while connecting to us ({e})", peer)
+
+    def arrive(self, peer, got, wait=True):
+        """The pair (or the error) of a dial we accepted: installed by the
+        rank's next progress, or taken by its pair(peer). Without `wait`
+        (the listener's thread), the links to tell again soon (their lock
+        was held: see Links.note_arrival), or None."""
         with self.cond:
             if self.closed and not isinstance(got, BaseException):
                 got.close(False)
@@ -358,8 +382,9 @@ class Connector:
             self.ready.append(peer)
             self.cond.notify_all()
         links = self.links
-        if links is not None:
-            links.note_arrival()
+        if links is not None and not links.note_arrival(wait):
+            return links
+        return None
 
     # -- the node segment's waits ------------------------------------------------
 
@@ -490,14 +515,19 @@ def departed_pair(rank, peer, address, dead_s, told=None):
     return tcp_pair(ours, rank, peer, address, dead_s=dead_s)
 
 
-def build_pair(sock, address, rank, peer, mode, dead_s, deadline, ring=None):
+def build_pair(sock, address, rank, peer, mode, dead_s, deadline, ring=None, *,
+               local=None, ours=None):
     """The pair to `peer` over the authenticated socket (either side): shared
     memory when on one host (unless `mode` is tcp), ibverbs where both ends
-    can, else TCP."""
+    can, else TCP. `local`: whether the peer shares memory with us, if the
+    host ids were exchanged already; else they are now (`ours`: our id
+    frame, if made)."""
     try:
         link = {peer: (sock, address)}
-        if peer in shm.local_peers(link, rank, "tcp" if mode == "ibverbs" else mode,
-                                   deadline):
+        if local is None:
+            local = peer in shm.local_peers(link, rank, "tcp" if mode == "ibverbs"
+                                            else mode, deadline, ours)
+        if local:
             return shm.shm_pair(sock, rank, peer, deadline, ring=ring)[0]
         if mode in ("auto", "ibverbs"):
             dev = ibverbs.require(rank) if mode == "ibverbs" else ibverbs.probe()[0]
@@ -510,13 +540,38 @@ def build_pair(sock, address, rank, peer, mode, dead_s, deadline, ring=None):
         raise
 
 
+class _Dial:
+    """A dial the listener is answering: the handshake's bytes so far."""
+
+    __slots__ = ("sock", "fd", "address", "deadline", "step", "need", "buf", "hello",
+                 "nonce", "peer", "dialed", "connector", "willing", "local")
+
+    def __init__(self, sock, address, deadline):
+        self.sock, self.address, self.deadline = sock, address, deadline
+        self.fd = sock.fileno()
+        self.step, self.need, self.buf = _Listening.HELLO, handshake.HELLO_BYTES, b""
+        self.dialed = None        # the Connector of the rank dialed
+        self.connector = None     # ... once it accepted: errors are told to it
+        self.willing = self.local = False   # the dialer takes shared memory; we share it
+
+
+class _Listening:
+    """The steps of a dial's handshake at the listener, each waiting for
+    `need` bytes (handshake.py, then shm.local_peers's host ids)."""
+    HELLO, PROOF, HOST, HOST_ID = range(4)
+
+
 class Listener:
     """The process's listening socket for a job's lazy connections (one per
     job and bound address, shared by the job's ranks living in the process;
     a process in several jobs, e.g. worlds of thread ranks, has one each, so
-    that a job's listener goes with it): a thread accepts, and each
-    connection is authenticated in a thread of its own, so that a stranger
-    that stays silent delays nobody."""
+    that a job's listener goes with it). One thread answers every dial at
+    once, a step per message, without blocking (so a stranger that stays
+    silent delays nobody, and no thread is made per dial): it authenticates
+    the dialer, hands TCP pairs straight to their rank, and starts a thread
+    only for shared-memory and ibverbs pairs, which take more messages.
+    It also keeps the addresses of the job's ranks it learned (they never
+    change within a job): the ranks of a process look each up once."""
 
     _lock = threading.Lock()
     _open = {}                    # (host, port, job tag) -> Listener
@@ -534,6 +589,9 @@ class Listener:
         self.key = (host, port, tag)
         self.users = 0
         self.ranks = {}           # (job tag, rank) -> weak reference to its Connector
+        self.addresses = {}       # rank -> its address (bytes), as published
+        self.untold = set()       # Links whose lock was held when a pair came
+        self.closing = False
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -544,6 +602,7 @@ class Listener:
                 raise RendezvousError(f"cannot listen on {handshake.fmt((host, port))}: "
                                       f"{e.strerror}") from None
             self.sock.listen(4096)
+            self.sock.setblocking(False)
         except BaseException:
             self.sock.close()
             raise
@@ -575,31 +634,158 @@ class Listener:
             if self.users > 0:
                 return
             del self._open[self.key]
-        self.sock.shutdown(socket.SHUT_RDWR)   # wakes accept()
+        self.closing = True
+        self.sock.shutdown(socket.SHUT_RDWR)   # wakes the thread's poll
         if self.thread is not threading.current_thread():   # (a finalizer may run there)
             self.thread.join()
         self.sock.close()
 
     def _serve(self):
-        while True:
+        poller = select.epoll()
+        dials = {}                # fd -> _Dial
+        listen_fd = self.sock.fileno()
+        poller.register(listen_fd, select.EPOLLIN)
+        try:
+            while not self.closing:
+                soonest = min((d.deadline for d in dials.values()), default=None)
+                wait = 1.0 if soonest is None else max(0.0, soonest - time.monotonic())
+                if self.untold:
+                    wait = min(wait, _RETELL_S)
+                for fd, _ in poller.poll(min(wait, 1.0)):
+                    if fd == listen_fd:
+                        self._accept(poller, dials)
+                    elif fd in dials:
+                        self._step(poller, dials, dials[fd])
+                if self.untold:
+                    self._tell()
+                now = time.monotonic()
+                for d in [d for d in dials.values() if d.deadline <= now]:
+                    self._drop(poller, dials, d, None)
+        finally:
+            for d in list(dials.values()):
+                self._drop(poller, dials, d, handshake.HungUp("we left"))
+            poller.close()
+
+    def _accept(self, poller, dials):
+        while not self.closing:
             try:
                 sock, addr = self.sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
             except OSError:
-                return                # shut down
-            start_quiet(threading.Thread(target=self._handshake, args=(sock, addr),
-                                         daemon=True))
+                if self.closing:
+                    return
+                time.sleep(0.01)      # out of fds: the dialers retry or time out
+                return
+            sock.setblocking(False)
+            d = _Dial(sock, handshake.fmt(addr), time.monotonic() + _ANSWER_S)
+            dials[d.fd] = d
+            poller.register(d.fd, select.EPOLLIN)
 
-    def _handshake(self, sock, addr):
+    def _drop(self, poller, dials, d, why):
+        """Give up a dial: a stranger's is closed; one we accepted is told
+        to its rank, as the peer hanging up."""
+        if dials.pop(d.fd, None) is not None:
+            poller.unregister(d.fd)
+        d.sock.close()
+        c, d.connector = d.connector, None
+        if c is None:
+            return
+        if why is None:
+            why = RendezvousError(f"rank {c.rank}: rank {d.peer} ({d.address}) did "
+                                  "not finish connecting to us before the deadline")
+        elif (not isinstance(why, (RendezvousError, ProtocolError))
+              or isinstance(why, handshake.HungUp)):
+            why = c.hung_up(d.peer, d.address, why)
+        self._arrive(c, d.peer, why)    # (a refusal of shared memory is told as such)
+
+    def _step(self, poller, dials, d):
         try:
-            sock.settimeout(handshake.HANDSHAKE_TIMEOUT)
-            hello, peer, wanted, size, tag = handshake.read_hello(sock)
+            data = d.sock.recv(d.need - len(d.buf))
+            if not data:
+                raise handshake.HungUp("connection closed during the handshake")
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError as e:
+            return self._drop(poller, dials, d, e)
+        d.buf += data
+        if len(d.buf) < d.need:
+            return
+        got, d.buf = d.buf, b""
+        try:
+            self._on(d, got)
+        except (OSError, ProtocolError, RendezvousError, struct.error) as e:
+            return self._drop(poller, dials, d, e)
+        if d.step is None:        # done: the socket is its pair's, or closed
+            del dials[d.fd]
+            poller.unregister(d.fd)
+            self._hand_over(d)
+
+    def _on(self, d, got):
+        """The next message of dial `d` has come: answer it."""
+        if d.step == _Listening.HELLO:
+            d.peer, wanted, size, tag = handshake.parse_hello(got)
             with self._lock:
                 ref = self.ranks.get((tag, wanted))
             connector = ref() if ref is not None else None
             if connector is None or size != connector.size or not (
-                    0 <= peer < size and peer != wanted):
+                    0 <= d.peer < size and d.peer != wanted):
                 raise ProtocolError("a dial for no rank of ours")
-            handshake.authenticate(sock, connector.secret, hello, peer)
-            connector.incoming(sock, peer, hello, handshake.fmt(addr))
-        except (OSError, ProtocolError, struct.error):
-            sock.close()              # a stranger, or a rank that left: goes on
+            d.hello, d.dialed = got, connector
+            d.nonce, answer = handshake.challenge(connector.secret, got)
+            d.sock.sendall(answer)
+            d.step, d.need = _Listening.PROOF, handshake.PROOF_BYTES
+        elif d.step == _Listening.PROOF:
+            connector = d.dialed
+            handshake.check_proof(connector.secret, d.hello, d.nonce, got, d.peer)
+            verdict = connector.verdict(d.peer)
+            if not verdict:       # refused (it waits for our rank's dial) or left
+                if verdict is False:
+                    d.sock.sendall(_REFUSE)
+                d.step = None     # (_hand_over closes it)
+                return
+            d.connector = connector
+            d.deadline = time.monotonic() + connector.timeout   # as the dialer's
+            d.sock.sendall(_ACCEPT + connector.host_frame)
+            d.step, d.need = _Listening.HOST, shm.ID_HEADER_BYTES
+        elif d.step == _Listening.HOST:
+            d.willing, n = shm.id_length(got, d.connector.rank, d.peer, d.address)
+            d.step, d.need = _Listening.HOST_ID, n
+            if n == 0:
+                self._on(d, b"")
+        else:
+            c = d.connector
+            mode = "tcp" if c.mode == "ibverbs" else c.mode
+            d.local = shm.is_local(c.host_frame, got, d.willing, mode, c.rank,
+                                   d.peer, d.address)
+            d.step = None
+
+    def _hand_over(self, d):
+        """A dial answered to the end: its pair to its rank (TCP at once;
+        shared memory and ibverbs in a thread, as they take more messages)."""
+        c, local = d.connector, d.local
+        if c is None:             # refused
+            d.sock.close()
+            return
+        d.connector = None
+        if local or c.mode in ("auto", "ibverbs"):
+            start_quiet(threading.Thread(target=c.finish, daemon=True,
+                                         args=(d.sock, d.peer, d.address, local)))
+            return
+        try:
+            got = tcp_pair(d.sock, c.rank, d.peer, d.address, dead_s=c.dead_s)
+        except OSError as e:
+            d.sock.close()
+            got = c.hung_up(d.peer, d.address, e)
+        self._arrive(c, d.peer, got)
+
+    def _arrive(self, connector, peer, got):
+        links = connector.arrive(peer, got, wait=False)
+        if links is not None:
+            self.untold.add(links)
+
+    def _tell(self):
+        """Tell the links whose lock was held of their arrivals, again."""
+        for links in list(self.untold):
+            if links.closed or links.note_arrival(False):
+                self.untold.discard(links)

@@ -21,8 +21,8 @@ from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport._shm import ShmPair, segment_bytes
 from gloocy.transport.handshake import recv_exact
 
-__all__ = ["host_identity", "local_peers", "shm_pair", "ring_bytes",
-           "chunk_bytes"]
+__all__ = ["host_identity", "id_frame", "id_length", "is_local", "local_peers",
+           "shm_pair", "ring_bytes", "chunk_bytes"]
 
 _ID = struct.Struct("<8s?H")
 _ID_MAGIC = b"GLCYHOST"
@@ -101,29 +101,58 @@ def ring_bytes(local_ranks=2):
     return max(MIN_RING, 1 << (max(n, 1) - 1).bit_length())
 
 
-def local_peers(socks, rank, mode, deadline):
+def id_frame(mode, me=None):
+    """What we tell a peer about our host: its identity (`me`, default
+    host_identity()) and whether we take shared memory under
+    GLOOCY_TRANSPORT `mode`."""
+    me = (me or host_identity()).encode()
+    return _ID.pack(_ID_MAGIC, mode != "tcp", len(me)) + me
+
+
+ID_HEADER_BYTES = _ID.size
+
+
+def id_length(header, rank, peer, address):
+    """(whether the peer takes shared memory, the length of its host id)
+    from the header of its id frame."""
+    magic, willing, n = _ID.unpack(header)
+    if magic != _ID_MAGIC:
+        raise ProtocolError(f"rank {rank}: rank {peer} ({address}) sent "
+                            "no host identity")
+    return willing, n
+
+
+def is_local(ours, theirs, theirs_willing, mode, rank, peer, address):
+    """Whether to reach `peer` through shared memory, from our id frame and
+    the peer's host id and willingness (RendezvousError where `mode` is
+    shm and we cannot)."""
+    magic, willing, n = _ID.unpack_from(ours)
+    if theirs == ours[_ID.size:] and willing and theirs_willing:
+        return True
+    if mode == "shm":
+        why = ("is on another host" if theirs != ours[_ID.size:]
+               else "refuses shared memory (its GLOOCY_TRANSPORT is tcp)")
+        raise RendezvousError(f"rank {rank}: GLOOCY_TRANSPORT=shm, but rank "
+                              f"{peer} ({address}) {why}")
+    return False
+
+
+def local_peers(socks, rank, mode, deadline, ours=None):
     """The peers (of {peer: (socket, address)}) to reach through shared
-    memory under GLOOCY_TRANSPORT `mode` (auto, tcp or shm)."""
-    me = host_identity().encode()
-    willing = mode != "tcp"
+    memory under GLOOCY_TRANSPORT `mode` (auto, tcp or shm); `ours`: our
+    id frame, if made already."""
+    ours = ours or id_frame(mode)
     for sock, _ in socks.values():
         sock.settimeout(max(0.001, deadline - time.monotonic()))
-        sock.sendall(_ID.pack(_ID_MAGIC, willing, len(me)) + me)
+        sock.sendall(ours)
     local = set()
     for peer, (sock, address) in sorted(socks.items()):
         sock.settimeout(max(0.001, deadline - time.monotonic()))
-        magic, theirs_willing, n = _ID.unpack(recv_exact(sock, _ID.size, "a host id"))
-        if magic != _ID_MAGIC:
-            raise ProtocolError(f"rank {rank}: rank {peer} ({address}) sent "
-                                "no host identity")
+        willing, n = id_length(recv_exact(sock, _ID.size, "a host id"), rank, peer,
+                               address)
         theirs = recv_exact(sock, n, "a host id")
-        if theirs == me and willing and theirs_willing:
+        if is_local(ours, theirs, willing, mode, rank, peer, address):
             local.add(peer)
-        elif mode == "shm":
-            why = ("is on another host" if theirs != me
-                   else "refuses shared memory (its GLOOCY_TRANSPORT is tcp)")
-            raise RendezvousError(f"rank {rank}: GLOOCY_TRANSPORT=shm, but rank "
-                                  f"{peer} ({address}) {why}")
     return local
 
 

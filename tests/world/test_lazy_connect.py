@@ -161,11 +161,7 @@ def test_start_up_store_operations_are_o1_per_rank(size, kind, monkeypatch):
             comms[r].results = (at_start, stores[r].total, connected(comms[r]))
         except BaseException as e:    # noqa: B036 -- shown below
             errors.append(e)
-    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
+    in_threads(rank_main, size)
     try:
         assert not errors, errors
         for r, comm in enumerate(comms):
@@ -185,6 +181,15 @@ def test_start_up_store_operations_are_o1_per_rank(size, kind, monkeypatch):
         server.close()
     # the last rank to leave cleared the job's keys
     assert server_keys_left(server, "count/") == 0
+
+
+def in_threads(rank_main, size):
+    """rank_main(r) for every rank r, each in a thread of its own."""
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
 
 
 def server_keys_left(server, prefix):
@@ -217,3 +222,69 @@ def test_scale_thread_world():
     with World(size, timeout=600.0 if long_runs() else 120.0) as w:
         counts = w.run(run)
     assert max(counts) <= bound, counts
+
+
+def test_dials_are_answered_without_a_thread_each(monkeypatch):
+    """A process's listener answers every dial in its one thread: over TCP
+    no thread is started for a connection (a barrier of 12 makes dozens)."""
+    started = []
+    real_start = threading.Thread.start
+
+    def start(thread):
+        started.append(getattr(thread, "_target", None))
+        return real_start(thread)
+
+    with World(12, transport="tcp") as w:
+        monkeypatch.setattr(threading.Thread, "start", start)
+        got = w.run(lambda comm: (comm.Barrier(), connected(comm))[1])
+        monkeypatch.undo()
+    assert sum(map(len, got)) == 12 * len(dissemination_peers(0, 12))
+    lazy = [t for t in started
+            if getattr(t, "__module__", "") == "gloocy.transport.lazy"]
+    assert lazy == []
+
+
+def test_ranks_of_a_process_never_look_each_other_up(monkeypatch):
+    """Ranks living in one process know each other's address (their
+    process's listener): connecting them reads no address from the store."""
+    monkeypatch.setenv("GLOOCY_TRANSPORT", "tcp")
+    size = 8
+    server = HashStore(timeout=30.0)
+    read = []
+
+    class Recording:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            attr = getattr(self.inner, name)
+            if name != "get":
+                return attr
+
+            def get(key, *args, **kwargs):
+                read.append(key)
+                return attr(key, *args, **kwargs)
+            return get
+
+    stores = [Recording(server.client()) for _ in range(size)]
+    comms, errors = [None] * size, []
+
+    def rank_main(r):
+        try:
+            comms[r] = gloocy.connect(r, size, stores[r], job="near",
+                                      secret=b"k" * 32, timeout=30.0)
+            comms[r].Barrier()
+        except BaseException as e:    # noqa: B036 -- shown below
+            errors.append(e)
+    in_threads(rank_main, size)
+    try:
+        assert not errors, errors
+        assert all(connected(c) for c in comms)
+        assert [k for k in read if "/tcp/" in k] == []
+    finally:
+        for comm in comms:
+            if comm is not None:
+                comm.Free()
+        for s in stores:
+            s.inner.close()
+        server.close()
