@@ -618,6 +618,11 @@ def monitored_barrier(pg, timeout=None, wait_all_ranks=False):
                 if not wait_all_ranks:
                     break
         if missing:
+            # withdrawn, or a later monitored_barrier's token from these
+            # ranks would complete this call's receive, not its own
+            for request in pending.values():
+                if not request.Test():
+                    request.Cancel()
             raise RuntimeError(
                 f"gloocy: [Rank 0]: Rank{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(map(str, missing))} failed to pass monitoredBarrier "
