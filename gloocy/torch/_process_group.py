@@ -67,7 +67,9 @@ def _subgroup_comm(world, global_ranks, group_id, timeout):
     """The members' communicator, derived from the default group's."""
     tag = int.from_bytes(hashlib.sha256(str(group_id).encode()).digest()[:3], "big")
     group = world.Get_group().Incl(list(global_ranks))
-    return world.Create_group(group, tag, timeout=timeout)
+    comm = world.Create_group(group, tag, timeout=timeout)
+    comm.timeout = timeout      # the group's, not the world's (torch's timeout=)
+    return comm
 
 
 def create(opts, backend_options=None):

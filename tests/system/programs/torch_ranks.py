@@ -295,6 +295,23 @@ def collectives():
         case("dist.monitored_barrier on gloo still torch's", True)
     except Exception as e:
         case("dist.monitored_barrier on gloo still torch's", False, repr(e))
+    if n > 1:
+        # last, as it breaks the ranks' connections (subgroups share the
+        # world's): a group's timeout= holds for its own calls, and rank 0,
+        # alone in a call, hears of it as torch's error naming it
+        short = dist.new_group(timeout=datetime.timedelta(seconds=10))
+        if rank == 0:
+            began = time.monotonic()
+            try:
+                dist.all_reduce(torch.ones(3), group=short)
+                case("a lone collective raised", False, "no error")
+            except RuntimeError as e:
+                took = time.monotonic() - began
+                case("a lone collective raised within the group's timeout",
+                     isinstance(e, dist.DistError) and "rank 0" in str(e)
+                     and "timed out" in str(e) and took < 40,
+                     f"{type(e).__name__} after {took:.1f} s: {e}")
+        dist.barrier(group=GLOO)    # (the others stay, not lost, meanwhile)
 
 
 # -- DDP --------------------------------------------------------------------------
