@@ -28,12 +28,9 @@ from ._tensors import (RAW, Staged, adjacent, check_tensor, one_tensor,
 from ._work import GloocyWork, backend_error
 
 try:
-    from ._raw import allreduce as _raw_allreduce
+    from ._raw import TensorAllreduce
 except ImportError:         # not built: every call takes the general path
-    _raw_allreduce = None
-
-_AllreduceOptions = dist.AllreduceOptions
-_PLAIN = (torch.Tensor, torch.nn.Parameter)     # types whose memory is their data_ptr()
+    TensorAllreduce = None
 
 __all__ = ["ProcessGroupGloocy", "create"]
 
@@ -70,7 +67,9 @@ def _subgroup_comm(world, global_ranks, group_id, timeout):
     """The members' communicator, derived from the default group's."""
     tag = int.from_bytes(hashlib.sha256(str(group_id).encode()).digest()[:3], "big")
     group = world.Get_group().Incl(list(global_ranks))
-    return world.Create_group(group, tag, timeout=timeout)
+    comm = world.Create_group(group, tag, timeout=timeout)
+    comm.timeout = timeout      # the group's, not the world's (torch's timeout=)
+    return comm
 
 
 def create(opts, backend_options=None):
@@ -100,9 +99,14 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         self._coalesced = None   # the Works of a coalescing block, or None
         # what collectives are posted on: see _post
         self._collectives = comm if _nonblocking() else _Blocking(comm)
-        # allreduce's raw path (blocking collectives only): see allreduce
-        self._raw = None if _raw_allreduce is None or _nonblocking() else _raw_allreduce
-        self._raw_ctx = comm._ctx
+        # allreduce's raw path (blocking collectives only): see _fast_allreduce
+        self._raw = None
+        if TensorAllreduce is not None and not _nonblocking():
+            self._raw = TensorAllreduce(
+                comm._ctx, self._allreduce, self._raw_failed,
+                lambda tensors: GloocyWork((), tensors, None),
+                dist.AllreduceOptions, torch.Tensor, torch.nn.Parameter, RAW, raw_entry)
+            self._fast_allreduce(True)
 
     # -- identity ----------------------------------------------------------
 
@@ -120,7 +124,21 @@ class ProcessGroupGloocy(dist.ProcessGroup):
     def _where(self, call):
         """Where a call is, for its error messages (formatted only then)."""
         self._calls += 1
-        return _Where(self._comm.rank, self._comm.size, self._name, call, self._calls)
+        number = self._calls + (self._raw.calls if self._raw is not None else 0)
+        return _Where(self._comm.rank, self._comm.size, self._name, call, number)
+
+    def _fast_allreduce(self, on):
+        """torch calls group.allreduce(tensors, opts): with `on`, that finds
+        the raw path (self._raw, compiled), which reduces one plain tensor
+        on its data_ptr() with no Python frame of ours and hands every
+        other call to _allreduce; else the method below."""
+        if on and self._raw is not None:
+            self.allreduce = self._raw
+        else:
+            self.__dict__.pop("allreduce", None)
+
+    def _raw_failed(self, e):
+        return backend_error(e, self._where("allreduce"))
 
     def _post(self, call, start, result, finish=None, keep=None, opts=None):
         """Run `start(c)`, which calls c.Iallreduce & co. (collectives) or
@@ -158,30 +176,20 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         """dist._coalescing_manager: the calls until _end_coalescing
         are posted at once and completed by one Work."""
         self._coalesced = []
+        self._fast_allreduce(False)
 
     def _end_coalescing(self, device=None):
         works, self._coalesced = self._coalesced or [], None
+        self._fast_allreduce(True)
         return _joined(works, [t for w in works for t in w._result])
 
     # -- reductions ----------------------------------------------------------
 
     def allreduce(self, tensors, opts=None):
-        raw = self._raw
-        if raw is not None and type(opts) is _AllreduceOptions \
-                and type(tensors) is list and len(tensors) == 1:
-            # dist.all_reduce's call on one plain tensor: reduced on its
-            # data_ptr(), the checks cut to what the address relies on.
-            t = tensors[0]
-            entry = RAW.get((t.dtype, hash(opts.reduceOp))) or \
-                raw_entry(t.dtype, opts.reduceOp)
-            if entry and type(t) in _PLAIN and t.is_cpu and t.is_contiguous() \
-                    and not t.is_neg() and self._coalesced is None:
-                try:
-                    raw(self._raw_ctx, t.data_ptr(), t.nbytes, *entry)
-                except GloocyError as e:
-                    raise backend_error(e, self._where("allreduce")) from None
-                self._calls += 1
-                return GloocyWork((), tensors, None) if opts.asyncOp else None
+        # (what torch calls when the raw path is off: see _fast_allreduce)
+        return self._allreduce(tensors, opts)
+
+    def _allreduce(self, tensors, opts=None):
         tensors, opts = _overload(tensors, opts, dist.AllreduceOptions, "reduceOp")
         t = one_tensor(tensors, "allreduce's tensors")
         return self._allreduce_many([t], opts.reduceOp, tensors, "allreduce", opts)
@@ -423,6 +431,7 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         global _world_comm
         comm, self._comm = self._comm, _Closed(self._comm.rank)
         self._collectives = self._comm
+        self._fast_allreduce(False)
         self._raw = None
         if comm is _world_comm:
             _world_comm = None
@@ -618,6 +627,11 @@ def monitored_barrier(pg, timeout=None, wait_all_ranks=False):
                 if not wait_all_ranks:
                     break
         if missing:
+            # withdrawn, or a later monitored_barrier's token from these
+            # ranks would complete this call's receive, not its own
+            for request in pending.values():
+                if not request.Test():
+                    request.Cancel()
             raise RuntimeError(
                 f"gloocy: [Rank 0]: Rank{'s' if len(missing) > 1 else ''} "
                 f"{', '.join(map(str, missing))} failed to pass monitoredBarrier "

@@ -82,9 +82,11 @@ def test_every_collective_as_gloo_does(n, how, backend):
     broadcast, reduce, gather, scatter from every root; all_gather (lists,
     chunks, into a tensor), reduce_scatter (list, tensor), all_to_all
     (single, splits, lists), barrier, send/recv (also from any source),
-    objects, subgroups, bad input: each compared with gloo's result (or a
-    closed form where gloo has no such op: AVG, PREMUL_SUM). The ranks
-    meet through a store= object, a tcp:// init_method or env://."""
+    objects, subgroups, bad input, dist.monitored_barrier (a rank that
+    stays away is named): each compared with gloo's result, or with a
+    closed form where gloo has no such op (AVG, PREMUL_SUM) or gets it
+    wrong (a strided column). The ranks meet through a store= object, a
+    tcp:// init_method or env://."""
     check(finish(start(n, "collectives", TORCH_RANKS_INIT=how,
                        TORCH_RANKS_BACKEND=backend), 150), n, 80)
 

@@ -101,6 +101,18 @@ def collectives():
                       lambda: [inputs(rank, torch.float32, (4, 6)).t()])
     same("all_reduce non-contiguous", mine[0], gloo[0])
     case("all_reduce non-contiguous stays a view", not mine[0].is_contiguous())
+    # a column of a matrix (elements 6 apart; gloo reduces the 4
+    # consecutive elements at the column's start instead): the closed form
+    m = torch.arange(24, dtype=torch.float32).reshape(4, 6) * (rank + 1)
+    dist.all_reduce(m[:, 1])
+    want = torch.arange(24, dtype=torch.float32).reshape(4, 6) * (rank + 1)
+    want[:, 1] *= n * (n + 1) / 2 / (rank + 1)
+    same("all_reduce of a strided column, its neighbours kept", m, want)
+    b = torch.full((4, 6), float(rank))
+    dist.broadcast(b[:, ::2], src=n - 1)
+    want = torch.full((4, 6), float(rank))
+    want[:, ::2] = n - 1
+    same("broadcast into every other column", b, want)
     # (blocking collectives reduce one plain tensor on its address: the
     # module doing it is built with gloocy, so its absence is a failure)
     blocking = os.environ.get("GLOOCY_TORCH_NONBLOCKING", "0") == "0"
@@ -263,6 +275,43 @@ def collectives():
         case("BAND on floats refused", "BAND" in str(e), str(e))
     dist.barrier()
     case("monitored_barrier", gloocy.torch.monitored_barrier(timeout=30) is None)
+    # torch's own name, which checks for gloo by name: routed to gloocy's
+    case("dist.monitored_barrier", dist.monitored_barrier(
+        timeout=datetime.timedelta(seconds=30), wait_all_ranks=True) is None)
+    if n > 1:   # the last rank stays away: rank 0 names it, the others are not released
+        if rank != n - 1:
+            try:
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=2))
+                case("monitored_barrier without rank n-1 raised", False, "no error")
+            except RuntimeError as e:
+                named = f"Rank {n - 1} failed" in str(e) if rank == 0 else \
+                    f"rank {rank} was not released" in str(e)
+                case("monitored_barrier without rank n-1 raised", named, str(e))
+        dist.barrier()
+        case("monitored_barrier again, after one failed", dist.monitored_barrier(
+            timeout=datetime.timedelta(seconds=30), wait_all_ranks=True) is None)
+    try:
+        dist.monitored_barrier(group=GLOO, timeout=datetime.timedelta(seconds=30))
+        case("dist.monitored_barrier on gloo still torch's", True)
+    except Exception as e:
+        case("dist.monitored_barrier on gloo still torch's", False, repr(e))
+    if n > 1:
+        # last, as it breaks the ranks' connections (subgroups share the
+        # world's): a group's timeout= holds for its own calls, and rank 0,
+        # alone in a call, hears of it as torch's error naming it
+        short = dist.new_group(timeout=datetime.timedelta(seconds=10))
+        if rank == 0:
+            began = time.monotonic()
+            try:
+                dist.all_reduce(torch.ones(3), group=short)
+                case("a lone collective raised", False, "no error")
+            except RuntimeError as e:
+                took = time.monotonic() - began
+                case("a lone collective raised within the group's timeout",
+                     isinstance(e, dist.DistError) and "rank 0" in str(e)
+                     and "timed out" in str(e) and took < 40,
+                     f"{type(e).__name__} after {took:.1f} s: {e}")
+        dist.barrier(group=GLOO)    # (the others stay, not lost, meanwhile)
 
 
 # -- DDP --------------------------------------------------------------------------
