@@ -394,7 +394,7 @@ def test_every_two_level_block_collective_matches_numpy(hosts_world, n, root,
                                                          seed, cuts):
     layout, world = hosts_world
     size = world.size
-    counts = [min(c, max(n, 1)) for c in cuts[:size]]
+    counts = [min(c, n) for c in cuts[:size]]
     got = world.run(r_blocks, n, root, seed, counts, timeout=120)
     check_blocks(got, layout, size, n, root, seed, counts)
 
@@ -414,7 +414,7 @@ def r_blocks_reordered(comm, n, root, seed, counts):
 def test_two_level_block_collectives_on_interleaved_hosts(hosts_world, n):
     layout, world = hosts_world
     size = world.size
-    counts = [5, 0, 3, 7][:size]
+    counts = [min(c, n) for c in [5, 0, 3, 7][:size]]
     got = world.run(r_blocks_reordered, n, 1, 11, counts, timeout=120)
     # the split's rank k is the world rank whose key is k
     order = sorted(range(size), key=lambda r: (r * 3) % size)
@@ -480,3 +480,75 @@ def test_auto_runs_the_block_collectives_two_level_where_the_table_says(
     assert _core.auto_algorithm("alltoall", 4, 8, hosts=2) == TL
     assert _core.auto_algorithm("reduce_scatter", 4, red, hosts=2) == TL
     assert _core.auto_algorithm("reduce_scatter", 4, red - 8, hosts=2) != TL
+
+
+def r_die_or_call(comm, victim, call):
+    """r_die_or_allreduce for the block collectives' two-level forms."""
+    x = np.ones(1 << 12, np.float64)
+    y = np.empty(1 << 12, np.float64)
+    k = len(x) // comm.size
+    calls = {"alltoall": lambda: comm.Alltoall(x, y, timeout=30,
+                                               algorithm=TL),
+             "gather": lambda: comm.Gather(x[:k], y, root=2, timeout=30,
+                                           algorithm=TL),
+             "scatter": lambda: comm.Scatter(x, y[:k], root=0, timeout=30,
+                                             algorithm=TL),
+             "reduce_scatter": lambda: comm.Reduce_scatter_block(
+                 x, y[:k], timeout=30, algorithm=TL)}
+    if comm.rank == victim:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        calls[call]()
+    except Exception as e:
+        return type(e).__name__, getattr(e, "rank", None), str(e)
+    return "no error", None, ""
+
+
+@pytest.mark.parametrize("call,victim", [("alltoall", 1), ("gather", 0),
+                                         ("scatter", 3),
+                                         ("reduce_scatter", 2)])
+def test_a_peer_killed_in_a_two_level_block_call_is_named(call, victim):
+    """The victim is a leader (0, 2) or a member (1, 3) of a 2 + 2 layout;
+    the survivors wait for it in a phase inside their host or between the
+    leaders, and each names it (a survivor that finished its part before
+    the death may report no error)."""
+    before = shm_names()
+    with World(4, backend="processes", hosts=[2, 2]) as world:
+        got = world.run(r_die_or_call, victim, call, check=False, timeout=90)
+    named = 0
+    for rank, r in enumerate(got):
+        if rank == victim:
+            assert getattr(r, "type_name", None) == "ProcessDied"
+            continue
+        kind, lost, msg = r
+        if kind == "no error":
+            continue
+        assert kind == "PeerLostError", (rank, r)
+        assert lost == victim and f"rank {victim}" in msg, (rank, r)
+        named += 1
+    assert named >= 1
+    assert shm_names() - before == set()
+
+
+def test_the_link_carries_no_more_than_mpich(tmp_path):
+    """Bytes through host 0's link (both ways) per call of each new
+    two-level collective ("auto" at a size where it runs two-level, or
+    forced), against MPICH's for the same calls under mpiexec into the
+    same namespaces (bench/hosts.py's harness)."""
+    from peers import installed, mpiexec, MPI as NEEDS
+    if not installed("mpi4py") or mpiexec() is None:
+        pytest.skip(f"needs {NEEDS}")
+    import sys
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+    sys.path.insert(0, os.path.abspath(bench))
+    import hosts as harness
+    prog = tmp_path / "prog.py"
+    prog.write_text(harness.MPI_PROGRAM)
+    nbytes, calls = 256 << 10, 8
+    with World(4, backend="processes", hosts=[2, 2], timeout=300) as world:
+        for coll in ("alltoall", "gather", "scatter", "reduce_scatter"):
+            _, ours = harness.gloocy_time(world, coll, nbytes, TL, calls)
+            _, theirs = harness.mpich_time(world.netns, prog, coll, nbytes,
+                                           calls)
+            assert ours <= theirs * 1.01 + 4096, (coll, ours, theirs)
