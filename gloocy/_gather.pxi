@@ -82,7 +82,7 @@ cdef object call_gatherv(Context ctx, object sendbuf, object recvbuf,
                                              AUTO_TWO_LEVEL_GATHER_MAX),
                               timeout)
     if algo == ALGO_TWO_LEVEL:
-        return hier_gatherv(ctx, sb, rb, sizes, offs, root, timeout)
+        return hier_gatherv(ctx, sb, rb, sizes, offs, root, uniform, timeout)
     ctx.begin(&c, KIND_GATHERV, OP_NONE, DT_BYTES, root, 0, timeout)
     try:
         algo = node_choice(ctx, algo, 0, NODE_FORCED_ONLY)
@@ -134,7 +134,8 @@ cdef object call_scatterv(Context ctx, object sendbuf, object recvbuf,
                                              AUTO_TWO_LEVEL_SCATTER_MAX),
                               timeout)
     if algo == ALGO_TWO_LEVEL:
-        return hier_scatterv(ctx, sb, rb, sizes, offs, root, timeout)
+        return hier_scatterv(ctx, sb, rb, sizes, offs, root, uniform,
+                             timeout)
     ctx.begin(&c, KIND_SCATTERV, OP_NONE, DT_BYTES, root, 0, timeout)
     try:
         algo = node_choice(ctx, algo, 0, NODE_FORCED_ONLY)
@@ -192,7 +193,7 @@ cdef object call_alltoallv(Context ctx, object sendbuf, object sendcounts,
                               timeout)
     if algo == ALGO_TWO_LEVEL:
         return hier_alltoallv(ctx, sb, soffs, ssizes, rb, roffs, rsizes,
-                              timeout)
+                              uniform, timeout)
     ctx.begin(&c, KIND_ALLTOALLV, OP_NONE, DT_BYTES, -1, 0, timeout)
     try:
         algo = node_choice(ctx, algo, 0, NODE_ALWAYS)

@@ -18,13 +18,17 @@ cdef Buf _of_i64(I64 a):
     return _raw(<char *>a.v, a.n * 8, DT_BYTES, 1)
 
 
-cdef I64 _local_sizes(Hier h, int64_t mine, bint lead, double end):
-    """Each rank of our host's size `mine`, at its leader (None elsewhere)."""
+cdef I64 _local_sizes(Hier h, int64_t mine, bint lead, bint uniform,
+                      double end):
+    """Each rank of our host's size `mine`, at its leader (None elsewhere);
+    uniform: every rank's is ours (nothing to gather)."""
     cdef int nl = len(h.hosts[h.host])
     cdef I64 got = I64.zeros(nl) if lead else None
     cdef I64 one = I64.filled(1, mine)
     if nl == 1:                           # we lead a host of one
         return one
+    if uniform:
+        return I64.filled(nl, mine) if lead else None
     h.on(h.local).gatherv(_of_i64(one), _of_i64(got) if lead else None,
                           [8] * nl, None, 0, _left(end), SHM)
     return got
@@ -43,7 +47,7 @@ cdef tuple _remote_parts(Hier h, I64 sizes):
 
 
 cdef object hier_gatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
-                         int root, object timeout):
+                         int root, bint uniform, object timeout):
     """Inside the root's host the root gathers straight into its recvbuf;
     each other host's leader gathers its host's blocks and sends them, as
     one part, to the root's host's leader, which passes the parts on to
@@ -59,7 +63,7 @@ cdef object hier_gatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     cdef char *whole
     try:
         if h.host != rh:
-            lsizes = _local_sizes(h, sb.nbytes, lead, end)
+            lsizes = _local_sizes(h, sb.nbytes, lead, uniform, end)
             if not lead:
                 h.on(h.local).gatherv(sb, None, None, None, 0, _left(end), SHM)
                 return
@@ -104,7 +108,7 @@ cdef object hier_gatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
 
 
 cdef object hier_scatterv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
-                          int root, object timeout):
+                          int root, bint uniform, object timeout):
     """The mirror of hier_gatherv: the root's host's leader (given them by
     the root if it is not the root) sends each other host's leader its
     host's blocks as one part, which that leader scatters inside its host;
@@ -120,7 +124,7 @@ cdef object hier_scatterv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     cdef char *whole
     try:
         if h.host != rh:
-            lsizes = _local_sizes(h, rb.nbytes, lead, end)
+            lsizes = _local_sizes(h, rb.nbytes, lead, uniform, end)
             if not lead:
                 h.on(h.local).scatterv(None, rb, None, None, 0, _left(end),
                                        SHM)
@@ -214,11 +218,14 @@ cdef object hier_reduce_scatter(Context ctx, Buf sb, Buf rb, I64 lens, int op,
 
 
 cdef object hier_alltoallv(Context ctx, Buf sb, I64 soffs, I64 ssizes, Buf rb,
-                           I64 roffs, I64 rsizes, object timeout):
+                           I64 roffs, I64 rsizes, bint uniform,
+                           object timeout):
     """Each host's leader gathers its ranks' send blocks (and their tables
     of block sizes), sends each other host's leader, in one message, the
     blocks its ranks send that host's ranks, and scatters to each of its
-    ranks everything that rank receives, in rank order (_Exchange)."""
+    ranks everything that rank receives, in rank order (_Exchange).
+    uniform: every block of every rank has our blocks' size (Alltoall), so
+    the leader knows the table without gathering it."""
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
     cdef bint lead = h.leaders is not None
@@ -229,6 +236,7 @@ cdef object hier_alltoallv(Context ctx, Buf sb, I64 soffs, I64 ssizes, Buf rb,
     cdef char *packed
     cdef char *into
     cdef _Exchange x = None
+    cdef I64 table = None                 # a leader's: its ranks' rows
     for r in range(n):
         row.v[r] = ssizes.v[r]
         row.v[n + r] = rsizes.v[r]
@@ -239,7 +247,11 @@ cdef object hier_alltoallv(Context ctx, Buf sb, I64 soffs, I64 ssizes, Buf rb,
             recv_direct = False
     try:
         table = I64.zeros(nl * 2 * n) if lead else None
-        if nl > 1:
+        if uniform:                       # every row is ours: no gather
+            if lead:
+                for r in range(nl * 2 * n):
+                    table.v[r] = row.v[0]
+        elif nl > 1:
             h.on(h.local).gatherv(_of_i64(row), _of_i64(table) if lead
                                   else None, [16 * n] * nl, None, 0,
                                   _left(end), SHM)

@@ -77,7 +77,7 @@ cdef object call_reduce_scatter(Context ctx, object sendbuf, object recvbuf,
                          f"recvcounts[{ctx.rank}] is {lens.v[ctx.rank]}")
     cdef int algo = two_level(ctx, _algorithm("reduce_scatter", algorithm,
                                               ctx.env_algorithms),
-                              total * sb.itemsize, AUTO_TWO_LEVEL_REDUCE_MIN,
+                              total * sb.itemsize, AUTO_TWO_LEVEL_BLOCKS_MIN,
                               timeout)
     if algo == ALGO_TWO_LEVEL:
         return hier_reduce_scatter(ctx, sb, rb, lens, op, timeout)
