@@ -49,12 +49,12 @@ cdef enum:
     # 1 MiB; 4 B: 0.5x), bcast and allgather from 1 MiB moved (allgather:
     # 1.7-2.3x at 1 MiB; bcast crosses the link once either way: 1.0-1.4x).
     # The barrier stays flat unless forced (small calls lose).
-    # reduce_scatter from 1 MiB of input (1 Gbit/s: 2.0x faster than flat
-    # at 1 MiB, 1.1x at 16 MiB, 1.0x at 64 KiB; unlimited veth: 0.4-1.0x
-    # below 1 MiB). Gather, Scatter and Alltoall cross the link with the
+    # reduce_scatter from 1 MiB of input (1 Gbit/s: 1.5-2.0x faster than
+    # flat at 1 MiB, 1.0-1.1x at 16 MiB, 0.7-1.0x at 64 KiB; unlimited
+    # veth: 0.4-1.1x). Gather, Scatter and Alltoall cross the link with the
     # flat forms' bytes and fewer messages, but lost to them at every size
-    # 64 B-16 MiB (0.04-1.0x, scatter 2.3x from 1 MiB once, unlimited):
-    # forced only (bench/results/hosts/, 2026-12-04, load 6-110).
+    # 64 B-16 MiB in two runs (0.04-1.5x): forced only
+    # (bench/results/hosts/, 2026-12-04, load 6-190).
 
 
 # One table per collective: name -> code. "auto" (or None) is the automatic
