@@ -1,19 +1,22 @@
 """Shared memory per host: the node segment and the shm pairs' rings, at
 16, 64 and 128 local ranks (issue 16, item 4).
 
-    python bench/shm_memory.py [-n 16 64 128] [--timeout 600]
+    python bench/shm_memory.py [-n 16 64 128] [--all-pairs] [--timeout 600]
 
 For each N it starts N ranks on this host under gloocy-run
 (GLOOCY_TRANSPORT=shm), runs a barrier, a 1 MiB allreduce, bcast and
 alltoall (the node paths) and then a ring of sendrecvs (each rank with
-its two neighbours: the pairs a ring algorithm uses), and each rank lists
+its two neighbours: the pairs a ring algorithm uses); with --all-pairs,
+then a 256 KiB sendrecv between every two ranks (every pair made and its
+rings filled: the worst case). Each rank lists
 its memfd segments from /proc/self/maps (their files through
 /proc/self/map_files, which needs CAP_SYS_ADMIN: run it as root). Rank 0 adds them up once per
 segment (by inode) and prints, per kind (gloocy-node, gloocy-ring):
 segments, bytes allocated (their size) and bytes resident (the tmpfs
 pages touched, st_blocks). It also prints what a full mesh of pairs
 would allocate (every pair made: N(N-1)/2 rings), from the sizes in use.
-"""
+GLOOCY_SHM_RING_BYTES=262144 gives the rings their size before they were
+cut by the number of local ranks."""
 
 import argparse
 import json
@@ -37,6 +40,10 @@ def rank_main():
     comm.Alltoall(x, y)
     comm.Sendrecv(x, (r + 1) % n, recvbuf=y, source=(r - 1) % n)
     comm.Sendrecv(x, (r - 1) % n, recvbuf=y, source=(r + 1) % n)
+    if os.environ.get("SHM_MEMORY_ALL_PAIRS") == "1":
+        for k in range(1, n):
+            comm.Sendrecv(x[:1 << 16], (r + k) % n, recvbuf=y[:1 << 16],
+                          source=(r - k) % n)
     comm.Barrier()
     mine = {}
     with open("/proc/self/maps") as f:
@@ -65,8 +72,9 @@ def rank_main():
     comm.Barrier()
 
 
-def run(n, timeout):
-    env = dict(os.environ, GLOOCY_TRANSPORT="shm")
+def run(n, timeout, all_pairs):
+    env = dict(os.environ, GLOOCY_TRANSPORT="shm",
+               SHM_MEMORY_ALL_PAIRS="1" if all_pairs else "0")
     start = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "gloocy.run", "-n", str(n), "--timeout", str(timeout),
                         sys.executable, __file__, "--rank"],
@@ -85,23 +93,25 @@ def mib(b):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, nargs="+", default=[16, 64, 128])
+    ap.add_argument("--all-pairs", action="store_true",
+                    help="a sendrecv between every two ranks too")
     ap.add_argument("--timeout", type=float, default=600)
     args = ap.parse_args()
     print("| local ranks | node segment (allocated / resident) | rings made "
           "(count, allocated / resident) | full mesh of rings would be | total "
-          "allocated per rank | start + run s |")
+          "allocated / resident per rank | start + run s |")
     print("|---:|---|---|---|---:|---:|")
     for n in args.n:
-        got, took = run(n, args.timeout)
+        got, took = run(n, args.timeout, args.all_pairs)
         seg = got["segments"]
         node = seg.get("gloocy-node", [0, 0, 0])
         ring = seg.get("gloocy-ring", [0, 0, 0])
         per_ring = ring[1] / ring[0] if ring[0] else 0
         mesh = n * (n - 1) // 2 * per_ring
-        total = node[1] + ring[1]
+        total, touched = node[1] + ring[1], node[2] + ring[2]
         print(f"| {n} | {mib(node[1])} / {mib(node[2])} | {ring[0]}, "
               f"{mib(ring[1])} / {mib(ring[2])} | {mib(mesh)} | "
-              f"{mib(total / n)} | {took:.1f} |", flush=True)
+              f"{mib(total / n)} / {mib(touched / n)} | {took:.1f} |", flush=True)
 
 
 if __name__ == "__main__":

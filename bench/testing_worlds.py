@@ -4,8 +4,9 @@ against process back end.
 
     PYTHONPATH=. python bench/testing_worlds.py [--examples 200] [--quick]
 
-Prints a markdown table (medians; the machine's load matters: take the
-figures on a quiet machine).
+Prints a markdown table: medians of start-up times (the kinds of world
+interleaved), the examples' wall time, and the load average, which
+matters (take the figures on a quiet machine, or say how loaded it was).
 """
 
 import argparse
@@ -28,33 +29,40 @@ def one_allreduce(comm):
     return x[0]
 
 
-def start_and_allreduce(size, transport, repeat):
-    """Seconds from World() to the end of its first allreduce (and close)."""
-    times = []
+def start_and_allreduce(size, transport):
+    """Seconds from World() to the end of its first allreduce (then closed)."""
+    t0 = time.perf_counter()
+    w = World(size, transport=transport)
+    assert w.run(one_allreduce) == [float(size)] * size
+    took = time.perf_counter() - t0
+    w.close()
+    return took
+
+
+def start_times(sizes, transports, repeat):
+    """{(size, transport): [seconds]}, the kinds interleaved in each round
+    so that a busy spell of the machine falls on all of them alike."""
+    times = {(n, t): [] for n in sizes for t in transports}
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        w = World(size, transport=transport)
-        assert w.run(one_allreduce) == [float(size)] * size
-        times.append(time.perf_counter() - t0)
-        w.close()
+        for key in times:
+            times[key].append(start_and_allreduce(*key))
     return times
 
 
 def hypothesis_run(examples, backend, max_size=8):
     """Seconds for `examples` hypothesis examples of the worked example's
-    property (mean and variance over worlds of 1..max_size ranks)."""
-    from hypothesis import given, settings
+    property (mean and variance over worlds of 1..max_size ranks). The
+    examples are derandomized: every back end runs the same ones."""
+    from hypothesis import HealthCheck, given, settings
     from test_example_mean_variance import check, mean_and_variance, spread_values
 
     worlds = Worlds(backend=backend)
 
-    def world(size, backend=backend):
-        return worlds.get(size, backend=backend)
-
-    @settings(max_examples=examples, deadline=None, database=None)
+    @settings(max_examples=examples, deadline=None, database=None,
+              derandomize=True, suppress_health_check=list(HealthCheck))
     @given(spread_values(max_size))
     def prop(data):
-        check(world, mean_and_variance, data)
+        check(worlds.get, mean_and_variance, data)
     t0 = time.perf_counter()
     prop()
     took = time.perf_counter() - t0
@@ -71,18 +79,21 @@ def main():
     if a.quick:
         a.examples, a.repeat = 40, 5
     rows = []
-    for transport in ("tcp", "auto"):
-        for size in (2, 4, 8):
-            t = start_and_allreduce(size, transport, a.repeat)
-            rows.append((f"thread world of {size} ({transport}) + 1 allreduce",
-                         f"{statistics.median(t) * 1e3:.1f} ms (min {min(t) * 1e3:.1f})"))
+    times = start_times((2, 4, 8), ("tcp", "auto"), a.repeat)
+    for (size, transport), t in times.items():
+        default = " (the default)" if transport == "auto" else ""
+        rows.append((f"thread world of {size}, {transport}{default}, + 1 allreduce",
+                     f"{statistics.median(t) * 1e3:.1f} ms (min {min(t) * 1e3:.1f}, "
+                     f"max {max(t) * 1e3:.1f})"))
     t = hypothesis_run(a.examples, "threads")
     rows.append((f"{a.examples} hypothesis examples, sizes 1-8, threads", f"{t:.1f} s"))
     n = max(a.examples // 4, 10)
     tt = hypothesis_run(n, "threads")
     tp = hypothesis_run(n, "processes")
-    rows.append((f"{n} examples, threads vs processes",
-                 f"{tt:.1f} s vs {tp:.1f} s ({tp / tt:.1f}x)"))
+    rows.append((f"the same {n} examples, threads vs processes",
+                 f"{tt:.1f} s vs {tp:.1f} s (processes {tp / tt:.1f}x slower)"))
+    with open("/proc/loadavg") as f:
+        rows.append(("load average (1, 5, 15 min) at the end", " ".join(f.read().split()[:3])))
     print("| what | figure |\n|---|---|")
     for what, fig in rows:
         print(f"| {what} | {fig} |")

@@ -34,15 +34,19 @@ cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
                                  char *mine, const int64_t *offs,
                                  const int64_t *lens, int64_t total,
                                  uint64_t digest) except -1 nogil
-# node_alltoallv's rest after its first step (heads: see there).
+# node_alltoallv's rest after its first step (heads: see there), less what
+# that step brought.
 cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
-                       const int64_t *rsizes) except -1 nogil
+                       const int64_t *rsizes, const int64_t *at,
+                       int64_t done) except -1 nogil
 # node_gatherv's rest (the root reads every block), node_scatterv's
-# (each rank reads its block from the root).
+# (each rank reads its block from the root), less what the first step
+# brought.
 cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,
                      const int64_t *bases, int64_t stride, char *recv,
-                     const int64_t *offs, const int64_t *sizes) except -1 nogil
+                     const int64_t *offs, const int64_t *sizes,
+                     int64_t done) except -1 nogil
 cdef int cma_scatterv(Context ctx, Coll *c, int64_t pid, int64_t addr,
-                      char *recv, int64_t recvn) except -1 nogil
+                      char *recv, int64_t recvn, int64_t skip) except -1 nogil

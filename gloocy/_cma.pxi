@@ -227,44 +227,55 @@ cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
 cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
-                       const int64_t *rsizes) except -1 nogil:
+                       const int64_t *rsizes, const int64_t *at,
+                       int64_t done) except -1 nogil:
     """node_alltoallv after its first step, whose heads held each rank's
     pid (pids[j * stride]), send buffer (bases[j * stride]) and send
     offsets (soffs[j * stride + d]): each rank reads its block from every
-    other's send buffer. 1 if done; 0: go on through the slots."""
+    other's send buffer, less what the first step brought (rank j's block
+    for us starts at byte at[j] of its stream, whose first `done` bytes
+    came). 1 if done; 0: go on through the slots."""
     cdef int j, r = ctx.node.rank
+    cdef int64_t skip
     _cma_clear(ctx)
     for j in range(ctx.node.size):
-        if j != r and rsizes[j] > 0:
+        skip = min(max(done - at[j], 0), rsizes[j])
+        if j != r and rsizes[j] > skip:
             _cma_note(ctx, j, cma_read(pids[j * stride],
-                                       bases[j * stride] + soffs[j * stride + r],
-                                       recv + roffs[j], rsizes[j]))
+                                       bases[j * stride] + soffs[j * stride + r] + skip,
+                                       recv + roffs[j] + skip, rsizes[j] - skip))
     return _cma_finish(ctx, c)
 
 
 cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,
                      const int64_t *bases, int64_t stride, char *recv,
-                     const int64_t *offs, const int64_t *sizes) except -1 nogil:
+                     const int64_t *offs, const int64_t *sizes,
+                     int64_t done) except -1 nogil:
     """node_gatherv after its first step (heads: each rank's pid at
-    pids[j * stride], its send buffer at bases[j * stride]): the root
-    reads every block. 1 if done; 0: go on through the slots."""
+    pids[j * stride], its send buffer at bases[j * stride]; the step
+    brought the first `done` bytes of each block): the root reads the rest
+    of every block. 1 if done; 0: go on through the slots."""
     cdef int j, r = ctx.node.rank
+    cdef int64_t skip
     _cma_clear(ctx)
     if r == c.proto.root:
         for j in range(ctx.node.size):
-            if j != r and sizes[j] > 0:
-                _cma_note(ctx, j, cma_read(pids[j * stride], bases[j * stride],
-                                           recv + offs[j], sizes[j]))
+            skip = min(done, sizes[j])
+            if j != r and sizes[j] > skip:
+                _cma_note(ctx, j, cma_read(pids[j * stride], bases[j * stride] + skip,
+                                           recv + offs[j] + skip, sizes[j] - skip))
     return _cma_finish(ctx, c)
 
 
 cdef int cma_scatterv(Context ctx, Coll *c, int64_t pid, int64_t addr,
-                      char *recv, int64_t recvn) except -1 nogil:
-    """node_scatterv after its first step: a non-root reads its block
-    (at `addr` in the root, process `pid`). 1 if done; 0: the slots."""
+                      char *recv, int64_t recvn, int64_t skip) except -1 nogil:
+    """node_scatterv after its first step: a non-root reads its block (at
+    `addr` in the root, process `pid`) less the `skip` bytes the step
+    brought. 1 if done; 0: the slots."""
     _cma_clear(ctx)
-    if ctx.node.rank != c.proto.root and recvn > 0:
-        _cma_note(ctx, c.proto.root, cma_read(pid, addr, recv, recvn))
+    if ctx.node.rank != c.proto.root and recvn > skip:
+        _cma_note(ctx, c.proto.root, cma_read(pid, addr + skip, recv + skip,
+                                              recvn - skip))
     return _cma_finish(ctx, c)
 
 

@@ -133,7 +133,8 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             else:
                 h = _head(ctx.node, 0)
                 if cma_alltoallv(ctx, c, h + 1 + 3 * n, h + 2 + 3 * n,
-                                 h + 1 + 2 * n, ctx.node.chunk // 8, recv, roffs, rsizes):
+                                 h + 1 + 2 * n, ctx.node.chunk // 8, recv, roffs, rsizes,
+                                 theirs, room):
                     return 0
                 lo += room            # refused (every rank saw it): the slots
                 continue
@@ -214,7 +215,7 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
             else:
                 h = _head(ctx.node, 0)
                 if cma_gatherv(ctx, c, h + 1 + n, h + 2 + n, ctx.node.chunk // 8,
-                               recv, offs, sizes):
+                               recv, offs, sizes, room):
                     return 0
                 lo += room            # refused (every rank saw it): the slots
                 continue
@@ -287,7 +288,7 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
             else:
                 h = _head(ctx.node, root)
                 if cma_scatterv(ctx, c, h[1 + 2 * n], h[2 + 2 * n] + h[1 + n + r],
-                                recv, recvn):
+                                recv, recvn, min(max(room - mine, 0), recvn)):
                     return 0
                 lo += room            # refused (every rank saw it): the slots
                 continue

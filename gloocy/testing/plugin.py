@@ -21,6 +21,11 @@ The ``world`` fixture, ``world(size, *, backend=None, **env)``, hands out a
 live World of `size` ranks (cached for the session while nothing fails in
 it; usable inside hypothesis tests), whose ranks have `env` set. The back
 end defaults to ``--gloocy-backend`` (``threads`` unless given).
+
+A hypothesis test that uses a world and fails gets a section in its report
+with the command that runs the same search again (``--hypothesis-seed``;
+keep the example database out of it, ``database=None``, to see the seed
+alone find the example).
 """
 
 from __future__ import annotations
@@ -138,3 +143,33 @@ def pytest_pyfunc_call(pyfuncitem):
     if isinstance(failed, RankTimeout):
         text = f"in a {backend} world of {size}: {failed}"
     pytest.fail(text, pytrace=False)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.when != "call" or not report.failed:
+        return
+    if "world" not in getattr(item, "fixturenames", ()) and \
+            item.get_closest_marker("world") is None:
+        return
+    seed = _hypothesis_seed(item)
+    if seed is not None:
+        report.sections.append((
+            "gloocy.testing: the same search again",
+            f"pytest '{item.nodeid}' --hypothesis-seed={seed}"))
+
+
+def _hypothesis_seed(item):
+    """The seed of the hypothesis search that ran `item`, or None (not a
+    hypothesis test; or one with a fixed @seed or derandomized, which
+    reproduce as they are)."""
+    if not getattr(item.obj, "is_hypothesis_test", False):
+        return None
+    given = item.config.getoption("hypothesis_seed", None)
+    if given is not None:
+        return given
+    # The seed hypothesis drew for this run; it prints it itself only when
+    # a search ends abnormally.
+    return getattr(item.obj, "_hypothesis_internal_use_generated_seed", None)

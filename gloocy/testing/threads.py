@@ -1,14 +1,15 @@
 """The thread back end: `size` ranks as threads of this process.
 
-``ThreadWorld(size, *, transport="tcp", env=None, timeout=30.0,
+``ThreadWorld(size, *, transport=None, env=None, timeout=30.0,
 comm_timeout=None, link_faults=None)`` (or ``World(size, ...)``, the
 default back end). The ranks meet through an in-process store
-(``HashStore``) and connect with a real transport: ``"tcp"`` (loopback
-sockets), ``"shm"`` or ``"auto"`` (shared-memory rings between the
-threads, and a node segment whose collectives need no pair: the fastest to
-start). Collectives release the GIL, so the ranks run concurrently. A
-world of 8 and its first allreduce take about 10 ms over shared memory,
-about 35 over TCP.
+(``HashStore``) and connect with a real transport: ``"auto"`` (the
+default: shared-memory rings between the threads, and a node segment whose
+collectives need no pair), ``"shm"`` (the same, required) or ``"tcp"``
+(loopback sockets; what a world with `link_faults` uses, since the faults
+sit on its sockets). Collectives release the GIL, so the ranks run
+concurrently. A world of 8 and its first allreduce take about 10 ms over
+shared memory, about 35 over TCP.
 
 - ``run(fn, *args)``: each call starts one thread per rank that calls
   ``fn(comm, *args)``; `fn` can be any callable (closures too) and
@@ -26,7 +27,8 @@ about 35 over TCP.
   world is dead; a thread cannot be killed, so a hung rank thread is freed
   by its collective's deadline or when its peers leave (close()).
 - ``kill(rank)`` drops the rank's connections without a goodbye: to its
-  peers, it crashed.
+  peers, it crashed (over shared memory too: a peer waiting for it in the
+  node segment sees its connector closed and names it, PeerLostError).
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ._current import use_comm
 from ._report import (OUTPUT_TAIL, check_started, RankError, RankTimeout,
                       fn_name, timeout_text)
 from ._resources import grown, resources
-from .faults import LinkFaults, wrap
+from .faults import Kill, LinkFaults, wrap
 
 __all__ = ["ThreadWorld"]
 
@@ -58,7 +60,7 @@ class ThreadWorld(World):
     """``size`` rank threads with a live communicator each (see the module
     docstring)."""
 
-    def __init__(self, size, *, transport="tcp", env=None,
+    def __init__(self, size, *, transport=None, env=None,
                  timeout=DEFAULT_TIMEOUT, comm_timeout=None, link_faults=None,
                  backend="threads"):
         import gloocy
@@ -66,12 +68,10 @@ class ThreadWorld(World):
 
         if not isinstance(size, int) or size < 1:
             raise ValueError(f"size must be a positive int, got {size!r}")
-        if transport not in TRANSPORTS:
-            raise ValueError(f"transport: {transport!r} is not one of "
-                             f"{', '.join(TRANSPORTS)}")
+        self.env = {str(k): str(v) for k, v in (env or {}).items()}
+        transport = _transport(transport, self.env, link_faults)
         self.size = size
         self.transport = transport
-        self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.timeout = float(timeout)
         self.comm_timeout = self.timeout if comm_timeout is None else float(comm_timeout)
         self.job = "threads-" + secrets.token_hex(6)
@@ -91,7 +91,8 @@ class ThreadWorld(World):
         try:
             if link_faults:
                 if transport != "tcp":
-                    raise ValueError("link_faults need transport='tcp'")
+                    raise ValueError(f"link_faults need transport='tcp' (their "
+                                     f"default), not {transport!r}")
                 self._links = LinkFaults(link_faults, size, self._lookup)
             # The proxies of link faults stand between a rank and the lower
             # ones it dials at start-up: connect eagerly then.
@@ -153,7 +154,7 @@ class ThreadWorld(World):
         # What the communicators made during the call (a Dup's eventfd, the
         # worker of nonblocking collectives) is theirs until close().
         self._parent_resources |= resources() - before
-        if any(isinstance(f, _kill_type()) for f in faults):
+        if any(isinstance(f, Kill) for f in faults):
             self._failed = True
         return self._settle(fn, ranks, results, check)
 
@@ -269,9 +270,19 @@ class ThreadWorld(World):
                                      f"holds more than before it: {left}")
 
 
-def _kill_type():
-    from .faults import Kill
-    return Kill
+def _transport(transport, env, link_faults):
+    """The transport a world uses: `transport`, else the env's
+    GLOOCY_TRANSPORT, else shared memory ("auto"), or TCP for link faults."""
+    named = env.get("GLOOCY_TRANSPORT")
+    if transport is None:
+        transport = named or ("tcp" if link_faults else "auto")
+    elif named is not None and named != transport:
+        raise ValueError(f"transport={transport!r} and env GLOOCY_TRANSPORT="
+                         f"{named!r} disagree")
+    if transport not in TRANSPORTS:
+        raise ValueError(f"transport: {transport!r} is not one of "
+                         f"{', '.join(TRANSPORTS)}")
+    return transport
 
 
 class _environ:

@@ -162,7 +162,8 @@ def _pairs(socks, rank, size, mode, dead_s, deadline):
             sock, address = socks.pop(peer)
             if peer in local:
                 pairs[peer], got = shm.shm_pair(sock, rank, peer, deadline,
-                                                node=node if rank == 0 else None)
+                                                node=node if rank == 0 else None,
+                                                ring=shm.ring_bytes(len(local) + 1))
                 if got is not None and rank != 0:
                     node = got
             elif peer in rdma:

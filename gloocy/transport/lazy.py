@@ -88,6 +88,9 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
                 if store.add(f"{job}/opened", 1) == size - 1:
                     store.set(f"{job}/opened_all", b"1")
         connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
+        if connector.host_key is not None:    # rings sized by the ranks here
+            connector.ring = shm.ring_bytes(
+                size if connector.all_local else store.add(connector.host_key, 0))
         return connector, node
     except BaseException:
         if node is not None:
@@ -367,7 +370,9 @@ class Connector:
             pid = self._pids[peer] = int(self.store.get(f"{self.job}/pid/{peer}",
                                                         timeout=1.0))
         if pid == os.getpid():
-            return False
+            # A rank thread of this process (gloocy.testing's thread worlds):
+            # gone once its connector closed (it left, or its links dropped).
+            return not self.listener.serves(self.tag, peer)
         try:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
@@ -552,6 +557,11 @@ class Listener:
                 raise RendezvousError(f"rank {rank}: another rank {rank} of this "
                                       "job lives in this process")
             self.ranks[tag, rank] = weakref.ref(connector)
+
+    def serves(self, tag, rank):
+        """Whether rank `rank` of job `tag` is still open in this process."""
+        with self._lock:
+            return (tag, rank) in self.ranks
 
     def unregister(self, tag, rank):
         with self._lock:

@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import struct
+import threading
 import time
 
 from gloocy.errors import ProtocolError, RendezvousError
@@ -25,8 +26,25 @@ __all__ = ["host_identity", "local_peers", "shm_pair", "ring_bytes",
 
 _ID = struct.Struct("<8s?H")
 _ID_MAGIC = b"GLCYHOST"
-_RING = struct.Struct("<Q")
+_RING = struct.Struct("<Q?")          # ring bytes, and whether it is a full one
 DEFAULT_RING = 1 << 18        # small rings stay in cache (measured: bench/README.md)
+# Rings between many local ranks. With L local ranks and every pair used
+# there are L(L-1) rings (two per pair), L - 1 per rank: at 256 KiB each,
+# 4 GiB at 128 ranks. So a ring is cut to the largest power of two within
+# RING_BUDGET / (L - 1) from L = 18 on (64 KiB at 64 local ranks, 32 KiB at
+# 128), except in a rank's first FULL_PAIRS pairs (where both ranks still
+# have one to spend: the neighbours a ring or halo exchange uses keep their
+# speed). A point-to-point message goes through the ring, so a smaller one
+# costs large messages: at N = 2 a 1 MiB ping-pong took 1.4-9x as long over
+# 32-64 KiB rings, on a loaded machine (bench/results/large/). Per rank at
+# most FULL_PAIRS x 512 KiB + 2 x RING_BUDGET of mappings; the host holds
+# half the sum (each pair's rings are mapped by both): <= 6 MiB x L.
+RING_BUDGET = 4 << 20
+MIN_RING = 4096
+FULL_PAIRS = 8
+_FULL = struct.Struct("<?")          # the higher rank: it can take a full ring
+_full_taken = 0                      # this process's pairs given full rings
+_full_lock = threading.Lock()
 DEFAULT_CHUNK = 1 << 18       # 2 parities x N slots stay in cache
 
 
@@ -61,14 +79,26 @@ def chunk_bytes():
     return n
 
 
-def ring_bytes():
-    """GLOOCY_SHM_RING_BYTES, rounded up to a power of two (>= 4 KiB)."""
-    text = os.environ.get("GLOOCY_SHM_RING_BYTES", str(DEFAULT_RING))
+def _ring_forced():
+    return bool(os.environ.get("GLOOCY_SHM_RING_BYTES", ""))
+
+
+def ring_bytes(local_ranks=2):
+    """Bytes of each direction's ring between two of `local_ranks` ranks on
+    this host: GLOOCY_SHM_RING_BYTES rounded up to a power of two (>= 4 KiB)
+    if set, else DEFAULT_RING cut to the largest power of two within
+    RING_BUDGET / (local_ranks - 1) (>= 4 KiB). (A rank's first FULL_PAIRS
+    pairs get DEFAULT_RING all the same unless the variable is set: see
+    shm_pair.)"""
+    text = os.environ.get("GLOOCY_SHM_RING_BYTES", "")
+    if not _ring_forced():
+        share = max(RING_BUDGET // max(local_ranks - 1, 1), MIN_RING)
+        return max(MIN_RING, min(DEFAULT_RING, 1 << (share.bit_length() - 1)))
     try:
         n = int(text)
     except ValueError:
         raise ValueError(f"GLOOCY_SHM_RING_BYTES={text!r} is not an integer") from None
-    return max(4096, 1 << (max(n, 1) - 1).bit_length())
+    return max(MIN_RING, 1 << (max(n, 1) - 1).bit_length())
 
 
 def local_peers(socks, rank, mode, deadline):
@@ -101,7 +131,8 @@ def shm_pair(sock, rank, peer, deadline, *, node=None, ring=None):
     """Turn the TCP connection `sock` to a local peer into a ShmPair (the
     TCP connection is closed); (pair, node segment fd or None). The lower
     rank hands `node` (a node segment's fd, see _node.pxi) over too, and
-    makes rings of `ring` bytes (default: ring_bytes())."""
+    makes rings of `ring` bytes (default: ring_bytes()), or of DEFAULT_RING
+    where both ranks still have one of their FULL_PAIRS to spend."""
     try:
         if rank < peer:
             conn, memfd, ring = _offer(sock, peer, deadline, ring or ring_bytes(), node)
@@ -118,6 +149,22 @@ def shm_pair(sock, rank, peer, deadline, *, node=None, ring=None):
                               f"rank {peer}: {e}") from None
     finally:
         sock.close()
+
+
+def _take_full():
+    """One of this process's FULL_PAIRS full rings, if one is left."""
+    global _full_taken
+    with _full_lock:
+        if _full_taken >= FULL_PAIRS:
+            return False
+        _full_taken += 1
+        return True
+
+
+def _give_back_full():
+    global _full_taken
+    with _full_lock:
+        _full_taken -= 1
 
 
 def _name(token):
@@ -140,13 +187,21 @@ def _offer(sock, peer, deadline, ring, node):
             except (OSError, ProtocolError):
                 pass
             conn.close()
-    memfd = os.memfd_create("gloocy-ring", os.MFD_CLOEXEC)
+    full, memfd = False, None
     try:
+        (theirs,) = _FULL.unpack(recv_exact(conn, _FULL.size, "the ring's size"))
+        full = (ring < DEFAULT_RING and theirs and not _ring_forced()
+                and _take_full())
+        ring = DEFAULT_RING if full else ring
+        memfd = os.memfd_create("gloocy-ring", os.MFD_CLOEXEC)
         os.ftruncate(memfd, segment_bytes(ring))
-        socket.send_fds(conn, [_RING.pack(ring)],
+        socket.send_fds(conn, [_RING.pack(ring, full)],
                         [memfd] if node is None else [memfd, node])
     except BaseException:
-        os.close(memfd)
+        if full:
+            _give_back_full()
+        if memfd is not None:
+            os.close(memfd)
         conn.close()
         raise
     return conn, memfd, ring
@@ -158,12 +213,21 @@ def _take(sock, peer, deadline):
     try:
         conn.settimeout(max(0.001, deadline - time.monotonic()))
         conn.connect(_name(token))
-        conn.sendall(token)
-        msg, fds, _, _ = socket.recv_fds(conn, _RING.size, 2)
+        spare = _take_full()          # offered; given back unless used
+        try:
+            conn.sendall(token + _FULL.pack(spare))
+            msg, fds, _, _ = socket.recv_fds(conn, _RING.size, 2)
+        except BaseException:
+            if spare:
+                _give_back_full()
+            raise
+        used = len(msg) == _RING.size and _RING.unpack(msg)[1]
+        if spare and not used:
+            _give_back_full()
         try:
             if len(fds) not in (1, 2) or len(msg) != _RING.size:
                 raise ProtocolError("the peer sent no shared segment")
-            (ring,) = _RING.unpack(msg)
+            ring, _ = _RING.unpack(msg)
             if os.fstat(fds[0]).st_size != segment_bytes(ring):
                 raise ProtocolError("the shared segment has the wrong size")
         except BaseException:

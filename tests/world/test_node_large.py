@@ -195,3 +195,92 @@ def test_refused_cross_memory_attach_still_reduce_scatters_right():
         got = w.run(r_reduce_scatter_refused, [100001, 99999, 100003], timeout=60)
     for ok, cma, calls in got:
         assert ok and cma == -1 and calls == 0, got
+
+
+# -- single-copy alltoall(v) after a first step through the slots ---------------
+
+def block(s, d, n):
+    """What rank s sends rank d: n bytes no other block has."""
+    return ((np.arange(n, dtype=np.int64) * (2 * s + 3) + 7 * d + n) % 251).astype(np.uint8)
+
+
+def r_alltoallv(comm, counts, in_place):
+    """Alltoall(v) with counts[s][d] bytes from rank s to rank d (all rows
+    alike: Alltoall, in place if asked), against the blocks the senders
+    made: True if right; and the single copies made."""
+    r, size = comm.rank, comm.size
+    send = np.concatenate([block(r, d, counts[r][d]) for d in range(size)])
+    want = np.concatenate([block(s, r, counts[s][r]) for s in range(size)])
+    if all(row == counts[0] for row in counts) and len(set(counts[0])) == 1:
+        if in_place:
+            out = send.copy()
+            comm.Alltoall(gloocy.IN_PLACE, out)
+        else:
+            out = np.full(want.size, 255, np.uint8)
+            comm.Alltoall(send, out)
+    else:
+        out = np.full(want.size, 255, np.uint8)
+        comm.Alltoallv([send, counts[r]], [out, [counts[s][r] for s in range(size)]])
+    return bool(np.array_equal(out, want)), comm._ctx.node.cma_calls
+
+
+# Slots of 8 KiB: the first step carries the first 8 KiB less the head of
+# every rank's stream (its blocks for the others, end to end), single copies
+# the rest from 8 KiB of stream on. Blocks that end inside the first step,
+# at its edge, just past it, straddle it, or start after it.
+A2A_BLOCKS = [4000, 7900, 7936, 8064, 8065, 12289, 30001]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("in_place", [False, True])
+def test_single_copy_alltoall_reads_only_what_the_slots_did_not_bring(n, in_place):
+    env = {**SHM, **CMA_TINY, **SMALL_SLOTS, "GLOOCY_ALGORITHM_ALLTOALL": "shm"}
+    with World(n, env=env) as w:
+        calls = 0
+        for b in A2A_BLOCKS:
+            got = w.run(r_alltoallv, [[b] * n] * n, in_place)
+            assert all(ok for ok, _ in got), (b, got)
+            calls = got[0][1]
+        # ragged, some blocks empty: block sizes differ by sender and receiver
+        ragged = [[(s * 7919 + d * 4099) % 20000 * (s != d or s == 1)
+                   for d in range(n)] for s in range(n)]
+        got = w.run(r_alltoallv, ragged, False)
+        assert all(ok for ok, _ in got), got
+    # the calls whose streams (b x (n - 1) bytes) pass the first step (8064
+    # bytes of room) and the threshold (8192) copied once
+    assert calls == sum(b * (n - 1) >= 8192 for b in A2A_BLOCKS), calls
+
+
+def r_gather_scatter(comm, counts, root):
+    """Gatherv of counts[s] bytes from each rank s to `root`, then Scatterv
+    of the same blocks back out from it: (gathered right at the root,
+    scattered right everywhere, single copies so far)."""
+    r, size = comm.rank, comm.size
+    mine = block(r, root, counts[r])
+    want = np.concatenate([block(s, root, counts[s]) for s in range(size)])
+    out = np.full(want.size, 255, np.uint8) if r == root else None
+    comm.Gatherv(mine, [out, counts] if r == root else None, root=root)
+    gathered = bool(np.array_equal(out, want)) if r == root else True
+    back = np.full(counts[r], 255, np.uint8)
+    comm.Scatterv([want, counts] if r == root else None, back, root=root)
+    return gathered, bool(np.array_equal(back, mine)), comm._ctx.node.cma_calls
+
+
+# Around the first step's room (8 KiB slots less a 64-128 byte head): blocks
+# that end inside it, at its edge for either head, just past it, straddle it.
+GS_BLOCKS = [4000, 8064, 8128, 8129, 12289, 30001]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_single_copy_gather_and_scatter_read_only_what_the_slots_did_not_bring(n):
+    env = {**SHM, **CMA_TINY, **SMALL_SLOTS, "GLOOCY_ALGORITHM_GATHER": "shm",
+           "GLOOCY_ALGORITHM_SCATTER": "shm"}
+    with World(n, env=env) as w:
+        for b in GS_BLOCKS:
+            for root in range(n):
+                got = w.run(r_gather_scatter, [b] * n, root)
+                assert all(g and s for g, s, _ in got), (b, root, got)
+        ragged = [(s * 7919 + 4099) % 20000 * (s != 1) for s in range(n)]
+        got = w.run(r_gather_scatter, ragged, n - 1)
+        assert all(g and s for g, s, _ in got), got
+    assert got[0][2] > 0          # some of them copied once

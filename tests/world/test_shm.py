@@ -320,3 +320,47 @@ def test_node_collectives_name_a_mismatch_and_a_missing_rank():
         assert kind == "CollectiveTimeout" and "rank(s) 2" in msg, msg
         assert 1.0 <= seconds < 5.0
         assert second[0] == "ContextPoisoned"      # the timeout poisoned it
+
+
+# -- rings sized by the number of local ranks (issue 16, item 4) ---------------
+
+def ring_traffic(comm, ring):
+    """Messages of sizes around `ring` between every two ranks (so every
+    pair is made, lazily or not), each checked against the NumPy array its
+    sender made; then the sizes of this rank's rings, from its memfd
+    mappings."""
+    r, n = comm.rank, comm.size
+    ok = []
+    for nbytes in (1, ring - 1, ring, ring + 1, 3 * ring + 5, 1 << 20):
+        for k in range(1, n):
+            src, dst = (r - k) % n, (r + k) % n
+            out = (np.arange(nbytes, dtype=np.int64) * 7 + r).astype(np.uint8)
+            got = np.zeros(nbytes, np.uint8)
+            comm.Sendrecv(out, dest=dst, recvbuf=got, source=src)
+            want = (np.arange(nbytes, dtype=np.int64) * 7 + src).astype(np.uint8)
+            ok.append(bool(np.array_equal(got, want)))
+    with open("/proc/self/maps") as f:
+        rings = [int(hi, 16) - int(lo, 16)
+                 for lo, hi in (line.split()[0].split("-") for line in f
+                                if "memfd:gloocy-ring" in line)]
+    return all(ok), len(ok), rings
+
+
+@pytest.mark.parametrize("connect", ["eager", "lazy"])
+def test_rings_shrink_with_the_local_ranks_and_carry_every_size(connect):
+    # 18 local ranks, every pair used: a ring is 4 MiB / 17 rounded down to
+    # 128 KiB (up to 17 ranks: 256 KiB), but each rank's first 8 pairs keep
+    # 256 KiB rings where the peer has one of its 8 left too. Messages below,
+    # at and far above 128 KiB arrive whole over both sizes.
+    n, full, small, page = 18, 256 << 10, 128 << 10, 4096
+    with World(n, env={"GLOOCY_CONNECT": connect}, timeout=300) as w:
+        got = w.run(ring_traffic, small)
+    for ok, count, rings in got:
+        assert ok and count == 6 * (n - 1)
+        assert len(rings) == n - 1                      # a pair per peer
+        sizes = [full if m >= 2 * full else small for m in rings]
+        for m, size in zip(rings, sizes):
+            assert 2 * size <= m <= 2 * size + 2 * page, rings
+        assert sizes.count(full) <= 8, rings
+    # rank 0 offers first to rank 1, which has all of its 8 left
+    assert sum(m >= 2 * full for m in got[0][2]) >= 1

@@ -3,6 +3,7 @@ rank, hang stacks, captured output, the rank's COMM_WORLD, and the faults
 (kill, freeze, mismatch, a delayed or cut link). The oracles are closed
 forms and gloocy's own exception classes."""
 
+import re
 import sys
 import time
 
@@ -12,8 +13,8 @@ import pytest
 import gloocy
 from gloocy import MPI
 from gloocy.errors import CollectiveTimeout, MismatchError, PeerLostError
-from gloocy.testing import (COMM_WORLD, Freeze, Kill, Mismatch, RankFailure,
-                            RankTimeout, World, current_comm)
+from gloocy.testing import (COMM_WORLD, Freeze, Kill, Mismatch, RankError,
+                            RankFailure, RankTimeout, World, current_comm)
 
 BACKENDS = ["threads", "processes"]
 
@@ -88,15 +89,70 @@ def test_process_world_rank_sees_its_mpi_comm_world():
         assert w.run(mpi_world) == [(0, 2, 1), (1, 2, 1)]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_kill_at_a_call_is_a_lost_peer_to_the_others(backend):
-    with World(3, backend=backend, timeout=20) as w:
+# The worlds the faults are tried in: thread worlds over their default
+# transport (shared memory) and over TCP, and process worlds.
+FAULT_WORLDS = {"threads": dict(backend="threads"),
+                "threads-tcp": dict(backend="threads", transport="tcp"),
+                "processes": dict(backend="processes")}
+
+
+def pair_kinds(comm):
+    """The transport of each pair this rank has connected."""
+    links = comm._ctx.links
+    return sorted({type(links.pairs[p]).__name__ for p in links.connected})
+
+
+def ring(comm):
+    """Each rank sends its rank to the next, receives from the previous."""
+    x = np.full(2, float(comm.rank))
+    y = np.empty(2)
+    comm.Sendrecv(x, dest=(comm.rank + 1) % comm.size, recvbuf=y,
+                  source=(comm.rank - 1) % comm.size)
+    return float(y[0])
+
+
+def test_thread_worlds_default_to_shared_memory():
+    with World(3) as w:
+        assert w.transport == "auto"
+        assert w.run(ring) == [2.0, 0.0, 1.0]
+        assert w.run(pair_kinds) == [["ShmPair"]] * 3
+    with World(3, env={"GLOOCY_TRANSPORT": "tcp"}) as w:
+        w.run(ring)
+        assert w.run(pair_kinds) == [["TcpPair"]] * 3
+    with World(2, link_faults=[(0, 1)]) as w:    # the proxies sit on sockets
+        w.run(ring)
+        assert w.run(pair_kinds) == [["TcpPair"]] * 2
+    with pytest.raises(ValueError, match="link_faults need transport='tcp'"):
+        World(2, transport="auto", link_faults=[(0, 1)])
+    with pytest.raises(ValueError, match="disagree"):
+        World(2, transport="shm", env={"GLOOCY_TRANSPORT": "tcp"})
+
+
+# A long comm_timeout: a peer must see the fault itself, within the run's
+# grace after the faulty rank ends (else RankTimeout fails the test), not
+# at its deadline.
+@pytest.mark.parametrize("kind", FAULT_WORLDS)
+def test_kill_at_a_call_is_a_lost_peer_to_the_others(kind):
+    with World(3, timeout=20, comm_timeout=60, **FAULT_WORLDS[kind]) as w:
         res = w.run(total, 4, check=False, faults=[Kill(1, "Allreduce")])
         assert res[1].type_name in ("RankKilled", "ProcessDied")
         for r in (0, 2):
             assert res[r].is_a(PeerLostError), res[r]
             assert "rank 1" in res[r].message
         assert not w.reusable
+
+
+@pytest.mark.parametrize("kind", ["threads", "processes"])
+def test_kill_while_a_peer_waits_on_its_pair(kind):
+    """Over a pair connected before (a shared-memory ring), not the node
+    segment: rank 2 waits to receive from the killed rank 1."""
+    with World(3, timeout=20, comm_timeout=60, **FAULT_WORLDS[kind]) as w:
+        assert w.run(ring) == [2.0, 0.0, 1.0]
+        assert w.run(pair_kinds) == [["ShmPair"]] * 3
+        res = w.run(ring, check=False, faults=[Kill(1, "Sendrecv")])
+        assert res[2].is_a(PeerLostError) and "rank 1" in res[2].message, res[2]
+        # rank 0's send to rank 1 may have gone before it died
+        assert res[0] == 2.0 or res[0].is_a(PeerLostError), res[0]
 
 
 def twice(comm):
@@ -106,18 +162,26 @@ def twice(comm):
     return float(x[0])
 
 
-def test_freeze_makes_the_peers_time_out():
-    with World(2, timeout=20, comm_timeout=0.5) as w:
-        res = w.run(twice, check=False, faults=[Freeze(0, "Allreduce", nth=2, seconds=1.5)])
+@pytest.mark.parametrize("kind", FAULT_WORLDS)
+def test_freeze_makes_the_peers_time_out_naming_it(kind):
+    with World(3, timeout=20, comm_timeout=0.5, **FAULT_WORLDS[kind]) as w:
+        res = w.run(twice, check=False,
+                    faults=[Freeze(0, "Allreduce", nth=2, seconds=1.5)])
         assert res[0].type_name == "RankFrozen"
-        assert res[1].is_a(CollectiveTimeout), res[1]
+        for r in (1, 2):
+            assert res[r].is_a(CollectiveTimeout), res[r]
+            # named as the one waited for, or as the root cause over TCP
+            # (a peer's timeout came first: "rank 0 never came")
+            assert re.search(r"waiting for rank\(s\) 0$|rank 0 never came",
+                             res[r].message), res[r]
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_mismatch_is_reported_on_every_rank(backend):
-    with World(3, backend=backend, timeout=20) as w:
+@pytest.mark.parametrize("kind", FAULT_WORLDS)
+def test_mismatch_is_reported_on_every_rank(kind):
+    with World(3, timeout=20, **FAULT_WORLDS[kind]) as w:
         res = w.run(total, 3, check=False, faults=[Mismatch(2, "Allreduce", instead="Barrier")])
-        assert all(isinstance(e, object) and e.is_a(MismatchError) for e in res), res
+        assert all(isinstance(e, RankError) and e.is_a(MismatchError) for e in res), res
+        assert all("barrier" in e.message and "allreduce" in e.message for e in res)
 
 
 def bcast_time(comm, n):
@@ -166,8 +230,9 @@ def test_thread_ranks_run_concurrently_and_output_goes_back():
     assert not type(sys.stdout).__name__ == "_Router"
 
 
-def test_thread_world_kill_between_calls():
-    with World(3, timeout=20) as w:
+@pytest.mark.parametrize("kind", FAULT_WORLDS)
+def test_kill_between_calls(kind):
+    with World(3, timeout=20, comm_timeout=60, **FAULT_WORLDS[kind]) as w:
         w.kill(1)
         assert not w.alive
         with pytest.raises(RuntimeError, match="rank 1 of .* are dead"):
