@@ -39,11 +39,12 @@ import numpy as np
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))          # _host_calls, in the ranks too
 
 from gloocy.testing import World  # noqa: E402
 from gloocy.testing import netns  # noqa: E402
 
-COLLECTIVES = ("allreduce", "bcast", "allgather")
+from _host_calls import COLLECTIVES, calls_of  # noqa: E402
 
 
 def flat(coll, nbytes):
@@ -60,21 +61,7 @@ def calls_for(nbytes):
 def r_time(comm, coll, nbytes, algorithm, calls):
     """Mean seconds per call on this rank (after a warm-up call)."""
     from gloocy import MPI
-    n = max(nbytes // 8, 1)
-    x = np.ones(n, np.float64)
-    out = np.empty(n * comm.size, np.float64)
-    if coll == "allgather":
-        n = max(nbytes // 8 // comm.size, 1)
-        x = np.ones(n, np.float64)
-        out = np.empty(n * comm.size, np.float64)
-
-    def once():
-        if coll == "allreduce":
-            comm.Allreduce(MPI.IN_PLACE, x, algorithm=algorithm)
-        elif coll == "bcast":
-            comm.Bcast(x, root=0, algorithm=algorithm)
-        else:
-            comm.Allgather(x, out, algorithm=algorithm)
+    once = calls_of(MPI, comm, coll, nbytes, algorithm=algorithm)
     once()
     comm.Barrier()
     t = time.perf_counter()
@@ -87,18 +74,12 @@ def r_time(comm, coll, nbytes, algorithm, calls):
 
 MPI_PROGRAM = textwrap.dedent("""
     import sys, time, json
-    import numpy as np
+    sys.path.insert(0, sys.argv[4])
     from mpi4py import MPI
+    from _host_calls import calls_of
     comm = MPI.COMM_WORLD
     coll, nbytes, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    n = max(nbytes // 8, 1)
-    if coll == "allgather":
-        n = max(nbytes // 8 // comm.size, 1)
-    x = np.ones(n); out = np.empty(n * comm.size)
-    def once():
-        if coll == "allreduce": comm.Allreduce(MPI.IN_PLACE, x)
-        elif coll == "bcast": comm.Bcast(x, root=0)
-        else: comm.Allgather(x, out)
+    once = calls_of(MPI, comm, coll, nbytes)
     once(); comm.Barrier()
     if comm.rank == 0: sys.stdout.write("go\\n"); sys.stdout.flush(); sys.stdin.readline()
     comm.Barrier()
@@ -123,7 +104,7 @@ def mpich_time(hosts, prog, coll, nbytes, calls):
     for h in range(2):
         cmd += [":"] * (h > 0) + ["-n", "2", *hosts.exec_prefix(h),
                                   sys.executable, str(prog), coll, str(nbytes),
-                                  str(calls)]
+                                  str(calls), str(HERE)]
     p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True)

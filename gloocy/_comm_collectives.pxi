@@ -139,7 +139,7 @@ cdef class _Collectives(_PointToPoint):
             sizes = _blocks(r, ctx.size, "recvbuf")
         cdef Message s = message(sendbuf, "sendbuf", True, True)
         ctx.gatherv(None if s is None else s.buf, None if r is None else r.buf,
-                    sizes, None, root, timeout, algorithm)
+                    sizes, None, root, timeout, algorithm, True)
         if r is not None:
             r.unpack()
 
@@ -170,7 +170,7 @@ cdef class _Collectives(_PointToPoint):
         cdef Message r = message(recvbuf, "recvbuf", False, ctx.rank == root)
         ctx.scatterv(None if s is None else s.buf,
                      None if r is None else r.buf, sizes, None, root, timeout,
-                     algorithm)
+                     algorithm, True)
         if r is not None:
             r.unpack()
 
@@ -199,7 +199,7 @@ cdef class _Collectives(_PointToPoint):
         rsizes = _blocks(r, size, "recvbuf")
         ssizes = None if s is None else _blocks(s, size, "sendbuf")
         ctx.alltoallv(None if s is None else s.buf, ssizes, None, r.buf,
-                      rsizes, None, timeout, algorithm)
+                      rsizes, None, timeout, algorithm, True)
         r.unpack()
 
     def Alltoallv(self, sendbuf, recvbuf, *, timeout=None, algorithm=None):

@@ -84,12 +84,15 @@ cdef class Context:
                          algorithm=*)
     cpdef scan(self, sendbuf, recvbuf, int op, bint exclusive=*, timeout=*,
                algorithm=*)
+    # uniform: the call is the API's Gather, Scatter or Alltoall (every
+    # block one size on every rank, so "auto" may choose by it alike).
     cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,
-                  algorithm=*)
+                  algorithm=*, bint uniform=*)
     cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root, timeout=*,
-                   algorithm=*)
+                   algorithm=*, bint uniform=*)
     cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
-                    recvcounts, recvdispls, timeout=*, algorithm=*)
+                    recvcounts, recvdispls, timeout=*, algorithm=*,
+                    bint uniform=*)
     # Nonblocking collectives: each starts a schedule (_schedule.pxi) and
     # returns its NbcHandle; arguments as the blocking ones'.
     cpdef ibarrier(self)

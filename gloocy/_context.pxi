@@ -422,28 +422,30 @@ cdef class Context:
         return call_scan(self, sendbuf, recvbuf, op, exclusive, timeout, algorithm)
 
     cpdef gatherv(self, sendbuf, recvbuf, counts, displs, int root,
-                  timeout=None, algorithm=None):
+                  timeout=None, algorithm=None, bint uniform=False):
         """Rank i's sendbuf lands in root's recvbuf at byte displs[i]
         (counts[i] bytes). The root may pass sendbuf None (its block is in
         place); non-roots may pass recvbuf None."""
         return call_gatherv(self, sendbuf, recvbuf, counts, displs, root,
-                            timeout, algorithm)
+                            timeout, algorithm, uniform)
 
     cpdef scatterv(self, sendbuf, recvbuf, counts, displs, int root,
-                   timeout=None, algorithm=None):
+                   timeout=None, algorithm=None, bint uniform=False):
         """Root's sendbuf block i (counts[i] bytes at displs[i]) lands in
         rank i's recvbuf. The root may pass recvbuf None (it keeps its
         block); non-roots may pass sendbuf None."""
         return call_scatterv(self, sendbuf, recvbuf, counts, displs, root,
-                             timeout, algorithm)
+                             timeout, algorithm, uniform)
 
     cpdef alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
-                    recvcounts, recvdispls, timeout=None, algorithm=None):
+                    recvcounts, recvdispls, timeout=None, algorithm=None,
+                    bint uniform=False):
         """Block i of sendbuf (bytes) goes to rank i; rank i's block for us
         lands at recvdispls[i]. sendbuf None: recvbuf holds the blocks to
         send, laid out as recvcounts/recvdispls (in place)."""
         return call_alltoallv(self, sendbuf, sendcounts, senddispls, recvbuf,
-                              recvcounts, recvdispls, timeout, algorithm)
+                              recvcounts, recvdispls, timeout, algorithm,
+                              uniform)
 
     # Nonblocking collectives (start_* in _schedule.pxi): the same
     # arguments as the blocking ones (no timeout: the request's Wait has

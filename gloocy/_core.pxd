@@ -41,5 +41,6 @@ include "_node_scan.pxd"      # scan and exscan through the node segment
 include "_cma.pxd"            # single-copy transfers (process_vm_readv)
 include "_node_derive.pxd"    # node segments of derived communicators
 include "_hier.pxd"           # two-level collectives (ranks on several hosts)
+include "_hier_blocks.pxd"    # ... of gather, scatter, alltoall, reduce_scatter
 include "_p2p.pxd"            # send, recv, isend, irecv, probe
 include "_schedule.pxd"       # nonblocking collectives as schedules of steps

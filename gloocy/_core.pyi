@@ -118,17 +118,19 @@ class Context:
     def gatherv(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
                 counts: Sequence[int] | None, displs: Sequence[int] | None,
                 root: int, *, timeout: float | None = None,
-                algorithm: str | None = None) -> None: ...
+                algorithm: str | None = None, uniform: bool = False) -> None:
+        """uniform: the API's Gather (every block one size on every rank:
+        "auto" may then choose by it; scatterv and alltoallv alike)."""
     def scatterv(self, sendbuf: _Buffer | None, recvbuf: _Buffer | None,
                  counts: Sequence[int] | None, displs: Sequence[int] | None,
                  root: int, *, timeout: float | None = None,
-                 algorithm: str | None = None) -> None: ...
+                 algorithm: str | None = None, uniform: bool = False) -> None: ...
     def alltoallv(self, sendbuf: _Buffer | None,
                   sendcounts: Sequence[int] | None,
                   senddispls: Sequence[int] | None, recvbuf: _Buffer,
                   recvcounts: Sequence[int], recvdispls: Sequence[int] | None,
                   *, timeout: float | None = None,
-                  algorithm: str | None = None) -> None: ...
+                  algorithm: str | None = None, uniform: bool = False) -> None: ...
     def send(self, buf: _Buffer, dest: int, tag: int = 0, *,
              timeout: float | None = None) -> None: ...
     def recv(self, buf: _Buffer, source: int = -1, tag: int = -1, *,

@@ -53,6 +53,7 @@ include "_node_scan.pxi"        # scan, exscan
 include "_cma.pxi"              # single-copy transfers between local ranks
 include "_node_derive.pxi"      # segments of derived communicators
 include "_hier.pxi"             # two-level collectives (several hosts)
+include "_hier_blocks.pxi"      # ... gather, scatter, alltoall, reduce_scatter
 include "_user_ops.pxi"       # user ops: OP_USER's kernel and algorithms
 include "_schedule.pxi"       # nonblocking collectives: running schedules
 include "_schedule_algorithms.pxi"  # ... and their algorithms, as steps

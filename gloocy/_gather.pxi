@@ -47,9 +47,20 @@ cdef object call_allgatherv(Context ctx, object sendbuf, object recvbuf,
         ctx.end()
 
 
+cdef inline int64_t _block_auto(bint uniform, int64_t block,
+                                int64_t most) noexcept:
+    """two_level()'s auto_min for a gather, scatter or alltoall of `block`
+    bytes per block: 0 (two-level) where "auto" picks it, up to `most`
+    bytes per block; -1 (never) above, and in the v forms, where a rank
+    knows only its own blocks' sizes and ranks could choose unalike (they
+    run two-level only when forced)."""
+    return 0 if uniform and 0 <= most and block <= most else -1
+
+
 cdef object call_gatherv(Context ctx, object sendbuf, object recvbuf,
                          object counts, object displs, int root,
-                         object timeout, object algorithm):
+                         object timeout, object algorithm,
+                         bint uniform=False):
     cdef Coll c
     ctx._check_root(root)
     cdef bint at_root = ctx.rank == root
@@ -65,7 +76,13 @@ cdef object call_gatherv(Context ctx, object sendbuf, object recvbuf,
         if sb is not None and sb.nbytes != sizes.v[root]:
             raise ValueError(f"sendbuf has {sb.nbytes} bytes but the "
                              f"root's block is {sizes.v[root]}")
-    cdef int algo = _algorithm("gather", algorithm, ctx.env_algorithms)
+    cdef int algo = two_level(ctx, _algorithm("gather", algorithm,
+                                              ctx.env_algorithms),
+                              0, _block_auto(uniform, sizes.v[root] if at_root else sb.nbytes,
+                                             AUTO_TWO_LEVEL_GATHER_MAX),
+                              timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_gatherv(ctx, sb, rb, sizes, offs, root, uniform, timeout)
     ctx.begin(&c, KIND_GATHERV, OP_NONE, DT_BYTES, root, 0, timeout)
     try:
         algo = node_choice(ctx, algo, 0, NODE_FORCED_ONLY)
@@ -94,7 +111,8 @@ cdef object call_gatherv(Context ctx, object sendbuf, object recvbuf,
 
 cdef object call_scatterv(Context ctx, object sendbuf, object recvbuf,
                           object counts, object displs, int root,
-                          object timeout, object algorithm):
+                          object timeout, object algorithm,
+                          bint uniform=False):
     cdef Coll c
     ctx._check_root(root)
     cdef bint at_root = ctx.rank == root
@@ -110,7 +128,14 @@ cdef object call_scatterv(Context ctx, object sendbuf, object recvbuf,
         if rb is not None and rb.nbytes != sizes.v[root]:
             raise ValueError(f"recvbuf has {rb.nbytes} bytes but the "
                              f"root's block is {sizes.v[root]}")
-    cdef int algo = _algorithm("scatter", algorithm, ctx.env_algorithms)
+    cdef int algo = two_level(ctx, _algorithm("scatter", algorithm,
+                                              ctx.env_algorithms),
+                              0, _block_auto(uniform, sizes.v[root] if at_root else rb.nbytes,
+                                             AUTO_TWO_LEVEL_SCATTER_MAX),
+                              timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_scatterv(ctx, sb, rb, sizes, offs, root, uniform,
+                             timeout)
     ctx.begin(&c, KIND_SCATTERV, OP_NONE, DT_BYTES, root, 0, timeout)
     try:
         algo = node_choice(ctx, algo, 0, NODE_FORCED_ONLY)
@@ -140,7 +165,8 @@ cdef object call_scatterv(Context ctx, object sendbuf, object recvbuf,
 cdef object call_alltoallv(Context ctx, object sendbuf, object sendcounts,
                            object senddispls, object recvbuf,
                            object recvcounts, object recvdispls,
-                           object timeout, object algorithm):
+                           object timeout, object algorithm,
+                           bint uniform=False):
     cdef Coll c
     cdef Buf rb = get_buffer(recvbuf, "recvbuf", True)
     cdef I64 rsizes, roffs, ssizes, soffs
@@ -160,7 +186,14 @@ cdef object call_alltoallv(Context ctx, object sendbuf, object sendcounts,
                          f"{ctx.rank} has {rsizes.v[ctx.rank]}: rank "
                          f"{ctx.rank} sends itself one and receives the "
                          f"other")
-    cdef int algo = _algorithm("alltoall", algorithm, ctx.env_algorithms)
+    cdef int algo = two_level(ctx, _algorithm("alltoall", algorithm,
+                                              ctx.env_algorithms),
+                              0, _block_auto(uniform, rsizes.v[ctx.rank],
+                                             AUTO_TWO_LEVEL_ALLTOALL_MAX),
+                              timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_alltoallv(ctx, sb, soffs, ssizes, rb, roffs, rsizes,
+                              uniform, timeout)
     ctx.begin(&c, KIND_ALLTOALLV, OP_NONE, DT_BYTES, -1, 0, timeout)
     try:
         algo = node_choice(ctx, algo, 0, NODE_ALWAYS)

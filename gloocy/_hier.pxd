@@ -33,3 +33,11 @@ cdef object hier_reduce(Context ctx, Buf sb, Buf rb, int op, int root,
                         object timeout)
 cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
                             object timeout)
+
+# Shared by the two-level files: the call's deadline (and the context
+# checked), what is left of it for the next phase, a phase's error told in
+# ctx's ranks, and a Buf over memory the call owns.
+cdef double _end(Context ctx, object timeout) except -1
+cdef double _left(double end)
+cdef int _explain(Context ctx, Hier h, BaseException e) except -1
+cdef Buf _raw(char *p, int64_t nbytes, int dtype, int64_t itemsize)

@@ -75,7 +75,12 @@ cdef object call_reduce_scatter(Context ctx, object sendbuf, object recvbuf,
     if rb.count < lens.v[ctx.rank]:
         raise ValueError(f"recvbuf has {rb.count} elements but "
                          f"recvcounts[{ctx.rank}] is {lens.v[ctx.rank]}")
-    cdef int algo = _algorithm("reduce_scatter", algorithm, ctx.env_algorithms)
+    cdef int algo = two_level(ctx, _algorithm("reduce_scatter", algorithm,
+                                              ctx.env_algorithms),
+                              total * sb.itemsize, AUTO_TWO_LEVEL_BLOCKS_MIN,
+                              timeout)
+    if algo == ALGO_TWO_LEVEL:
+        return hier_reduce_scatter(ctx, sb, rb, lens, op, timeout)
     cdef int64_t isz = sb.itemsize, mine = lens.v[ctx.rank] * isz
     cdef char *acc
     ctx.begin(&c, KIND_REDUCE_SCATTER, op, sb.dtype, -1, total, timeout)

@@ -49,6 +49,12 @@ cdef enum:
     # 1 MiB; 4 B: 0.5x), bcast and allgather from 1 MiB moved (allgather:
     # 1.7-2.3x at 1 MiB; bcast crosses the link once either way: 1.0-1.4x).
     # The barrier stays flat unless forced (small calls lose).
+    # reduce_scatter from 1 MiB of input (1 Gbit/s: 1.5-2.0x faster than
+    # flat at 1 MiB, 1.0-1.1x at 16 MiB, 0.7-1.0x at 64 KiB; unlimited
+    # veth: 0.4-1.1x). Gather, Scatter and Alltoall cross the link with the
+    # flat forms' bytes and fewer messages, but lost to them at every size
+    # 64 B-16 MiB in two runs (0.04-1.5x): forced only
+    # (bench/results/hosts/, 2026-12-04, load 6-190).
 
 
 # One table per collective: name -> code. "auto" (or None) is the automatic
@@ -72,15 +78,19 @@ ALLGATHER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                         "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                         "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 REDUCE_SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
-                             "halving": ALGO_HALVING, "shm": ALGO_SHM}
+                             "halving": ALGO_HALVING, "shm": ALGO_SHM,
+                             "two_level": ALGO_TWO_LEVEL}
 # "recursive_doubling" is the old name of the binomial tree (kept working).
 REDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
                      "ring": ALGO_RING,
                      "recursive_doubling": ALGO_BINOMIAL, "shm": ALGO_SHM,
                      "two_level": ALGO_TWO_LEVEL}
-GATHER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
-SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
-ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM}
+GATHER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM,
+                     "two_level": ALGO_TWO_LEVEL}
+SCATTER_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT, "shm": ALGO_SHM,
+                      "two_level": ALGO_TWO_LEVEL}
+ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT,
+                       "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 # scan and exscan: Hillis-Steele over the pairs, or the node segment.
 SCAN_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                    "shm": ALGO_SHM}
@@ -197,8 +207,13 @@ cdef int auto_reduce(int n, int64_t count, int64_t itemsize) noexcept nogil:
 # The collectives "auto" runs two-level (_hier.pxi) from this many bytes.
 TWO_LEVEL_MIN = {"allreduce": AUTO_TWO_LEVEL_REDUCE_MIN,
                  "reduce": AUTO_TWO_LEVEL_REDUCE_MIN,
+                 "reduce_scatter": AUTO_TWO_LEVEL_BLOCKS_MIN,
                  "bcast": AUTO_TWO_LEVEL_BLOCKS_MIN,
                  "allgather": AUTO_TWO_LEVEL_BLOCKS_MIN}
+# ... and up to this many bytes per block (uniform forms only; -1: never).
+TWO_LEVEL_MAX = {"gather": AUTO_TWO_LEVEL_GATHER_MAX,
+                 "scatter": AUTO_TWO_LEVEL_SCATTER_MAX,
+                 "alltoall": AUTO_TWO_LEVEL_ALLTOALL_MAX}
 
 
 # The thresholds above, for documentation and tests.
@@ -216,6 +231,9 @@ ALGORITHM_THRESHOLDS = {
     "node_bcast_min": NODE_BCAST_MIN,       # ... (_node.pxd)
     "two_level_reduce_min": AUTO_TWO_LEVEL_REDUCE_MIN,  # several hosts
     "two_level_blocks_min": AUTO_TWO_LEVEL_BLOCKS_MIN,
+    "two_level_gather_max": AUTO_TWO_LEVEL_GATHER_MAX,  # per block, -1: never
+    "two_level_scatter_max": AUTO_TWO_LEVEL_SCATTER_MAX,
+    "two_level_alltoall_max": AUTO_TWO_LEVEL_ALLTOALL_MAX,
 }
 
 
@@ -232,7 +250,8 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     """The name of the algorithm "auto" picks for `collective` at world size
     `size` and `nbytes` (allreduce, reduce, bcast: the buffer; allgather:
     the gathered total in equal blocks laid end to end; reduce_scatter:
-    each rank's input; gather, scatter, alltoall: any). `node`: every rank
+    each rank's input; gather, scatter, alltoall: a block, as their
+    uniform forms Gather, Scatter and Alltoall choose). `node`: every rank
     is on one host (a world of 2 or more with a node segment); `hosts`:
     how many hosts the ranks are on (two-level where 1 < hosts < size);
     `cma_min`: the node segment's single-copy threshold for bcasts (they
@@ -240,7 +259,9 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     cdef int code
     if size < 1 or nbytes < 0 or itemsize < 1 or hosts < 1:
         raise ValueError("size, nbytes, itemsize and hosts must be positive")
-    if 1 < hosts < size and nbytes >= TWO_LEVEL_MIN.get(collective, -1) >= 0:
+    if 1 < hosts < size and (
+            nbytes >= TWO_LEVEL_MIN.get(collective, -1) >= 0
+            or 0 <= nbytes <= TWO_LEVEL_MAX.get(collective, -1)):
         return "two_level"
     if node and size > 1:
         if collective in ("allreduce", "allgather", "alltoall",

@@ -24,7 +24,10 @@ LAYOUTS = {"3+1": [3, 1], "2+2": [2, 2], "1+1+2": [1, 1, 2]}
 
 
 def shm_names():
-    return {n for n in os.listdir("/dev/shm")}
+    """/dev/shm's names, less the peers' own (MPICH's, run by the link-bytes
+    test or by anyone else on this machine)."""
+    from conftest import _dev_shm
+    return _dev_shm()
 
 
 @pytest.fixture(scope="module", params=list(LAYOUTS))
@@ -255,3 +258,301 @@ def test_ranks_calling_different_two_level_collectives_are_told():
     for rank, (kind, msg) in enumerate(got):
         assert kind == "MismatchError", (rank, kind, msg)
         assert "bcast" in msg and ("allreduce" in msg or "reduce" in msg), msg
+
+
+# -- gather(v), scatter(v), alltoall(v), reduce_scatter(_block) ---------------
+
+def pair_count(seed, s, d, most):
+    """How many int64 rank s sends rank d in the alltoallv (0 included)."""
+    return int(np.random.default_rng([seed, s, d, 7]).integers(0, most + 1))
+
+
+def pair_data(seed, s, d, most):
+    return np.arange(pair_count(seed, s, d, most)) + 1000 * s + 100_000 * d
+
+
+def r_blocks(comm, n, root, seed, counts, algorithm=TL):
+    """Every block-moving two-level collective once (forced), with NumPy
+    arrays the test checks against oracle_blocks; gaps in the v forms'
+    buffers hold -7 and must stay so. Returns (results, algorithms ran)."""
+    rank, size = comm.rank, comm.size
+    ctx = comm._ctx
+    mine = data(rank, n, seed)
+    out, ran = {}, {}
+    at_root = rank == root
+    gaps = [sum(counts[:i]) + i for i in range(size)]     # displs with gaps
+
+    g = np.empty(size * n, np.int64) if at_root else None
+    comm.Gather(mine, g, root=root, algorithm=algorithm)
+    out["gather"], ran["gather"] = g, ctx.last_algorithm
+
+    gv = np.full(sum(counts) + size, -7, np.int64) if at_root else None
+    comm.Gatherv(mine[:counts[rank]], [gv, (counts, gaps)] if at_root else None,
+                 root=root, algorithm=algorithm)
+    out["gatherv"] = gv
+
+    gi = None
+    if at_root:                       # in place: the root's block is there
+        gi = np.zeros(size * n, np.int64)
+        gi[root * n:(root + 1) * n] = mine
+    comm.Gather(MPI.IN_PLACE if at_root else mine, gi, root=root,
+                algorithm=algorithm)
+    out["gather_in_place"] = gi
+
+    s = np.empty(n, np.int64)
+    comm.Scatter(np.concatenate([data(r, n, seed + 1) for r in range(size)])
+                 if at_root else None, s, root=root, algorithm=algorithm)
+    out["scatter"], ran["scatter"] = s, ctx.last_algorithm
+
+    sv = np.full(counts[rank], -7, np.int64)
+    src = None
+    if at_root:
+        src = np.full(sum(counts) + size, -9, np.int64)
+        for r in range(size):
+            src[gaps[r]:gaps[r] + counts[r]] = data(r, n, seed + 2)[:counts[r]]
+    comm.Scatterv([src, (counts, gaps)] if at_root else None, sv, root=root,
+                  algorithm=algorithm)
+    out["scatterv"] = sv
+
+    a = np.empty(size * n, np.int64)
+    comm.Alltoall(data(rank, size * n, seed + 3), a, algorithm=algorithm)
+    out["alltoall"], ran["alltoall"] = a, ctx.last_algorithm
+
+    most = max(counts)
+    sc = [pair_count(seed, rank, d, most) for d in range(size)]
+    rc = [pair_count(seed, s_, rank, most) for s_ in range(size)]
+    sd = [sum(sc[:i]) + 2 * i for i in range(size)]      # gaps both sides
+    rd = [sum(rc[:i]) + 3 * i for i in range(size)]
+    sbuf = np.full(sum(sc) + 2 * size, -5, np.int64)
+    for d in range(size):
+        sbuf[sd[d]:sd[d] + sc[d]] = pair_data(seed, rank, d, most)
+    rbuf = np.full(sum(rc) + 3 * size, -7, np.int64)
+    comm.Alltoallv([sbuf, (sc, sd)], [rbuf, (rc, rd)], algorithm=algorithm)
+    out["alltoallv"] = rbuf
+
+    rs = np.full(counts[rank] + 2, -7, np.int64)
+    comm.Reduce_scatter(data(rank, sum(counts), seed + 4), rs, counts,
+                        algorithm=algorithm)
+    out["reduce_scatter"], ran["reduce_scatter"] = rs, ctx.last_algorithm
+
+    rb = np.empty(n, np.int64)
+    comm.Reduce_scatter_block(data(rank, size * n, seed + 5), rb,
+                              op=MPI.MAX, algorithm=algorithm)
+    out["reduce_scatter_block_max"] = rb
+    return out, ran
+
+
+def oracle_blocks(rank, size, n, root, seed, counts):
+    """What r_blocks must give `rank`, from NumPy alone (None: no result)."""
+    gaps = [sum(counts[:i]) + i for i in range(size)]
+    every = np.stack([data(r, n, seed) for r in range(size)])
+    want = {}
+    want["gather"] = every.reshape(-1) if rank == root else None
+    want["gather_in_place"] = want["gather"]
+    gv = np.full(sum(counts) + size, -7, np.int64)
+    for r in range(size):
+        gv[gaps[r]:gaps[r] + counts[r]] = every[r, :counts[r]]
+    want["gatherv"] = gv if rank == root else None
+    want["scatter"] = data(rank, n, seed + 1)
+    want["scatterv"] = data(rank, n, seed + 2)[:counts[rank]]
+    want["alltoall"] = np.concatenate(
+        [data(s, size * n, seed + 3)[rank * n:(rank + 1) * n]
+         for s in range(size)])
+    most = max(counts)
+    rc = [pair_count(seed, s, rank, most) for s in range(size)]
+    rd = [sum(rc[:i]) + 3 * i for i in range(size)]
+    av = np.full(sum(rc) + 3 * size, -7, np.int64)
+    for s in range(size):
+        av[rd[s]:rd[s] + rc[s]] = pair_data(seed, s, rank, most)
+    want["alltoallv"] = av
+    total = np.sum([data(r, sum(counts), seed + 4) for r in range(size)], 0)
+    off = sum(counts[:rank])
+    rs = np.full(counts[rank] + 2, -7, np.int64)
+    rs[:counts[rank]] = total[off:off + counts[rank]]
+    want["reduce_scatter"] = rs
+    mx = np.max([data(r, size * n, seed + 5) for r in range(size)], 0)
+    want["reduce_scatter_block_max"] = mx[rank * n:(rank + 1) * n]
+    return want
+
+
+def check_blocks(got, layout, size, n, root, seed, counts, algorithm=TL):
+    for rank, (out, ran) in enumerate(got):
+        want = oracle_blocks(rank, size, n, root, seed, counts)
+        for name, value in want.items():
+            if value is None:
+                assert out[name] is None, (layout, rank, name)
+                continue
+            assert np.array_equal(out[name], value), (layout, rank, name,
+                                                      out[name], value)
+        for name, algo in ran.items():
+            assert algo == algorithm, (layout, rank, name, algo)
+
+
+@settings(max_examples=5, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.sampled_from([0, 1, 5, 1000, 70_000]),
+       root=st.integers(0, 3), seed=st.integers(0, 2**16),
+       cuts=st.lists(st.integers(0, 300), min_size=4, max_size=4))
+def test_every_two_level_block_collective_matches_numpy(hosts_world, n, root,
+                                                         seed, cuts):
+    layout, world = hosts_world
+    size = world.size
+    counts = [min(c, n) for c in cuts[:size]]
+    got = world.run(r_blocks, n, root, seed, counts, timeout=120)
+    check_blocks(got, layout, size, n, root, seed, counts)
+
+
+def r_blocks_reordered(comm, n, root, seed, counts):
+    """r_blocks on a Split of the world whose rank order interleaves the
+    hosts (each host's ranks not consecutive: the blocks are reordered)."""
+    key = (comm.rank * 3) % comm.size            # 4 ranks: 0, 3, 2, 1
+    sub = comm.Split(0, key)
+    try:
+        return r_blocks(sub, n, root, seed, counts)
+    finally:
+        sub.Free()
+
+
+@pytest.mark.parametrize("n", [3, 4000])
+def test_two_level_block_collectives_on_interleaved_hosts(hosts_world, n):
+    layout, world = hosts_world
+    size = world.size
+    counts = [min(c, n) for c in [5, 0, 3, 7][:size]]
+    got = world.run(r_blocks_reordered, n, 1, 11, counts, timeout=120)
+    # the split's rank k is the world rank whose key is k
+    order = sorted(range(size), key=lambda r: (r * 3) % size)
+    check_blocks([got[w] for w in order], layout, size, n, 1, 11, counts)
+
+
+def r_auto_blocks(comm, cases):
+    """What "auto" (or a forced name) ran for each (call, bytes per block
+    or per input, algorithm), with float64 buffers."""
+    ran = []
+    size = comm.size
+    for call, nbytes, algorithm in cases:
+        k = nbytes // 8
+        x = np.ones(k * size)
+        y = np.empty(k * size)
+        if call == "Alltoall":
+            comm.Alltoall(x, y, algorithm=algorithm)
+        elif call == "Alltoallv":
+            comm.Alltoallv([x, [k] * size], [y, [k] * size],
+                           algorithm=algorithm)
+        elif call == "Gather":
+            comm.Gather(x[:k], y, root=0, algorithm=algorithm)
+        elif call == "Gatherv":
+            comm.Gatherv(x[:k], [y, [k] * size] if comm.rank == 0 else None,
+                         root=0, algorithm=algorithm)
+        elif call == "Scatter":
+            comm.Scatter(x, y[:k], root=1, algorithm=algorithm)
+        else:
+            comm.Reduce_scatter_block(np.ones(k), np.empty(k // size),
+                                      algorithm=algorithm)
+        ran.append(comm._ctx.last_algorithm)
+    return ran
+
+
+def test_auto_runs_the_block_collectives_two_level_where_the_table_says(
+        hosts_world):
+    layout, world = hosts_world
+    from gloocy import _core
+    t = _core.ALGORITHM_THRESHOLDS
+    red = t["two_level_blocks_min"]
+    cases = [("Alltoall", 8, None), ("Alltoall", 4096, None),
+             ("Alltoallv", 8, None), ("Gather", 8, None),
+             ("Gather", 4096, None), ("Gatherv", 8, None),
+             ("Scatter", 8, None), ("Scatter", 4096, None),
+             ("Alltoall", 8, "direct"), ("Gather", 8, "direct"),
+             ("Reduce_scatter", red - 32 * 8, None),
+             ("Reduce_scatter", red, None), ("Reduce_scatter", red, "ring")]
+    got = world.run(r_auto_blocks, cases, timeout=120)
+    coll = {"Alltoall": "alltoall", "Gather": "gather", "Scatter": "scatter",
+            "Reduce_scatter": "reduce_scatter"}
+    for ran in got:
+        for (call, nbytes, algorithm), name in zip(cases, ran):
+            if algorithm is not None:
+                assert name == algorithm, (call, nbytes, name)
+            elif call.endswith("v"):           # a v form: never by itself
+                assert name != TL, (call, name)
+            else:
+                want = _core.auto_algorithm(coll[call], 4, nbytes,
+                                            itemsize=8, hosts=len(layout))
+                assert (name == TL) == (want == TL), (call, nbytes, name, want)
+    # the table itself: large reductions two-level, small ones not
+    assert _core.auto_algorithm("reduce_scatter", 4, red, hosts=2) == TL
+    assert _core.auto_algorithm("reduce_scatter", 4, red - 8, hosts=2) != TL
+    for coll in ("alltoall", "gather", "scatter"):    # where the table says
+        most = t[f"two_level_{coll}_max"]
+        assert (_core.auto_algorithm(coll, 4, 8, hosts=2) == TL) == (most >= 8)
+
+
+def r_die_or_call(comm, victim, call):
+    """r_die_or_allreduce for the block collectives' two-level forms."""
+    x = np.ones(1 << 12, np.float64)
+    y = np.empty(1 << 12, np.float64)
+    k = len(x) // comm.size
+    calls = {"alltoall": lambda: comm.Alltoall(x, y, timeout=30,
+                                               algorithm=TL),
+             "gather": lambda: comm.Gather(x[:k], y, root=2, timeout=30,
+                                           algorithm=TL),
+             "scatter": lambda: comm.Scatter(x, y[:k], root=0, timeout=30,
+                                             algorithm=TL),
+             "reduce_scatter": lambda: comm.Reduce_scatter_block(
+                 x, y[:k], timeout=30, algorithm=TL)}
+    if comm.rank == victim:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    try:
+        calls[call]()
+    except Exception as e:
+        return type(e).__name__, getattr(e, "rank", None), str(e)
+    return "no error", None, ""
+
+
+@pytest.mark.parametrize("call,victim", [("alltoall", 1), ("gather", 0),
+                                         ("scatter", 3),
+                                         ("reduce_scatter", 2)])
+def test_a_peer_killed_in_a_two_level_block_call_is_named(call, victim):
+    """The victim is a leader (0, 2) or a member (1, 3) of a 2 + 2 layout;
+    the survivors wait for it in a phase inside their host or between the
+    leaders, and each names it (a survivor that finished its part before
+    the death may report no error)."""
+    before = shm_names()
+    with World(4, backend="processes", hosts=[2, 2]) as world:
+        got = world.run(r_die_or_call, victim, call, check=False, timeout=90)
+    named = 0
+    for rank, r in enumerate(got):
+        if rank == victim:
+            assert getattr(r, "type_name", None) == "ProcessDied"
+            continue
+        kind, lost, msg = r
+        if kind == "no error":
+            continue
+        assert kind == "PeerLostError", (rank, r)
+        assert lost == victim and f"rank {victim}" in msg, (rank, r)
+        named += 1
+    assert named >= 1
+    assert shm_names() - before == set()
+
+
+def test_the_link_carries_no_more_than_mpich(tmp_path):
+    """Bytes through host 0's link (both ways) per call of each new
+    two-level collective ("auto" at a size where it runs two-level, or
+    forced), against MPICH's for the same calls under mpiexec into the
+    same namespaces (bench/hosts.py's harness)."""
+    from peers import installed, mpiexec, MPI as NEEDS
+    if not installed("mpi4py") or mpiexec() is None:
+        pytest.skip(f"needs {NEEDS}")
+    import sys
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "bench")
+    sys.path.insert(0, os.path.abspath(bench))
+    import hosts as harness
+    prog = tmp_path / "prog.py"
+    prog.write_text(harness.MPI_PROGRAM)
+    nbytes, calls = 256 << 10, 8
+    with World(4, backend="processes", hosts=[2, 2], timeout=300) as world:
+        for coll in ("alltoall", "gather", "scatter", "reduce_scatter"):
+            _, ours = harness.gloocy_time(world, coll, nbytes, TL, calls)
+            _, theirs = harness.mpich_time(world.netns, prog, coll, nbytes,
+                                           calls)
+            assert ours <= theirs * 1.01 + 4096, (coll, ours, theirs)

@@ -443,16 +443,15 @@ def test_unknown_names_raise_value_error(world):
 def test_tables_and_names():
     assert _core.ALGORITHMS is _core.ALLREDUCE_ALGORITHMS     # the old name
     # Every collective with a node algorithm can force it ("shm"); gather,
-    # scatter and alltoall have one pair algorithm ("direct") besides.
+    # scatter and alltoall have one pair algorithm ("direct") besides, and
+    # a two-level one (ranks on several hosts: tests/system/test_two_level.py).
     for coll in ("gather", "scatter", "alltoall"):
         table = _core.ALGORITHM_TABLES[coll]
-        assert set(table) == {"auto", "direct", "shm"}, coll
+        assert set(table) == {"auto", "direct", "shm", "two_level"}, coll
         assert _core.ALGORITHM_ENV[coll] == f"GLOOCY_ALGORITHM_{coll.upper()}"
     for coll, names in NAMES.items():
         table = _core.ALGORITHM_TABLES[coll]
-        # ranks on several hosts: tests/system/test_two_level.py
-        two_level = {"two_level"} if coll != "reduce_scatter" else set()
-        assert set(table) == {"auto", "shm", *names, *two_level}, coll
+        assert set(table) == {"auto", "shm", *names, "two_level"}, coll
         assert _core.ALGORITHM_NAMES[table["shm"]] == "shm"
         assert _core.ALGORITHM_ENV[coll] == ENV[coll]
         for name in names:
