@@ -17,6 +17,7 @@ tells a rank that its peer died even when it has nothing in flight to it.
 
 import os
 import struct
+import threading
 import time
 import weakref
 
@@ -37,6 +38,10 @@ DEFAULT_SLOT_BYTES = 8192
 DEFAULT_REG_CACHE = 256 << 20
 
 _open = weakref.WeakValueDictionary()     # one open device per (name, port, gid)
+# Pairs of one process are built on several threads at once: two that
+# opened a device each would hold two protection domains, and a buffer
+# registered in one could not be used by the other's queue pairs.
+_open_lock = threading.Lock()
 
 
 def parse_hca(text):
@@ -180,6 +185,13 @@ def probe():
     chosen = select_ports(names, spec)
     if not chosen:
         return None, f"GLOOCY_IB_HCA={spec!r} selects none of the devices {names}"
+    with _open_lock:
+        return _open_first(chosen, gid)
+
+
+def _open_first(chosen, gid):
+    """The first of `chosen` (device name, port) that opens, as probe()."""
+    from gloocy.transport import _ibverbs
     reasons = []
     for name, port in chosen:
         dev = _open.get((name, port, gid))
