@@ -22,7 +22,7 @@ from .store import DEFAULT_TIMEOUT, Store
 
 # Each store's module is imported when first asked for: a rank loads only
 # the one it meets at (every rank of a job pays for its imports at start-up).
-_LAZY = {"TCPStore": "tcp_store", "TCPStoreServer": "tcp_store",
+_LAZY = {"TCPStore": "tcp_store", "TCPStoreServer": "tcp_store_server",
          "HashStore": "hash_store", "FileStore": "file_store",
          "PrefixStore": "prefix_store", "RedisStore": "redis_store"}
 
