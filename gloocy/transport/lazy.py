@@ -46,6 +46,7 @@ _DIALING, _ACCEPTING, _INSTALLED = "dialing", "accepting", "installed"
 _ACCEPT, _REFUSE = b"\x01", b"\x02"
 _LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
 _CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
+_TELL_ARRIVING_S = 1.0  # the longest a failed rank leaving waits for dials it accepted
 _RETELL_S = 0.002      # how soon the listener tells a busy rank of a pair again
 # How long a dial may take to authenticate before the listener drops it.
 # Long: a silent stranger costs an fd here, no thread, and delays nobody,
@@ -170,6 +171,7 @@ class Connector:
         self.store_hosted = False  # rank 0 serves the store: it leaves last
         self.closed = False
         self.recording = None     # the thread saying why we stopped (record_abort)
+        self.told = None          # ... and why: (why, code, culprit, origin)
         self.dialed = self.accepted = 0   # connections made each way
         self._pids = {}
         self.listener = listener
@@ -181,6 +183,10 @@ class Connector:
         # Unregistered at close(), or when dropped unclosed (links that were
         # never closed, e.g. a Dup never freed, then collected).
         self._unregister = weakref.finalize(self, listener.unregister, self.tag, rank)
+        # Not at interpreter exit: our own close() comes later there, and
+        # the listener must still finish the dials we accepted, to tell
+        # their ranks why we stopped, if we did.
+        self._unregister.atexit = False
 
     # -- the engine's side ----------------------------------------------------
 
@@ -319,6 +325,8 @@ class Connector:
                                    f"{code} {culprit} {origin} ".encode() + why)
             except (RendezvousError, OSError, TimeoutError, ValueError):
                 pass
+        if self.told is None:
+            self.told = (why, code, culprit, origin)
         if self.recording is None and not self.closed:
             self.recording = start_quiet(threading.Thread(
                 target=record, daemon=True, name=f"gloocy-abort-{self.rank}"))
@@ -376,7 +384,9 @@ class Connector:
         was held: see Links.note_arrival), or None."""
         with self.cond:
             if self.closed and not isinstance(got, BaseException):
-                got.close(False)
+                self._close_unused(got)
+                self.state[peer] = _INSTALLED       # (and gone: close() waits no more)
+                self.cond.notify_all()
                 return
             self.state[peer] = got
             self.ready.append(peer)
@@ -428,13 +438,21 @@ class Connector:
             if self.closed:
                 return
             self.closed = True
+            if self.told is not None:
+                # Dials we accepted whose pairs are still being made: once
+                # made, arrive() tells them why we stopped (their ranks may
+                # wait on them); our exit would cut them off untold.
+                until = time.monotonic() + _TELL_ARRIVING_S
+                while (_ACCEPTING in self.state.values()
+                       and self.cond.wait(max(until - time.monotonic(), 0))):
+                    pass
             ready = [self.state[p] for p in self.ready]
             self.ready.clear()
             self.cond.notify_all()
         self._unregister()
         for pair in ready:
             if not isinstance(pair, BaseException):
-                pair.close(False)
+                self._close_unused(pair)
         self.links = None
         try:
             self._give_up_node_fd(clean)
@@ -443,6 +461,15 @@ class Connector:
             for thing in self.owned:
                 thing.close()
             self.owned = []
+
+    def _close_unused(self, pair):
+        """Close a pair a peer dialed that we never installed. If we stopped
+        on an error, its peer, which may wait on it, hears why first (it
+        would name us, who only gave up, instead of the root cause)."""
+        if self.told is not None:
+            from gloocy._core import say_abort_on
+            say_abort_on(pair, *self.told)    # (best effort: it may be gone too)
+        pair.close(False)
 
     def _give_up_node_fd(self, clean):
         """Rank 0: close the node segment's fd the others open through

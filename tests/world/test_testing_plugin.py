@@ -126,15 +126,32 @@ def falsifying(out):
     return re.sub(r"[\sE]+", "", found.group(1))
 
 
+# hypothesis searches at random, except on CI machines (its "ci" profile,
+# chosen when $CI is set, is derandomized): the tests name the profile.
+RANDOM, DERANDOMIZED = "--hypothesis-profile=default", "--hypothesis-profile=ci"
+
+
 def test_a_failing_search_prints_its_seed_and_the_seed_finds_it_again(tmp_path):
     (tmp_path / "test_search.py").write_text(textwrap.dedent(SEARCH))
-    code, out = run_pytest(tmp_path, "-q")
+    code, out = run_pytest(tmp_path, "-q", RANDOM)
     assert code == 1, out
     seed = re.search(r"--hypothesis-seed=(\d+)", out)
     assert seed and "the same search again" in out, out
     first = falsifying(out)
     # shrunk: 3 ranks, 5 values in all (the smallest example of the bug)
     assert first.count("array(") == 3, first
-    again = run_pytest(tmp_path, "-q", f"--hypothesis-seed={seed.group(1)}")[1]
+    again = run_pytest(tmp_path, "-q", RANDOM, f"--hypothesis-seed={seed.group(1)}")[1]
     assert falsifying(again) == first
     assert f"--hypothesis-seed={seed.group(1)}" in again
+
+
+def test_a_derandomized_search_prints_no_seed_and_finds_the_same_again(tmp_path):
+    """On CI (or with derandomize=True) the search is the same each run:
+    there is no seed to print, and a rerun finds the same example."""
+    (tmp_path / "test_search.py").write_text(textwrap.dedent(SEARCH))
+    code, out = run_pytest(tmp_path, "-q", DERANDOMIZED)
+    assert code == 1, out
+    assert "--hypothesis-seed" not in out and "the same search again" not in out, out
+    first = falsifying(out)
+    assert first.count("array(") == 3, first
+    assert falsifying(run_pytest(tmp_path, "-q", DERANDOMIZED)[1]) == first
