@@ -5,7 +5,10 @@ unlimited veth and once with every host link limited by tc tbf.
 
 For each (link, collective, size) the peers run in turn, round after
 round (interleaved), each call timed on every rank; the figure is the
-median over rounds of the slowest rank's mean time per call. The bytes
+median over rounds of the slowest rank's mean time per call. The peers:
+gloocy's two-level form (forced), its flat one (what "auto" runs over the
+pairs at 4 ranks on one host), "auto" (what a caller gets: its choice is
+the `auto_algorithm` column) and MPICH. The bytes
 through host 0's link (its bridge port's counters, both ways) during a
 peer's timed calls, over the calls and the message size, say how much
 crossed the network per call.
@@ -59,7 +62,8 @@ def calls_for(nbytes):
 
 
 def r_time(comm, coll, nbytes, algorithm, calls):
-    """Mean seconds per call on this rank (after a warm-up call)."""
+    """(mean seconds per call on this rank after a warm-up call, the
+    algorithm the last call ran)."""
     from gloocy import MPI
     once = calls_of(MPI, comm, coll, nbytes, algorithm=algorithm)
     once()
@@ -68,8 +72,9 @@ def r_time(comm, coll, nbytes, algorithm, calls):
     for _ in range(calls):
         once()
     t = (time.perf_counter() - t) / calls
+    ran = comm._ctx.last_algorithm
     comm.Barrier()
-    return t
+    return t, ran
 
 
 MPI_PROGRAM = textwrap.dedent("""
@@ -127,13 +132,16 @@ def mpich_time(hosts, prog, coll, nbytes, calls):
     return t, (sum(after) - sum(before)) / calls
 
 
-def gloocy_time(world, coll, nbytes, algorithm, calls):
+def gloocy_time(world, coll, nbytes, algorithm, calls, ran=None):
     """(slowest rank's seconds per call, bytes through host 0's link per
-    call: the warm-up call and the timed ones)."""
+    call: the warm-up call and the timed ones); `ran`: a list that gets
+    the algorithm rank 0 ran."""
     before = world.netns.link_bytes()[0]
-    t = max(world.run(r_time, coll, nbytes, algorithm, calls, timeout=600))
+    got = world.run(r_time, coll, nbytes, algorithm, calls, timeout=600)
     after = world.netns.link_bytes()[0]
-    return t, (sum(after) - sum(before)) / (calls + 1)
+    if ran is not None:
+        ran.append(got[0][1])
+    return max(t for t, _ in got), (sum(after) - sum(before)) / (calls + 1)
 
 
 def main():
@@ -174,6 +182,9 @@ def main():
                              "flat": lambda: gloocy_time(
                                  world, coll, nbytes, flat(coll, nbytes),
                                  calls)}
+                    ran = []
+                    peers["auto"] = lambda: gloocy_time(
+                        world, coll, nbytes, None, calls, ran)
                     if args.mpich:
                         peers["mpich"] = lambda: mpich_time(
                             hosts, prog, coll, nbytes, calls)
@@ -182,7 +193,8 @@ def main():
                         for name, fn in peers.items():
                             got[name].append(fn())
                     row = {"link": link, "collective": coll, "bytes": nbytes,
-                           "calls": calls}
+                           "calls": calls, "auto_algorithm": ran[-1],
+                           "load": os.getloadavg()[0]}
                     for name, runs in got.items():
                         row[f"{name}_s"] = statistics.median(t for t, _ in runs)
                         row[f"{name}_link_x"] = statistics.median(
@@ -194,18 +206,25 @@ def main():
     (out / f"hosts-{stamp}.json").write_text(json.dumps(rows, indent=1))
     lines = ["| link | collective | bytes | flat ÷ two-level (time) | "
              + ("two-level ÷ MPICH (time) | " if args.mpich else "")
+             + "auto runs | flat ÷ auto (time) | "
+             + ("auto ÷ MPICH (time) | " if args.mpich else "")
              + "link bytes ÷ size: two-level / flat"
-             + (" / MPICH" if args.mpich else "") + " |",
-             "|---|---|---|---|" + ("---|" if args.mpich else "") + "---|"]
+             + (" / MPICH" if args.mpich else "") + " | load |",
+             "|---|---|---|---|" + ("---|" if args.mpich else "") + "---|---|"
+             + ("---|" if args.mpich else "") + "---|---|"]
     for r in rows:
         cells = [r["link"], r["collective"], str(r["bytes"]),
                  f"{r['flat_s'] / r['two_level_s']:.2f}"]
         if args.mpich:
             cells.append(f"{r['two_level_s'] / r['mpich_s']:.2f}")
+        cells += [r["auto_algorithm"], f"{r['flat_s'] / r['auto_s']:.2f}"]
+        if args.mpich:
+            cells.append(f"{r['auto_s'] / r['mpich_s']:.2f}")
         xs = [f"{r['two_level_link_x']:.2f}", f"{r['flat_link_x']:.2f}"]
         if args.mpich:
             xs.append(f"{r['mpich_link_x']:.2f}")
         cells.append(" / ".join(xs))
+        cells.append(f"{r['load']:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     (out / f"hosts-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
