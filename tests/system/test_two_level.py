@@ -174,9 +174,10 @@ def test_auto_runs_two_level_above_the_table_thresholds(hosts_world):
     from gloocy import _core
     t = _core.ALGORITHM_THRESHOLDS
     red, blocks = t["two_level_reduce_min"], t["two_level_blocks_min"]
+    bc = t["two_level_bcast_min"]
     cases = [("allreduce", 8), ("allreduce", red - 8), ("allreduce", red),
-             ("reduce", red - 8), ("reduce", red), ("bcast", blocks - 8),
-             ("bcast", blocks), ("allgather", blocks - 32),
+             ("reduce", red - 8), ("reduce", red), ("bcast", bc - 8),
+             ("bcast", bc), ("allgather", blocks - 32),
              ("allgather", blocks)]
     got = world.run(r_auto, cases)
     want = [_core.auto_algorithm(c, 4, b, itemsize=8, hosts=len(layout))
