@@ -5,13 +5,20 @@ unlimited veth and once with every host link limited by tc tbf.
 
 For each (link, collective, size) the peers run in turn, round after
 round (interleaved), each call timed on every rank; the figure is the
-median over rounds of the slowest rank's mean time per call. The bytes
+median over rounds of the slowest rank's mean time per call. The peers:
+gloocy's two-level form (forced), its flat one (what "auto" runs over the
+pairs at 4 ranks on one host), "auto" (what a caller gets: its choice is
+the `auto_algorithm` column) and MPICH. The bytes
 through host 0's link (its bridge port's counters, both ways) during a
 peer's timed calls, over the calls and the message size, say how much
 crossed the network per call.
 
     sudo python bench/hosts.py [--rounds 3] [--sizes 4,65536,1048576]
-         [--rate 1gbit] [--mpich] [--out bench/results/hosts]
+         [--rate 1gbit] [--mpich] [--root 0] [--out bench/results/hosts]
+
+`--root`: the root of bcast, gather and scatter (0 leads host 0; 1 is
+host 0's other rank, for which the flat trees cross the link more than
+once).
 
 Needs root and iproute2. MPICH (pip's mpich + mpi4py, ch4:ucx) runs with
 MPIR_CVAR_NOLOCAL=1 and UCX_TLS=tcp: its hydra places every rank on one
@@ -58,18 +65,20 @@ def calls_for(nbytes):
     return max(3, min(200, (64 << 20) // max(nbytes, 1)))
 
 
-def r_time(comm, coll, nbytes, algorithm, calls):
-    """Mean seconds per call on this rank (after a warm-up call)."""
+def r_time(comm, coll, nbytes, algorithm, calls, root):
+    """(mean seconds per call on this rank after a warm-up call, the
+    algorithm the last call ran)."""
     from gloocy import MPI
-    once = calls_of(MPI, comm, coll, nbytes, algorithm=algorithm)
+    once = calls_of(MPI, comm, coll, nbytes, root, algorithm=algorithm)
     once()
     comm.Barrier()
     t = time.perf_counter()
     for _ in range(calls):
         once()
     t = (time.perf_counter() - t) / calls
+    ran = comm._ctx.last_algorithm
     comm.Barrier()
-    return t
+    return t, ran
 
 
 MPI_PROGRAM = textwrap.dedent("""
@@ -79,7 +88,7 @@ MPI_PROGRAM = textwrap.dedent("""
     from _host_calls import calls_of
     comm = MPI.COMM_WORLD
     coll, nbytes, calls = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-    once = calls_of(MPI, comm, coll, nbytes)
+    once = calls_of(MPI, comm, coll, nbytes, int(sys.argv[5]))
     once(); comm.Barrier()
     if comm.rank == 0: sys.stdout.write("go\\n"); sys.stdout.flush(); sys.stdin.readline()
     comm.Barrier()
@@ -92,7 +101,7 @@ MPI_PROGRAM = textwrap.dedent("""
 """)
 
 
-def mpich_time(hosts, prog, coll, nbytes, calls):
+def mpich_time(hosts, prog, coll, nbytes, calls, root=0):
     """(slowest rank's seconds per call, bytes through host 0's link during
     the timed calls, per call) under mpiexec into the namespaces."""
     mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
@@ -104,7 +113,7 @@ def mpich_time(hosts, prog, coll, nbytes, calls):
     for h in range(2):
         cmd += [":"] * (h > 0) + ["-n", "2", *hosts.exec_prefix(h),
                                   sys.executable, str(prog), coll, str(nbytes),
-                                  str(calls), str(HERE)]
+                                  str(calls), str(HERE), str(root)]
     p = subprocess.Popen(cmd, env=env, stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, start_new_session=True)
@@ -127,13 +136,17 @@ def mpich_time(hosts, prog, coll, nbytes, calls):
     return t, (sum(after) - sum(before)) / calls
 
 
-def gloocy_time(world, coll, nbytes, algorithm, calls):
+def gloocy_time(world, coll, nbytes, algorithm, calls, root=0, ran=None):
     """(slowest rank's seconds per call, bytes through host 0's link per
-    call: the warm-up call and the timed ones)."""
+    call: the warm-up call and the timed ones); `ran`: a list that gets
+    the algorithm rank 0 ran."""
     before = world.netns.link_bytes()[0]
-    t = max(world.run(r_time, coll, nbytes, algorithm, calls, timeout=600))
+    got = world.run(r_time, coll, nbytes, algorithm, calls, root,
+                    timeout=600)
     after = world.netns.link_bytes()[0]
-    return t, (sum(after) - sum(before)) / (calls + 1)
+    if ran is not None:
+        ran.append(got[0][1])
+    return max(t for t, _ in got), (sum(after) - sum(before)) / (calls + 1)
 
 
 def main():
@@ -144,6 +157,8 @@ def main():
     ap.add_argument("--rate", default="1gbit", help="tbf rate of the limited run")
     ap.add_argument("--links", default="unlimited,limited")
     ap.add_argument("--mpich", action="store_true", help="also MPICH")
+    ap.add_argument("--root", type=int, default=0,
+                    help="root of bcast, gather and scatter")
     ap.add_argument("--out", default=str(HERE / "results" / "hosts"))
     args = ap.parse_args()
     why = netns.missing()
@@ -170,19 +185,25 @@ def main():
                     if link == "limited":
                         calls = max(3, calls // 4)
                     peers = {"two_level": lambda: gloocy_time(
-                                 world, coll, nbytes, "two_level", calls),
+                                 world, coll, nbytes, "two_level", calls,
+                                 args.root),
                              "flat": lambda: gloocy_time(
                                  world, coll, nbytes, flat(coll, nbytes),
-                                 calls)}
+                                 calls, args.root)}
+                    ran = []
+                    peers["auto"] = lambda: gloocy_time(
+                        world, coll, nbytes, None, calls, args.root, ran)
                     if args.mpich:
                         peers["mpich"] = lambda: mpich_time(
-                            hosts, prog, coll, nbytes, calls)
+                            hosts, prog, coll, nbytes, calls, args.root)
                     got = {k: [] for k in peers}
                     for _ in range(args.rounds):
                         for name, fn in peers.items():
                             got[name].append(fn())
                     row = {"link": link, "collective": coll, "bytes": nbytes,
-                           "calls": calls}
+                           "calls": calls, "root": args.root,
+                           "auto_algorithm": ran[-1],
+                           "load": os.getloadavg()[0]}
                     for name, runs in got.items():
                         row[f"{name}_s"] = statistics.median(t for t, _ in runs)
                         row[f"{name}_link_x"] = statistics.median(
@@ -194,18 +215,25 @@ def main():
     (out / f"hosts-{stamp}.json").write_text(json.dumps(rows, indent=1))
     lines = ["| link | collective | bytes | flat ÷ two-level (time) | "
              + ("two-level ÷ MPICH (time) | " if args.mpich else "")
+             + "auto runs | flat ÷ auto (time) | "
+             + ("auto ÷ MPICH (time) | " if args.mpich else "")
              + "link bytes ÷ size: two-level / flat"
-             + (" / MPICH" if args.mpich else "") + " |",
-             "|---|---|---|---|" + ("---|" if args.mpich else "") + "---|"]
+             + (" / MPICH" if args.mpich else "") + " | load |",
+             "|---|---|---|---|" + ("---|" if args.mpich else "") + "---|---|"
+             + ("---|" if args.mpich else "") + "---|---|"]
     for r in rows:
         cells = [r["link"], r["collective"], str(r["bytes"]),
                  f"{r['flat_s'] / r['two_level_s']:.2f}"]
         if args.mpich:
             cells.append(f"{r['two_level_s'] / r['mpich_s']:.2f}")
+        cells += [r["auto_algorithm"], f"{r['flat_s'] / r['auto_s']:.2f}"]
+        if args.mpich:
+            cells.append(f"{r['auto_s'] / r['mpich_s']:.2f}")
         xs = [f"{r['two_level_link_x']:.2f}", f"{r['flat_link_x']:.2f}"]
         if args.mpich:
             xs.append(f"{r['mpich_link_x']:.2f}")
         cells.append(" / ".join(xs))
+        cells.append(f"{r['load']:.0f}")
         lines.append("| " + " | ".join(cells) + " |")
     (out / f"hosts-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

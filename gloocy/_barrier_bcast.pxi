@@ -40,7 +40,7 @@ cdef object call_bcast(Context ctx, object buf, int root, object timeout,
     cdef Buf b = get_buffer(buf, "buf", ctx.rank != root)
     cdef int algo = two_level(ctx, _algorithm("bcast", algorithm,
                                               ctx.env_algorithms), b.nbytes,
-                              AUTO_TWO_LEVEL_BLOCKS_MIN, timeout)
+                              AUTO_TWO_LEVEL_BCAST_MIN, timeout)
     if algo == ALGO_TWO_LEVEL:
         return hier_bcast(ctx, b, root, timeout)
     ctx.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)

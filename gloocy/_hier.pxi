@@ -129,8 +129,16 @@ cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
 # The phases inside a host run the node segment's algorithms (the pairs'
 # where there is no segment): every rank of a host then compares its call's
 # fingerprint with the others' in the segment, so ranks calling different
-# collectives are told so rather than left waiting.
+# collectives are told so rather than left waiting. The fan-out of a bcast
+# is the exception: it chooses as a bcast on one host does (LOCAL_BCAST):
+# below the segment's threshold a tree over the host's pairs, which lets a
+# leader hand the message on and return without waiting for its host's
+# ranks to wake (through the segment each call waited for every one: 2 x 2
+# ranks, 8 B, 130-240 us a call against 15-30 us; bench/results/hosts/).
+# A rank that calls something else meanwhile is still told: a wait in the
+# segment sees the pair calls of the ranks not there yet.
 SHM = "shm"
+LOCAL_BCAST = None
 
 
 cdef double _end(Context ctx, object timeout) except -1:
@@ -195,13 +203,13 @@ cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
     cdef int rh = h.host_of[root], lr = h.local_rank[root]
     try:
         if h.host == rh and lr != 0:
-            h.on(h.local).bcast(b, lr, _left(end), SHM)
+            h.on(h.local).bcast(b, lr, _left(end), LOCAL_BCAST)
             if h.leaders is not None:
                 h.on(h.leaders).bcast(b, rh, _left(end))
         else:
             if h.leaders is not None:
                 h.on(h.leaders).bcast(b, rh, _left(end))
-            h.on(h.local).bcast(b, 0, _left(end), SHM)
+            h.on(h.local).bcast(b, 0, _left(end), LOCAL_BCAST)
     except BaseException as e:
         _explain(ctx, h, e)
         raise

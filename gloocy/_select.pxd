@@ -8,8 +8,9 @@
 cdef enum:
     # From how many bytes "auto" runs two-level (_select.pxi).
     AUTO_TWO_LEVEL_REDUCE_MIN = 64 << 10     # allreduce, reduce
-    AUTO_TWO_LEVEL_BLOCKS_MIN = 1 << 20      # bcast, allgather (gathered),
+    AUTO_TWO_LEVEL_BLOCKS_MIN = 1 << 20      # allgather (gathered),
                                              # reduce_scatter (input)
+    AUTO_TWO_LEVEL_BCAST_MIN = 64 << 10      # bcast
     # Up to how many bytes per block "auto" runs Gather, Scatter and
     # Alltoall two-level (the v forms: only when forced); -1: never (at
     # 2 x 2 here they lost to the flat forms at every size: _select.pxi).

@@ -46,8 +46,11 @@ cdef enum:
     # Ranks on several hosts (_hier.pxi), 2 x 2 ranks in network namespaces
     # (bench/hosts.py, bench/results/hosts/): two-level allreduce and reduce
     # from 64 KiB (1 Gbit/s link: 2.0x faster than flat at 64 KiB, 1.7x at
-    # 1 MiB; 4 B: 0.5x), bcast and allgather from 1 MiB moved (allgather:
-    # 1.7-2.3x at 1 MiB; bcast crosses the link once either way: 1.0-1.4x).
+    # 1 MiB; 4 B: 0.5x), allgather from 1 MiB moved (1.7-2.3x at 1 MiB).
+    # Bcast from 64 KiB: its flat tree crosses the link once from a root
+    # that leads its host (two-level 1.0-1.2x at 64 KiB, 0.4-1.2x below),
+    # three times from the other rank there (two-level 1.2x at 64 KiB,
+    # 1.5x on the 1 Gbit/s link).
     # The barrier stays flat unless forced (small calls lose).
     # reduce_scatter from 1 MiB of input (1 Gbit/s: 1.5-2.0x faster than
     # flat at 1 MiB, 1.0-1.1x at 16 MiB, 0.7-1.0x at 64 KiB; unlimited
@@ -208,7 +211,7 @@ cdef int auto_reduce(int n, int64_t count, int64_t itemsize) noexcept nogil:
 TWO_LEVEL_MIN = {"allreduce": AUTO_TWO_LEVEL_REDUCE_MIN,
                  "reduce": AUTO_TWO_LEVEL_REDUCE_MIN,
                  "reduce_scatter": AUTO_TWO_LEVEL_BLOCKS_MIN,
-                 "bcast": AUTO_TWO_LEVEL_BLOCKS_MIN,
+                 "bcast": AUTO_TWO_LEVEL_BCAST_MIN,
                  "allgather": AUTO_TWO_LEVEL_BLOCKS_MIN}
 # ... and up to this many bytes per block (uniform forms only; -1: never).
 TWO_LEVEL_MAX = {"gather": AUTO_TWO_LEVEL_GATHER_MAX,
@@ -231,6 +234,7 @@ ALGORITHM_THRESHOLDS = {
     "node_bcast_min": NODE_BCAST_MIN,       # ... (_node.pxd)
     "two_level_reduce_min": AUTO_TWO_LEVEL_REDUCE_MIN,  # several hosts
     "two_level_blocks_min": AUTO_TWO_LEVEL_BLOCKS_MIN,
+    "two_level_bcast_min": AUTO_TWO_LEVEL_BCAST_MIN,
     "two_level_gather_max": AUTO_TWO_LEVEL_GATHER_MAX,  # per block, -1: never
     "two_level_scatter_max": AUTO_TWO_LEVEL_SCATTER_MAX,
     "two_level_alltoall_max": AUTO_TWO_LEVEL_ALLTOALL_MAX,

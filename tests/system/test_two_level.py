@@ -126,6 +126,29 @@ def test_every_two_level_collective_matches_numpy(hosts_world, n, root, seed,
             assert ran[name] == TL, (layout, rank, name, ran[name])
 
 
+def r_bcasts_back_to_back(comm, sizes, seed):
+    """Two-level bcasts one after another, the root moving round the ranks
+    and the size changing between a host's pairs (small: a leader may run
+    ahead of its host's ranks) and its node segment (large)."""
+    got = []
+    for k, n in enumerate(sizes):
+        root = k % comm.size
+        x = data(root, n, seed + k) if comm.rank == root else np.empty(n, np.int64)
+        comm.Bcast(x, root=root, algorithm=TL)
+        got.append(x)
+    return got
+
+
+def test_back_to_back_two_level_bcasts_match_numpy(hosts_world):
+    layout, world = hosts_world
+    sizes = [1, 5, 1, 1000, 40_000, 1, 3, 1, 7] * 4
+    for rank, got in enumerate(world.run(r_bcasts_back_to_back, sizes, 11,
+                                         timeout=120)):
+        for k, n in enumerate(sizes):
+            want = data(k % world.size, n, 11 + k)
+            assert np.array_equal(got[k], want), (layout, rank, k, n)
+
+
 def r_auto(comm, cases):
     """What "auto" ran for each (collective, bytes): the barrier, and the
     others with float64 buffers of that many bytes (allgather: gathered)."""
@@ -151,9 +174,10 @@ def test_auto_runs_two_level_above_the_table_thresholds(hosts_world):
     from gloocy import _core
     t = _core.ALGORITHM_THRESHOLDS
     red, blocks = t["two_level_reduce_min"], t["two_level_blocks_min"]
+    bc = t["two_level_bcast_min"]
     cases = [("allreduce", 8), ("allreduce", red - 8), ("allreduce", red),
-             ("reduce", red - 8), ("reduce", red), ("bcast", blocks - 8),
-             ("bcast", blocks), ("allgather", blocks - 32),
+             ("reduce", red - 8), ("reduce", red), ("bcast", bc - 8),
+             ("bcast", bc), ("allgather", blocks - 32),
              ("allgather", blocks)]
     got = world.run(r_auto, cases)
     want = [_core.auto_algorithm(c, 4, b, itemsize=8, hosts=len(layout))
