@@ -20,9 +20,11 @@ rank (the processes' RSS over their ranks).
 """
 
 import argparse
+import collections
 import json
 import math
 import os
+import re
 import resource
 import secrets
 import subprocess
@@ -106,7 +108,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         out[rank] = dict(t=t, at=at, conns=conns, conns_all=conns_all,
                          startup_ops=startup_ops, ops=store.ops)
     except BaseException as e:      # noqa: B036 -- reported
-        out[rank] = dict(error=f"{type(e).__name__}: {e}")
+        out[rank] = dict(error=f"{type(e).__name__}: {e}", at=at)
         if comm is not None:
             comm.Free()
     finally:
@@ -131,6 +133,26 @@ def worker(args):
         th.join()
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     json.dump(dict(out=out, rss=rss), sys.stdout)
+
+
+def through(ranks):
+    """The seconds from the first rank's connect() call until the last
+    rank was through rendezvous, the barrier and the allreduce (as far as
+    every rank got: a later phase may have failed)."""
+    ranks = list(ranks)
+    # (CLOCK_MONOTONIC is one clock for every process of the host)
+    if len(ranks) == 0 or not all("begin" in v["at"] for v in ranks):
+        return "Not every rank began connect()"
+    first = min(v["at"]["begin"] for v in ranks)
+    parts = []
+    for ph, name in (("start-up", "rendezvous"), ("barrier", "+ barrier"),
+                     ("allreduce", "+ allreduce")):
+        if not all(ph in v["at"] for v in ranks):
+            parts.append(f"{name}: not every rank got through")
+            break
+        parts.append(f"{name} {max(v['at'][ph] for v in ranks) - first:.2f}")
+    return ("Seconds from the first rank's connect() call until the last rank "
+            "was through: " + ", ".join(parts))
 
 
 def main():
@@ -174,14 +196,18 @@ def main():
         first = sorted(errors.items())[:5]
         print(f"FAILED: {len(errors)} ranks failed, {args.n - len(results)} "
               f"did not report; first: {first}")
+        # the kinds of error, rank numbers left out: the root cause is
+        # usually the rarest
+        kinds = collections.Counter(re.sub(r"\d+", "#", e)[:200]
+                                    for e in errors.values())
+        for kind, count in sorted(kinds.items(), key=lambda kv: kv[1])[:8]:
+            print(f"{count:6d} x {kind}")
+        if len(results) == args.n:
+            print(through(results.values()))
         return 1
     ok = list(results.values())
     bound = 2 * math.ceil(math.log2(args.n)) + 2
     slowest = {ph: max(v["t"][ph] for v in ok) for ph in PHASES}
-    # (CLOCK_MONOTONIC is one clock for every process of the host)
-    first = min(v["at"]["begin"] for v in ok)
-    done = {ph: max(v["at"][ph] for v in ok) - first
-            for ph in ("start-up", "barrier", "allreduce")}
     conns = [v["conns"] for v in ok]
     ops = [v["ops"] for v in ok]
     sops = [v["startup_ops"] for v in ok]
@@ -191,10 +217,7 @@ def main():
     for ph in PHASES:
         print(f"| {ph} | {slowest[ph]:.2f} |")
     print(f"| whole run, processes included | {wall:.2f} |\n")
-    print("Seconds from the first rank's connect() call until the last rank "
-          "was through: rendezvous "
-          f"{done['start-up']:.2f}, + barrier {done['barrier']:.2f}, "
-          f"+ allreduce {done['allreduce']:.2f}\n")
+    print(through(ok) + "\n")
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "

@@ -23,8 +23,9 @@ cdef class Context:
     cdef readonly object error        # first fatal error; set => poisoned
     cdef readonly bint closed         # close() was called
     cdef list _pairs                  # Pair per rank (None at our own rank)
-    cdef void **_pair_ptrs            # borrowed _pairs items, for nogil use
-    cdef void **_conn                 # the connected ones (no LazyPairs): what
+    cdef void **_pair_ptrs            # borrowed _pairs items, for nogil use (post
+                                      # through pair_of(): some are UNCONNECTED)
+    cdef void **_conn                 # the connected ones (not UNCONNECTED): what
     cdef int _nconn                   # progress and blocking look at
     cdef public int64_t segment       # pipeline segment size in bytes
     cdef public int64_t spin_ns       # how long to spin before blocking
@@ -114,11 +115,12 @@ cdef class Context:
 
 
 # Lazy connections: `pair` (just connected to links rank `peer`) replaces
-# the LazyPair there, in the links and every context over them.
+# UNCONNECTED there, in the links and every context over them.
 cdef int install_pair(Links links, int peer, Pair pair) except -1
-# The pair a LazyPair stands for, connected now and installed (a borrowed
-# reference: the links hold it).
-cdef void *connect_lazy(LazyPair lazy) except NULL with gil
+# The pair to our rank i, to post on: connected now and installed if it
+# was not (a borrowed reference: the links hold it). Every post goes
+# through it: UNCONNECTED, the stand-in, cannot post.
+cdef void *pair_of(Context ctx, int i) except NULL nogil
 # Install the pairs peers dialed (Links.arrivals); 1 if any.
 cdef int install_arrivals(Links links) except -1 with gil
 # Whether the process of our unconnected rank `i` has died (node waits);

@@ -61,15 +61,11 @@ cdef class Context:
         if links is None:
             if len(pairs) != size:
                 raise ValueError(f"pairs: expected {size} entries, got {len(pairs)}")
-            for i, p in enumerate(pairs):
-                if i == rank:
-                    if p is not None:
-                        raise ValueError("pairs[rank] must be None")
-                elif not isinstance(p, Pair) or (<Pair>p).peer != i:
-                    raise ValueError(f"pairs[{i}] is not a Pair to rank {i}")
+            _check_given_pairs(pairs, rank)
             links = Links(rank, size, list(pairs))
             links.yield_ns = max(yield_us, 0) * 1000
-            world = range(size)
+        elif world is None and size != links.size:
+            raise ValueError(f"world: needed for {size} of the links' {links.size} ranks")
         self._setup(rank, size, links, world, comm_id, timeout, segment,
                     spin_us * 1000, small_allreduce)
         if node_fd >= 0:
@@ -79,7 +75,8 @@ cdef class Context:
                     uint32_t comm_id, double timeout, int64_t segment,
                     int64_t spin_ns, int64_t small_allreduce) except -1:
         """The body of __init__, once the arguments are known to be good
-        (derive() calls it directly: no arguments to parse)."""
+        (derive() calls it directly: no arguments to parse). `world`: the
+        links rank of each of our ranks, None for all of them in order."""
         cdef Py_ssize_t i
         cdef int w
         if self.links is not None:
@@ -93,7 +90,6 @@ cdef class Context:
         self.segment = segment
         self.spin_ns = spin_ns
         self.small_allreduce = small_allreduce
-        self._pairs = [links.pairs[w] for w in world]
         self._to_self = []
         self._requests = set()
         self._pair_ptrs = <void **>malloc(size * sizeof(void *))
@@ -103,13 +99,21 @@ cdef class Context:
         if (self._pair_ptrs is NULL or self._conn is NULL or self._world is NULL
                 or self._local is NULL):
             raise MemoryError()
+        # C loops: a world of thousands costs microseconds here
+        if world is None:             # all of the links, in their order
+            self._pairs = list(links.pairs)
+            for i in range(size):
+                self._world[i] = i
+        else:
+            self._pairs = [links.pairs[w] for w in world]
+            for i, w in enumerate(world):
+                self._world[i] = w
         for i in range(links.size):
             self._local[i] = -1
-        for i, w in enumerate(world):
+        for i in range(size):
             self._pair_ptrs[i] = <void *>self._pairs[i]
-            self._world[i] = w
-            self._local[w] = i
-            if i != rank and not isinstance(self._pairs[i], LazyPair):
+            self._local[self._world[i]] = i
+            if i != rank and self._pair_ptrs[i] != unconnected:
                 self._conn[self._nconn] = self._pair_ptrs[i]
                 self._nconn += 1
         links.users += 1
@@ -517,9 +521,6 @@ cdef class Context:
 cdef int install_pair(Links links, int peer, Pair pair) except -1:
     cdef Context ctx
     cdef int i
-    old = links.pairs[peer]
-    if isinstance(old, LazyPair):
-        links.retired.append(old)
     links.pairs[peer] = pair
     pair.wild_head = &links.wild_head
     pair.wild_tail = &links.wild_tail
@@ -540,12 +541,12 @@ cdef int _install_in(Context ctx, int i, Pair pair) except -1:
     """Our rank i's pair is `pair` now: a connected one more, or (never
     twice in _conn, which holds size - 1 at most) the one it replaces."""
     cdef int k
-    old = ctx._pairs[i]
+    cdef void *old = ctx._pair_ptrs[i]
     ctx._pairs[i] = pair
     ctx._pair_ptrs[i] = <void *>pair
-    if not isinstance(old, LazyPair):
+    if old != unconnected:
         for k in range(ctx._nconn):
-            if ctx._conn[k] == <void *>old:
+            if ctx._conn[k] == old:
                 ctx._conn[k] = <void *>pair
                 return 0
     if ctx._nconn >= ctx.size - 1:
@@ -555,19 +556,39 @@ cdef int _install_in(Context ctx, int i, Pair pair) except -1:
     return 0
 
 
-cdef void *connect_lazy(LazyPair lazy) except NULL with gil:
-    cdef Links links = lazy.links
-    cdef int peer = lazy.peer
-    if links is None or links.connector is None:
-        raise ContextPoisoned(f"rank {lazy.rank}: no connection to rank {peer} "
+cdef void *pair_of(Context ctx, int i) except NULL nogil:
+    if ctx._pair_ptrs[i] != unconnected:
+        return ctx._pair_ptrs[i]
+    return connect_slot(ctx, i)
+
+
+cdef void *connect_slot(Context ctx, int i) except NULL with gil:
+    cdef Links links = ctx.links
+    cdef int peer = ctx._world[i]
+    if links.connector is None:
+        raise ContextPoisoned(f"rank {links.rank}: no connection to rank {peer} "
                               "(the communicator is closed)")
     if links.arrivals:
         install_arrivals(links)
-        if not isinstance(links.pairs[peer], LazyPair):
-            return <void *>links.pairs[peer]
-    pair = links.connector.pair(peer)
-    install_pair(links, peer, pair)
-    return <void *>pair
+        if ctx._pair_ptrs[i] != unconnected:
+            return ctx._pair_ptrs[i]
+    install_pair(links, peer, links.connector.pair(peer))
+    return ctx._pair_ptrs[i]
+
+
+cdef int _check_given_pairs(list pairs, int rank) except -1:
+    """Context's `pairs`: a Pair to rank i at i (or UNCONNECTED), None at
+    `rank` (a C loop: thousands of ranks cost microseconds)."""
+    cdef Py_ssize_t i
+    for i in range(len(pairs)):
+        p = pairs[i]
+        if i == rank:
+            if p is not None:
+                raise ValueError("pairs[rank] must be None")
+        elif p is not unconnected_pair and (
+                not isinstance(p, Pair) or (<Pair>p).peer != i):
+            raise ValueError(f"pairs[{i}] is not a Pair to rank {i}")
+    return 0
 
 
 cdef int install_arrivals(Links links) except -1 with gil:
@@ -596,7 +617,7 @@ cdef int connect_members(Context ctx) except -1:
         return 0
     for i in range(ctx.size):
         w = ctx._world[i]
-        if i != ctx.rank and isinstance(ctx.links.pairs[w], LazyPair):
+        if i != ctx.rank and ctx.links.pairs[w] is unconnected_pair:
             try:
                 install_pair(ctx.links, w, connector.pair(w, timeout=2.0))
             except Exception:

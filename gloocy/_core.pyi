@@ -60,6 +60,13 @@ class Pair:
     def close(self, clean: bool = True) -> None: ...
 
 
+class LazyPair(Pair):
+    """The stand-in for every peer not connected yet (one object)."""
+
+
+UNCONNECTED: LazyPair                    # in every slot not connected yet
+
+
 @disjoint_base
 class Context:
     """This rank's view of a group: its pairs, counters and deadlines."""

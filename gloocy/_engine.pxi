@@ -25,17 +25,17 @@ cdef void prepare_xfer(Coll *c, Xfer *x, uint64_t tag, char *buf,
 cdef int post_send(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
                    const char *buf, int64_t n) except -1 nogil:
     prepare_xfer(c, x, tag, <char *>buf, n)
-    return (<Pair>ctx._pair_ptrs[peer]).post_send(x)
+    return (<Pair>pair_of(ctx, peer)).post_send(x)
 
 
 cdef int post_recv(Context ctx, Coll *c, Xfer *x, int peer, uint64_t tag,
                    char *buf, int64_t n) except -1 nogil:
     prepare_xfer(c, x, tag, buf, n)
-    return (<Pair>ctx._pair_ptrs[peer]).post_recv(x)
+    return (<Pair>pair_of(ctx, peer)).post_recv(x)
 
 
 cdef int progress_all(Context ctx) except -1 nogil:
-    # Only the connected pairs (ctx._conn): a LazyPair has nothing to move,
+    # Only the connected pairs (ctx._conn): UNCONNECTED has nothing to move,
     # so a rank of thousands looks at the few peers it talks to.
     cdef int i, moved = 0
     cdef bint everyone = ctx.links.wild_head is not NULL  # any source may send

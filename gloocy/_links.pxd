@@ -19,7 +19,8 @@ ctypedef struct Looks:
 cdef class Links:
     cdef readonly int rank            # our rank among all the linked processes
     cdef readonly int size            # number of linked processes
-    cdef readonly list pairs          # Pair per rank (None at our own rank)
+    cdef readonly list pairs          # Pair per rank (None at our own rank,
+                                      # UNCONNECTED where not connected yet)
     cdef pthread_mutex_t lock
     cdef Xfer *wild_head              # posted any-source receives of every
     cdef Xfer *wild_tail              # communicator, oldest first
@@ -42,10 +43,9 @@ cdef class Links:
                                       # with sched_yield() between looks before it
                                       # sleeps (> 0 where ranks outnumber CPUs)
     cdef Looks looks                  # how long waits on the pairs look (learnt)
-    cdef public object connector      # makes LazyPairs' connections (transport/lazy.py),
+    cdef public object connector      # connects UNCONNECTED peers (transport/lazy.py),
                                       # None when every pair was made at start-up
     cdef list views                   # weak references to the contexts over us
-    cdef list retired                 # LazyPairs replaced (kept: a post may be in one)
     cdef int arrivals                 # the connector holds pairs peers dialed (install them)
     cdef uint32_t arrived_word        # bumped (and futex-woken) at each arrival: a wait
                                       # asleep on its pairs' futex words sleeps on it too
@@ -61,9 +61,14 @@ cdef class Links:
     cdef int _tell_arrivals(self) except -1
 
 
-# A peer not connected yet (lazy connection set-up): its first send or
-# receive asks the links' connector for the real pair (dialing the peer,
-# or taking the one the peer dialed), installs it in the links and every
-# context over them (install_pair, _context.pxi), and posts there.
+# The stand-in for every peer not connected yet (lazy connection set-up):
+# one object, UNCONNECTED, in every slot of every links that has no pair
+# yet, so that a rank of thousands holds no object per peer. It moves
+# nothing and owns nothing; a send or receive to its slot goes through
+# pair_of() (_context.pxi), which asks the links' connector for the real
+# pair (dialing the peer, or taking the one the peer dialed) and installs
+# it in the links and every context over them.
+# (_links.pxi defines it as unconnected_pair, and `unconnected` its address
+# for comparisons without the GIL; Python sees it as _core.UNCONNECTED.)
 cdef class LazyPair(Pair):
-    cdef Links links                  # set when the links are made
+    pass

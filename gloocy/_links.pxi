@@ -7,6 +7,7 @@ cdef class Links:
     over them share: the any-source receives and the next free id."""
 
     def __cinit__(self, int rank, int size, list pairs):
+        cdef Py_ssize_t i
         self.rank = rank
         self.size = size
         self.pairs = pairs
@@ -14,19 +15,19 @@ cdef class Links:
         self.looks.now_ns = (<int64_t>1) << 62    # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
         self.views = []
-        self.retired = []
         pthread_mutex_init(&self.lock, NULL)
-        for p in pairs:
-            if p is not None:
+        for i in range(len(pairs)):   # (a C loop: thousands of unconnected slots)
+            p = pairs[i]
+            if p is not None and p is not unconnected_pair:
                 (<Pair>p).wild_head = &self.wild_head
                 (<Pair>p).wild_tail = &self.wild_tail
-                if isinstance(p, LazyPair):
-                    (<LazyPair>p).links = self
 
     def __dealloc__(self):
+        cdef Py_ssize_t i
         if self.pairs is not None:
-            for p in self.pairs:
-                if p is not None:
+            for i in range(len(self.pairs)):
+                p = self.pairs[i]
+                if p is not None and p is not unconnected_pair:
                     (<Pair>p).wild_head = (<Pair>p).wild_tail = NULL
         pthread_mutex_destroy(&self.lock)
 
@@ -67,11 +68,13 @@ cdef class Links:
 
     def close(self, bint clean):
         """Close every pair, with a goodbye first when `clean`. Once."""
+        cdef Py_ssize_t i
         if self.closed:
             return
         self.closed = True
-        for p in self.pairs:
-            if p is not None:
+        for i in range(len(self.pairs)):
+            p = self.pairs[i]
+            if p is not None and p is not unconnected_pair:
                 (<Pair>p).shutdown(clean)
         connector, self.connector = self.connector, None
         if connector is not None:
@@ -134,27 +137,42 @@ cdef class Links:
     def connection_fds(self):
         """The fds the connections made so far hold (for leak checks: they
         live as long as the links)."""
-        return set().union(*(p.held_fds() for p in self.pairs if p is not None))
+        return set().union(*(p.held_fds() for p in self.pairs
+                             if p is not None and p is not unconnected_pair))
 
     @property
     def connected(self):
-        """The ranks we hold a connection to (not LazyPairs)."""
+        """The ranks we hold a connection to."""
         return [i for i, p in enumerate(self.pairs)
-                if p is not None and not isinstance(p, LazyPair)]
+                if p is not None and p is not unconnected_pair]
 
 
 cdef class LazyPair(Pair):
-    """A placeholder for the pair to `peer`, connected on first use."""
+    """The stand-in for every peer not connected yet (UNCONNECTED): it
+    moves nothing, and is never posted to (pair_of() connects the slot
+    first)."""
 
-    def __init__(self, int rank, int peer):
-        self.rank = rank
-        self.peer = peer
+    def __init__(self):
+        self.rank = self.peer = -1
 
     cdef int post_send(self, Xfer *x) except -1 nogil:
-        return (<Pair>connect_lazy(self)).post_send(x)
+        return _posted_unconnected()
 
     cdef int post_recv(self, Xfer *x) except -1 nogil:
-        return (<Pair>connect_lazy(self)).post_recv(x)
+        return _posted_unconnected()
 
     cdef int progress(self) except -1 nogil:
         return 0
+
+    cdef int shutdown(self, bint clean) except -1:
+        return 0                      # shared by every links: never closed
+
+
+cdef int _posted_unconnected() except -1 with gil:
+    raise RuntimeError("a transfer was posted to an unconnected peer's "
+                       "stand-in (post through pair_of())")
+
+
+cdef LazyPair unconnected_pair = LazyPair()
+cdef void *unconnected = <void *>unconnected_pair
+UNCONNECTED = unconnected_pair

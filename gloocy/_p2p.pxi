@@ -68,7 +68,7 @@ cdef int _post_sync(Context ctx, Coll *c, Xfer *ack, int dest) except -1:
     ack.hdr.length = 0
     ack.state = XFER_POSTED
     with nogil:
-        (<Pair>ctx._pair_ptrs[dest]).post_recv(ack)
+        (<Pair>pair_of(ctx, dest)).post_recv(ack)
     return 0
 
 
@@ -450,7 +450,7 @@ cdef int post_p2p_recv(Context ctx, Xfer *x, int source) except -1 nogil:
     x.order = ctx.links.order
     ctx.links.order += 1
     if source >= 0 and source != ctx.rank:
-        (<Pair>ctx._pair_ptrs[source]).post_recv(x)
+        (<Pair>pair_of(ctx, source)).post_recv(x)
         (<Pair>ctx._pair_ptrs[source]).flush_acks()
         return 0
     if (x.flags & XF_SELF_ONLY) == 0:

@@ -40,7 +40,6 @@ ctypedef struct Sched:
     int nmem
     int state               # SCHED_BUILDING, _RUNNING, _DONE, _FAILED
     void *ctx               # the Context (borrowed: its handle keeps it)
-    void **pairs            # its Pair per rank (borrowed likewise)
     void *user              # OP_USER: its UserOp (its handle keeps it)
     void *error             # what the user op raised (a reference), or NULL
     Sched *link             # next unfinished schedule of the same Links

@@ -33,10 +33,10 @@ cdef int _run(Sched *s) except -1 nogil:
         st = &s.steps[s.next]
         if st.kind == STEP_SEND:
             prepare_xfer(&s.c, &st.x, st.tag, st.src, st.nbytes)
-            (<Pair>s.pairs[st.peer]).post_send(&st.x)
+            (<Pair>pair_of(<Context>s.ctx, st.peer)).post_send(&st.x)
         elif st.kind == STEP_RECV:
             prepare_xfer(&s.c, &st.x, st.tag, st.dst, st.nbytes)
-            (<Pair>s.pairs[st.peer]).post_recv(&st.x)
+            (<Pair>pair_of(<Context>s.ctx, st.peer)).post_recv(&st.x)
         elif st.kind == STEP_FENCE:
             for i in range(s.fence_from, s.next):
                 if _pending(&s.steps[i]):
@@ -337,7 +337,6 @@ cdef NbcHandle _handle(Context ctx, list keep):
     h.ctx = ctx
     h.keep = keep
     h.s.ctx = <void *>ctx
-    h.s.pairs = ctx._pair_ptrs
     return h
 
 

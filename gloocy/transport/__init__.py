@@ -15,7 +15,7 @@ import os
 import time
 from typing import NamedTuple
 
-from gloocy._core import LazyPair, new_node_segment
+from gloocy._core import UNCONNECTED, new_node_segment
 from gloocy.errors import RendezvousError
 from gloocy.rendezvous.address import listen_port_and_advertised
 from gloocy.transport import ibverbs, lazy, shm
@@ -41,7 +41,7 @@ def connect_mode():
 
 def connect_lazy(store, rank, size, secret, *, host="127.0.0.1", job="",
                  timeout=300.0, transport=None, hosts_store=False):
-    """Join the job without connecting: (a Mesh of LazyPairs and the node
+    """Join the job without connecting: (a Mesh of UNCONNECTED and the node
     segment's fd, if any; the Connector that connects them on first use,
     which needs `store` until it is closed). `hosts_store`: this rank
     serves the store (it then leaves last)."""
@@ -50,7 +50,8 @@ def connect_lazy(store, rank, size, secret, *, host="127.0.0.1", job="",
     connector, node = lazy.start(store, rank, size, secret, host=host, job=job,
                                  timeout=timeout, mode=mode, dead_s=dead_s,
                                  hosts_store=hosts_store, **_listen())
-    pairs = [None if p == rank else LazyPair(rank, p) for p in range(size)]
+    pairs = [UNCONNECTED] * size      # (one stand-in: no object per peer)
+    pairs[rank] = None
     return Mesh(pairs, node), connector
 
 

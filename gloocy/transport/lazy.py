@@ -1,10 +1,10 @@
 """Lazy connections: a pair is connected when it is first used.
 
 At start-up each rank only publishes its address and meets the others
-through a handful of store operations (`start`); every pair is a LazyPair
-(_links.pxi) until its first send or receive, which asks this rank's
-`Connector` for the real one. The Connector dials the peer, or takes the
-connection the peer dialed: every process has one `Listener` (a thread
+through a handful of store operations (`start`); every slot holds the
+stand-in UNCONNECTED (_links.pxi) until its first send or receive, which
+asks this rank's `Connector` for the real pair. The Connector dials the
+peer, or takes the connection the peer dialed: every process has one `Listener` (a thread
 that accepts and authenticates, shared by the ranks living in the process)
 that hands incoming connections to the rank they are for.
 
@@ -146,7 +146,7 @@ def _new_node_segment(size):
 
 class Connector:
     """One rank's lazy connections: `pair(peer)` connects now (the engine
-    calls it from a LazyPair, the links' lock held); pairs peers dialed
+    calls it from pair_of(), the links' lock held); pairs peers dialed
     wait in `arrived()` until installed."""
 
     def __init__(self, store, rank, size, secret, job, mode, dead_s, timeout,

@@ -288,3 +288,37 @@ def test_ranks_of_a_process_never_look_each_other_up(monkeypatch):
         for s in stores:
             s.inner.close()
         server.close()
+
+
+def test_unconnected_slots_share_one_stand_in_and_every_post_connects_them():
+    # A nonblocking allreduce (a schedule's posts) and a synchronous send
+    # (its acknowledgement's receive) go first to unconnected peers.
+    from gloocy._core import UNCONNECTED
+
+    def run(comm):
+        r, n = comm.Get_rank(), comm.Get_size()
+        links = comm._ctx.links
+        before = [p for p in range(n) if p != r and links.pairs[p] is not UNCONNECTED]
+        x = np.arange(4, dtype=np.int64) + r
+        comm.Iallreduce(gloocy.IN_PLACE, x).Wait()
+        got = np.empty(1, dtype=np.int64)
+        if r == 0:
+            comm.Ssend(np.array([7], dtype=np.int64), n - 1)
+        elif r == n - 1:
+            comm.Recv(got, 0)
+        real = [links.pairs[p].peer for p in connected(comm)]
+        stand_ins = {id(links.pairs[p]) for p in range(n)
+                     if p != r and p not in connected(comm)}
+        return before, x.tolist(), got[0] if r == n - 1 else None, real, \
+            connected(comm), stand_ins <= {id(UNCONNECTED)}
+
+    n = 5
+    with World(n, transport="tcp") as w:
+        results = w.run(run)
+    want = (np.arange(4) * n + sum(range(n))).tolist()
+    for r, (before, x, got, real, conn, shared) in enumerate(results):
+        assert before == [] and x == want and shared, r
+        assert real == conn                 # each real pair is to its own peer
+        assert conn, r
+    assert results[n - 1][2] == 7
+    assert n - 1 in results[0][4] and 0 in results[n - 1][4]
