@@ -299,8 +299,8 @@ def _fresh_stdio() -> None:
             buffer = (io.BufferedWriter if write else io.BufferedReader)(raw)
         stream = io.TextIOWrapper(
             buffer, encoding=old.encoding, errors=old.errors, newline="\n",
-            line_buffering=write and not unbuffered and (fd == 2 or raw.isatty()),
-            write_through=write and unbuffered)
+            line_buffering=not unbuffered and (fd == 2 or raw.isatty()),
+            write_through=unbuffered)
         stream.mode = "w" if write else "r"
         setattr(sys, name, stream)
         setattr(sys, f"__{name}__", stream)
@@ -312,22 +312,20 @@ def _run(kind: str, target: str, args: list[str]):
     import runpy
     import types
     sys.orig_argv = [sys.executable] + (["-m", target] if kind == "module" else [target]) + args
+    main = types.ModuleType("__main__")
+    main.__annotations__, main.__builtins__ = {}, builtins   # as the interpreter's own has
+    sys.modules["__main__"] = main
     if kind == "module":
         sys.argv = ["-m"] + args                # runpy puts the module's file first
         sys.path.insert(0, os.getcwd())
-        main = types.ModuleType("__main__")
-        sys.modules["__main__"] = main
         run = lambda: runpy._run_module_as_main(target)      # what `python -m` runs  # noqa: E731
     else:
         from importlib.machinery import SourceFileLoader
         path = os.path.abspath(target)
         sys.argv = [target] + args
         sys.path.insert(0, os.path.dirname(os.path.realpath(target)))
-        main = types.ModuleType("__main__")
         main.__file__, main.__cached__ = path, None
         main.__loader__ = SourceFileLoader("__main__", path)
-        main.__builtins__ = builtins
-        sys.modules["__main__"] = main
         with open(path, "rb") as f:
             code = compile(f.read(), path, "exec", dont_inherit=True)
         run = lambda: exec(code, main.__dict__)  # noqa: E731
@@ -342,7 +340,7 @@ def _run(kind: str, target: str, args: list[str]):
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
             tb = tb.tb_next
-        sys.excepthook(type(e), e, tb)
+        sys.excepthook(type(e), e, e.with_traceback(tb).__traceback__)
         sys.excepthook = lambda *_: None
         raise
     return 0

@@ -19,6 +19,14 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.en
 LAUNCHER = [sys.executable, "-m", "gloocy.run"]
 
 
+@pytest.fixture(autouse=True, params=["fork-server", "exec"])
+def launch_mode(request, monkeypatch):
+    """Every test twice: Python ranks forked from gloocy-run's fork server
+    (the default) and started as fresh interpreters."""
+    monkeypatch.setitem(ENV, "GLOOCY_FORK_SERVER", "1" if request.param == "fork-server" else "0")
+    return request.param
+
+
 def script(tmp_path, name, body):
     path = tmp_path / name
     path.write_text(textwrap.dedent(body))
