@@ -16,7 +16,9 @@ joined, atexit handlers run, streams flushed). The server reports each
 child's pid, and its exit status once reaped, to the launcher.
 
 What a fork cannot give: the hash seed (str hashes) is the server's, the
-same in every rank; modules in PRELOAD come from the launcher's sys.path,
+same in every rank; variables NumPy reads as it is imported (its BLAS's
+thread counts) are the launcher's, not those a program puts in os.environ
+first; modules in PRELOAD come from the launcher's sys.path,
 not from the program's directory (the launcher falls back to exec when
 that directory holds a numpy or gloocy of its own); settings read when
 those modules are imported are read before the program runs, so none of
@@ -42,6 +44,7 @@ __all__ = ["PRELOAD", "ForkServer", "python_program"]
 PRELOAD = ("numpy", "gloocy", "gloocy.rendezvous.env", "gloocy.rendezvous.tcp_store",
            "gloocy.rma.constants", "gloocy.session")
 _MAX_MESSAGE = 1 << 20  # a request: environment, argv and cwd
+READY_TIMEOUT = 60.0    # seconds the server may take to import PRELOAD
 
 
 def python_program(command: list[str]) -> tuple[str, str, list[str]] | None:
@@ -94,8 +97,9 @@ class ForkedRank:
 
 
 class ForkServer:
-    """A fork server for one job: ``start(env)`` or None when it could not
-    start; ``spawn(...)`` a rank; ``close()`` once every rank is reaped."""
+    """A fork server for one job: ``start(env)`` (None when it could not
+    start); ``request(...)`` a rank, ``pid()`` its answer, ``track`` the
+    rank; ``close()`` once every rank is reaped."""
 
     def __init__(self, proc: subprocess.Popen, sock: socket.socket):
         self._proc, self._sock = proc, sock
@@ -121,20 +125,32 @@ class ForkServer:
             except OSError:
                 ours.close()
                 return None
-        ready = ours.recv(_MAX_MESSAGE)         # after its imports; b"" if it died
+        ours.settimeout(READY_TIMEOUT)
+        try:
+            ready = ours.recv(_MAX_MESSAGE)     # after its imports; b"" if it died
+        except OSError:                         # (socket.timeout too)
+            ready = b""
         if not ready:
             ours.close()
+            proc.kill()
             proc.wait()
             return None
+        ours.settimeout(None)
         return cls(proc, ours)
 
-    def spawn(self, kind: str, target: str, args: list[str], *, env: dict,
-              cwd: str, stdin: int, stdout: int, stderr: int) -> int:
-        """Fork a rank with these descriptors as its 0, 1, 2; its pid."""
-        request = json.dumps({"kind": kind, "target": target, "args": args,
+    def request(self, kind: str, target: str, args: list[str], *, env: dict,
+                cwd: str, stdin: int, stdout: int, stderr: int) -> None:
+        """Ask for a rank with these descriptors as its 0, 1, 2 (they may
+        be closed once this returns); ``pid()`` answers, in order. Asking
+        for every rank before the first answer saves a round trip each,
+        which on a loaded machine costs two waits for a core."""
+        message = json.dumps({"kind": kind, "target": target, "args": args,
                               "env": env, "cwd": cwd}).encode()
+        socket.send_fds(self._sock, [message], [stdin, stdout, stderr])
+
+    def pid(self) -> int:
+        """The pid of the rank of the oldest request not answered yet."""
         with self._cond:
-            socket.send_fds(self._sock, [request], [stdin, stdout, stderr])
             while not self._replies:
                 self._cond.wait()
             reply = self._replies.pop(0)

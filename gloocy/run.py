@@ -189,32 +189,62 @@ def _serve(host: str, port: int, secret: bytes):
         return None
 
 
-def _fork_rank(forker: ForkServer, program: tuple, env: dict, rank: int) -> ForkedRank:
-    """Rank ``rank`` forked by the server, with pipes for its output as
-    Popen(stdout=PIPE, stderr=PIPE) would make; stdin ours for rank 0."""
+def _fork_ranks(forker: ForkServer, program: tuple, envs: list[tuple[int, dict]]):
+    """Each (rank, env) forked by the server, with pipes for its output as
+    Popen(stdout=PIPE, stderr=PIPE) makes them (our stdin for rank 0):
+    ([(rank, ForkedRank)], the OSError that stopped the start or None).
+    Every rank is asked for before the first answer is read."""
     kind, target, args = program
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
-    stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        if rank == 0:
-            try:
-                os.fstat(0)
-                os.dup2(0, stdin, inheritable=False)
-            except OSError:
-                pass                            # no stdin of ours: /dev/null
-        pid = forker.spawn(kind, target, args, env=env, cwd=os.getcwd(),
+    asked, error = [], None
+    for rank, env in envs:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if rank == 0:
+                with contextlib.suppress(OSError):   # no stdin of ours: /dev/null
+                    os.fstat(0)
+                    os.dup2(0, stdin, inheritable=False)
+            forker.request(kind, target, args, env=env, cwd=os.getcwd(),
                            stdin=stdin, stdout=out_w, stderr=err_w)
-    except BaseException:
-        os.close(out_r)
-        os.close(err_r)
-        raise
-    finally:
-        for fd in (stdin, out_w, err_w):
-            os.close(fd)
-    proc = ForkedRank(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
-    forker.track(proc)
-    return proc
+        except OSError as e:
+            error = e
+            os.close(out_r)
+            os.close(err_r)
+            break
+        finally:
+            for fd in (stdin, out_w, err_w):
+                os.close(fd)
+        asked.append((rank, out_r, err_r))
+    started = []
+    for rank, out_r, err_r in asked:
+        try:
+            pid = forker.pid()
+        except OSError as e:
+            error = error or e
+            os.close(out_r)
+            os.close(err_r)
+            continue
+        proc = ForkedRank(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+        forker.track(proc)
+        started.append((rank, proc))
+    return started, error
+
+
+def _exec_ranks(command: list[str], envs: list[tuple[int, dict]], before_exec):
+    """Each (rank, env) started as ``command``: as _fork_ranks answers."""
+    started = []
+    for rank, env in envs:
+        try:
+            started.append((rank, subprocess.Popen(
+                command, env=env,
+                stdin=None if rank == 0 else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,  # our signals, not the terminal's
+                preexec_fn=before_exec)))
+        except OSError as e:
+            return started, e
+    return started, None
 
 
 def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
@@ -265,24 +295,17 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
         try:
             if program is not None:
                 forker = ForkServer.start(dict(os.environ, **common), die_with_launcher)
-            for local in range(n):
-                rank = node_rank * n + local
-                env = dict(os.environ, **common,
-                           GLOOCY_RANK=str(rank), GLOOCY_LOCAL_RANK=str(local))
-                try:
-                    if forker is not None:
-                        p = _fork_rank(forker, program, env, rank)
-                    else:
-                        p = subprocess.Popen(
-                            command, env=env,
-                            stdin=None if rank == 0 else subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True,  # our signals, not the terminal's
-                            preexec_fn=die_with_launcher)
-                except OSError as e:
-                    _say(f"cannot start {command[0]!r}: {e.strerror or e}")
-                    result = 127 if isinstance(e, FileNotFoundError) else 126
-                    break
+            envs = [(node_rank * n + local,
+                     dict(os.environ, **common, GLOOCY_RANK=str(node_rank * n + local),
+                          GLOOCY_LOCAL_RANK=str(local))) for local in range(n)]
+            if forker is not None:
+                started, error = _fork_ranks(forker, program, envs)
+            else:
+                started, error = _exec_ranks(command, envs, die_with_launcher)
+            if error is not None:
+                _say(f"cannot start {command[0]!r}: {error.strerror or error}")
+                result = 127 if isinstance(error, FileNotFoundError) else 126
+            for rank, p in started:
                 procs.append(p)
                 prefix = f"[{rank}] ".encode()
                 for target, args in ((_pump, (p.stdout, sys.stdout.buffer, prefix)),
