@@ -139,10 +139,11 @@ def test_a_forked_rank_ends_as_a_fresh_interpreter_would(tmp_path, name):
     assert rank_lines(ran.stderr) == want.stderr.decode().splitlines()
 
 
-def test_settings_a_program_puts_in_os_environ_before_importing_gloocy(tmp_path):
+@pytest.mark.parametrize("fork_server", ["1", "0"])
+def test_settings_a_program_puts_in_os_environ_before_importing_gloocy(tmp_path, fork_server):
     """GLOOCY_HOST_ID (read when the world is made) and GLOOCY_PICKLE_PROTOCOL
     (read as gloocy.MPI is imported), set by the program first: four ranks
-    on two pretend hosts, by rank parity."""
+    on two pretend hosts, by rank parity; forked or fresh alike."""
     prog = write(tmp_path / "prog.py", """
         import os
         os.environ["GLOOCY_HOST_ID"] = f"pretend-{int(os.environ['GLOOCY_RANK']) % 2}"
@@ -151,7 +152,7 @@ def test_settings_a_program_puts_in_os_environ_before_importing_gloocy(tmp_path)
         node = MPI.COMM_WORLD.Split_type(MPI.COMM_TYPE_SHARED)
         print(MPI.pickle.PROTOCOL, node.allgather(MPI.COMM_WORLD.rank))
         """)
-    ran = launch(["-n", "4", str(prog)], tmp_path)
+    ran = launch(["-n", "4", str(prog)], tmp_path, env=dict(ENV, GLOOCY_FORK_SERVER=fork_server))
     assert ran.returncode == 0, ran.stderr.decode()
     for rank in range(4):
         assert rank_lines(ran.stdout, rank) == [f"3 {[r for r in range(4) if r % 2 == rank % 2]}"]
