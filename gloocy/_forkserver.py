@@ -37,7 +37,7 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["PRELOAD", "ForkServer", "python_program"]
+__all__ = ["PRELOAD", "ForkServer", "ForkedRank", "python_program"]
 
 # What `from gloocy import MPI` imports, less gloocy.MPI itself (whose
 # import joins the job).
@@ -104,7 +104,7 @@ class ForkServer:
     def __init__(self, proc: subprocess.Popen, sock: socket.socket):
         self._proc, self._sock = proc, sock
         self._ranks: dict[int, ForkedRank] = {}
-        self._early: dict[int, int] = {}        # exits reported before spawn() returned
+        self._early: dict[int, int] = {}        # exits reported before track()
         self._replies: list = []
         self._cond = threading.Condition()
         self._reader = threading.Thread(target=self._read, daemon=True,
@@ -117,7 +117,10 @@ class ForkServer:
         with theirs:
             try:
                 proc = subprocess.Popen(
-                    [sys.executable, "-c", "from gloocy._forkserver import _serve; "
+                    # (without -c's sys.path entry, the cwd: a rank would not
+                    # import gloocy or NumPy from there)
+                    [sys.executable, "-c", "import sys; del sys.path[0]; "
+                     "from gloocy._forkserver import _serve; "
                      f"_serve({theirs.fileno()})"],
                     env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                     pass_fds=(theirs.fileno(),), start_new_session=True,
@@ -216,8 +219,6 @@ class ForkServer:
 def _serve(fd: int) -> None:
     """The server's main loop; returns only in a child, into the program."""
     sock = socket.socket(fileno=fd)
-    if sys.path and sys.path[0] == "":         # -c's entry: the cwd is no module source
-        del sys.path[0]
     import importlib
     for name in PRELOAD:
         importlib.import_module(name)
