@@ -3,7 +3,10 @@ library, run two barriers and exit (gloocy-run + `from gloocy import MPI`
 against mpiexec + mpi4py), interleaved, medians.
 
     PYTHONPATH=. python bench/startup.py [-n 8 16 32 64 128] [--repeat 3]
-        [--connect lazy|eager|both]
+        [--connect lazy|eager|both] [--launch fork|exec|both]
+
+--launch: gloocy-run forks the ranks from its fork server (the default)
+or starts each as a fresh interpreter (--no-fork-server).
 
 Prints a markdown table: seconds from launch to the last exit, and the
 most fds any rank held after its barriers. On 2 cores every N > 2 is
@@ -49,20 +52,26 @@ def main():
     p.add_argument("-n", type=int, nargs="+", default=[8, 16, 32, 64, 128])
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--connect", choices=("lazy", "eager", "both"), default="lazy")
+    p.add_argument("--launch", choices=("fork", "exec", "both"), default="both")
     args = p.parse_args()
-    mpiexec = shutil.which("mpiexec") or os.path.join(os.path.dirname(sys.executable),
-                                                      "mpiexec")
+    # the mpich wheel's, beside this Python (a version manager's shim on
+    # PATH would add its own start-up, ~0.3 s here, to MPICH's times)
+    mpiexec = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    if not os.path.exists(mpiexec):
+        mpiexec = shutil.which("mpiexec")
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [here] + [x for x in os.environ.get("PYTHONPATH", "").split(os.pathsep) if x])}
-    modes = ("lazy", "eager") if args.connect == "both" else (args.connect,)
+    connects = ("lazy", "eager") if args.connect == "both" else (args.connect,)
+    launches = ("fork", "exec") if args.launch == "both" else (args.launch,)
+    modes = [(c, l) for c in connects for l in launches]
     with tempfile.TemporaryDirectory() as tmp:
         scripts = {}
         for lib in ("gloocy", "mpi4py"):
             scripts[lib] = os.path.join(tmp, f"{lib}_start.py")
             with open(scripts[lib], "w") as f:
                 f.write(PROGRAM.format(lib=lib))
-        cols = [f"gloocy {m}" for m in modes] + ["MPICH"]
+        cols = [f"gloocy {c} {l}" for c, l in modes] + ["MPICH"]
         print("| N | " + " | ".join(f"{c} s" for c in cols)
               + " | " + " | ".join(f"{c} fds" for c in cols)
               + " | " + " | ".join(f"{c} / MPICH" for c in cols[:-1]) + " |")
@@ -71,12 +80,13 @@ def main():
             times = {c: [] for c in cols}
             fds = {}
             for _ in range(args.repeat):          # interleaved
-                for m in modes:
+                for c, l in modes:
                     t, f = run([sys.executable, "-m", "gloocy.run", "-n", str(n),
+                                "--fork-server" if l == "fork" else "--no-fork-server",
                                 sys.executable, scripts["gloocy"]],
-                               {**env, "GLOOCY_CONNECT": m})
-                    times[f"gloocy {m}"].append(t)
-                    fds[f"gloocy {m}"] = f
+                               {**env, "GLOOCY_CONNECT": c})
+                    times[f"gloocy {c} {l}"].append(t)
+                    fds[f"gloocy {c} {l}"] = f
                 t, f = run([mpiexec, "-n", str(n), sys.executable, scripts["mpi4py"]], env)
                 times["MPICH"].append(t)
                 fds["MPICH"] = f

@@ -14,7 +14,9 @@ registers the communicators' hooks), so that the calls themselves read
 plain C globals and pay nothing for the indirection.
 
 Environment: GLOOCY_PICKLE_PROTOCOL and GLOOCY_PICKLE_THRESHOLD (or
-mpi4py's MPI4PY_PICKLE_PROTOCOL, MPI4PY_PICKLE_THRESHOLD) set the defaults.
+mpi4py's MPI4PY_PICKLE_PROTOCOL, MPI4PY_PICKLE_THRESHOLD) set the defaults,
+read as gloocy.MPI is imported (as mpi4py reads them), not with this
+module: gloocy-run forks ranks from a process that imported it already.
 """
 
 import os
@@ -32,8 +34,8 @@ def _env(name, default):
     return default
 
 
-DEFAULT_PROTOCOL = _env("PICKLE_PROTOCOL", _std.HIGHEST_PROTOCOL)
-DEFAULT_THRESHOLD = _env("PICKLE_THRESHOLD", 256 * 1024)     # bytes
+DEFAULT_PROTOCOL = _std.HIGHEST_PROTOCOL    # until the environment is read (on_change)
+DEFAULT_THRESHOLD = 256 * 1024              # bytes, likewise
 
 _hooks = []
 
@@ -148,8 +150,24 @@ class Pickle:
 pickle = Pickle()
 
 
+def _read_environment():
+    """The defaults the environment sets, also on ``pickle`` where it still
+    has the built-in ones."""
+    global DEFAULT_PROTOCOL, DEFAULT_THRESHOLD
+    protocol = _env("PICKLE_PROTOCOL", DEFAULT_PROTOCOL)
+    threshold = _env("PICKLE_THRESHOLD", DEFAULT_THRESHOLD)
+    if pickle._protocol == DEFAULT_PROTOCOL and pickle._dumps is _std.dumps:
+        pickle._protocol = protocol
+    if pickle._threshold == DEFAULT_THRESHOLD:
+        pickle._threshold = threshold
+    DEFAULT_PROTOCOL, DEFAULT_THRESHOLD = protocol, threshold
+
+
 def on_change(hook):
     """Call ``hook(dumps2, loads, protocol, oob)`` now and whenever
-    ``pickle`` changes (see Pickle.settings)."""
+    ``pickle`` changes (see Pickle.settings). The first call (gloocy.MPI's
+    import) reads the environment's defaults."""
+    if not _hooks:
+        _read_environment()
     _hooks.append(hook)
     hook(*pickle.settings())

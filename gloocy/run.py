@@ -12,6 +12,11 @@ The launcher embeds the TCP store the ranks meet at and tells each rank
 where it is through its environment (see ``ENV_VARS``). Output lines of
 rank r are prefixed with "[r] ", standard input goes to rank 0, signals
 are forwarded, and the first rank that fails stops the whole job.
+
+Python ranks (``prog.py``, ``python -m module``, with this interpreter)
+are forked from a server that has imported NumPy and gloocy already
+(gloocy._forkserver); ``--no-fork-server`` or GLOOCY_FORK_SERVER=0 starts
+each as a fresh interpreter instead.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ import time
 import urllib.parse
 from typing import BinaryIO
 
+from gloocy._forkserver import ForkedRank, ForkServer, python_program
 from gloocy.rendezvous import TCPStoreServer
 
 __all__ = ["main", "run_job", "ENV_VARS", "GRACE"]
@@ -183,11 +189,71 @@ def _serve(host: str, port: int, secret: bytes):
         return None
 
 
+def _fork_ranks(forker: ForkServer, program: tuple, envs: list[tuple[int, dict]]):
+    """Each (rank, env) forked by the server, with pipes for its output as
+    Popen(stdout=PIPE, stderr=PIPE) makes them (our stdin for rank 0):
+    ([(rank, ForkedRank)], the OSError that stopped the start or None).
+    Every rank is asked for before the first answer is read."""
+    kind, target, args = program
+    asked, error = [], None
+    for rank, env in envs:
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        stdin = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            if rank == 0:
+                with contextlib.suppress(OSError):   # no stdin of ours: /dev/null
+                    os.fstat(0)
+                    os.dup2(0, stdin, inheritable=False)
+            forker.request(kind, target, args, env=env, cwd=os.getcwd(),
+                           stdin=stdin, stdout=out_w, stderr=err_w)
+        except OSError as e:
+            error = e
+            os.close(out_r)
+            os.close(err_r)
+            break
+        finally:
+            for fd in (stdin, out_w, err_w):
+                os.close(fd)
+        asked.append((rank, out_r, err_r))
+    started = []
+    for rank, out_r, err_r in asked:
+        try:
+            pid = forker.pid()
+        except OSError as e:
+            error = error or e
+            os.close(out_r)
+            os.close(err_r)
+            continue
+        proc = ForkedRank(pid, os.fdopen(out_r, "rb"), os.fdopen(err_r, "rb"))
+        forker.track(proc)
+        started.append((rank, proc))
+    return started, error
+
+
+def _exec_ranks(command: list[str], envs: list[tuple[int, dict]], before_exec):
+    """Each (rank, env) started as ``command``: as _fork_ranks answers."""
+    started = []
+    for rank, env in envs:
+        try:
+            started.append((rank, subprocess.Popen(
+                command, env=env,
+                stdin=None if rank == 0 else subprocess.DEVNULL,
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True,  # our signals, not the terminal's
+                preexec_fn=before_exec)))
+        except OSError as e:
+            return started, e
+    return started, None
+
+
 def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
             timeout: float | None = None, nnodes: int = 1, node_rank: int = 0,
-            store: str | None = None) -> int:
+            store: str | None = None, fork_server: bool = True) -> int:
     """Run ``command`` as ranks node_rank*n .. node_rank*n + n-1 of a job of
-    nnodes*n ranks and return this node's exit code."""
+    nnodes*n ranks and return this node's exit code. ``fork_server``: fork
+    Python ranks from a server that imported NumPy and gloocy already
+    (gloocy._forkserver), else start each as a fresh interpreter."""
     if store is None:
         secret, job = secrets.token_bytes(32), secrets.token_hex(8)
         server = _serve(host, 0, secret)
@@ -200,7 +266,8 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
     if server is None:
         return 1
     events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
-    procs: list[subprocess.Popen] = []
+    procs: list[subprocess.Popen | ForkedRank] = []
+    forker = None
     threads: list[threading.Thread] = []
     result = None
 
@@ -224,22 +291,21 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
         handled = (signal.SIGINT, signal.SIGTERM) if in_main else ()
         old = {s: signal.signal(s, on_signal) for s in handled}
         die_with_launcher = _death_signal()
+        program = python_program(command) if fork_server else None
         try:
-            for local in range(n):
-                rank = node_rank * n + local
-                env = dict(os.environ, **common,
-                           GLOOCY_RANK=str(rank), GLOOCY_LOCAL_RANK=str(local))
-                try:
-                    p = subprocess.Popen(
-                        command, env=env,
-                        stdin=None if rank == 0 else subprocess.DEVNULL,
-                        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                        start_new_session=True,  # our signals, not the terminal's
-                        preexec_fn=die_with_launcher)
-                except OSError as e:
-                    _say(f"cannot start {command[0]!r}: {e.strerror or e}")
-                    result = 127 if isinstance(e, FileNotFoundError) else 126
-                    break
+            if program is not None:
+                forker = ForkServer.start(dict(os.environ, **common), die_with_launcher)
+            envs = [(node_rank * n + local,
+                     dict(os.environ, **common, GLOOCY_RANK=str(node_rank * n + local),
+                          GLOOCY_LOCAL_RANK=str(local))) for local in range(n)]
+            if forker is not None:
+                started, error = _fork_ranks(forker, program, envs)
+            else:
+                started, error = _exec_ranks(command, envs, die_with_launcher)
+            if error is not None:
+                _say(f"cannot start {command[0]!r}: {error.strerror or error}")
+                result = 127 if isinstance(error, FileNotFoundError) else 126
+            for rank, p in started:
                 procs.append(p)
                 prefix = f"[{rank}] ".encode()
                 for target, args in ((_pump, (p.stdout, sys.stdout.buffer, prefix)),
@@ -260,6 +326,8 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
                     os.killpg(p.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
+            if forker is not None:
+                forker.close()
             end = time.monotonic() + 5.0
             for t in threads:
                 t.join(max(end - time.monotonic(), 0))
@@ -307,6 +375,12 @@ def _parser() -> argparse.ArgumentParser:
                         help="where the ranks meet: HOST:PORT (tcp://; node 0 "
                              "serves it at that address), or a redis://, "
                              "file:// store URL; needed when M > 1")
+    parser.add_argument("--fork-server", action=argparse.BooleanOptionalAction,
+                        default=os.environ.get("GLOOCY_FORK_SERVER", "1").lower()
+                        not in ("0", "no", "false", "off"),
+                        help="fork Python ranks from a process that imported "
+                             "NumPy and gloocy already (default: on, unless "
+                             "GLOOCY_FORK_SERVER=0); off: a fresh interpreter each")
     parser.add_argument("command", nargs=argparse.REMAINDER,
                         help="program and its arguments")
     return parser
@@ -338,7 +412,8 @@ def main(argv: list[str] | None = None) -> int:
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
     return run_job(command, n=args.n, host=args.host, timeout=args.timeout,
-                   nnodes=args.nnodes, node_rank=args.node_rank, store=store)
+                   nnodes=args.nnodes, node_rank=args.node_rank, store=store,
+                   fork_server=args.fork_server)
 
 
 if __name__ == "__main__":

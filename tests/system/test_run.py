@@ -19,6 +19,14 @@ ENV = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.en
 LAUNCHER = [sys.executable, "-m", "gloocy.run"]
 
 
+@pytest.fixture(autouse=True, params=["fork-server", "exec"])
+def launch_mode(request, monkeypatch):
+    """Every test twice: Python ranks forked from gloocy-run's fork server
+    (the default) and started as fresh interpreters."""
+    monkeypatch.setitem(ENV, "GLOOCY_FORK_SERVER", "1" if request.param == "fork-server" else "0")
+    return request.param
+
+
 def script(tmp_path, name, body):
     path = tmp_path / name
     path.write_text(textwrap.dedent(body))
@@ -180,12 +188,12 @@ def test_leftover_grandchildren_are_killed(tmp_path):
     assert_all_gone(pids)
 
 
-def _start_ready_job(tmp_path, body):
+def _start_ready_job(tmp_path, body, npids=3):
     prog = script(tmp_path, "wait.py", body)
     proc = subprocess.Popen([*LAUNCHER, "-n", "3", prog], cwd=tmp_path, env=ENV,
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     pids = []
-    while len(pids) < 3:
+    while len(pids) < npids:
         line = proc.stdout.readline()
         assert line, proc.stderr.read().decode()
         pids += pids_in(line)
@@ -225,6 +233,22 @@ def test_second_sigint_kills_stubborn_ranks(tmp_path):
     # killed at the second SIGINT, before the grace period of the first ran out
     assert time.monotonic() - first < GRACE
     assert proc.returncode == 130
+    assert_all_gone(pids)
+
+
+
+def test_sigterm_reaches_each_rank_and_its_children(tmp_path):
+    """SIGTERM to gloocy-run goes to each rank's process group, the rank's
+    own children included; the job's code is 128 + SIGTERM."""
+    proc, pids = _start_ready_job(tmp_path, """
+        import os, subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+        print("pid", os.getpid(), "pid", child.pid, flush=True)
+        time.sleep(60)
+        """, npids=6)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 128 + signal.SIGTERM, err.decode()
     assert_all_gone(pids)
 
 
