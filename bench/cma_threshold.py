@@ -1,19 +1,23 @@
-"""Single copies against the node slots, inside one job: where the
-threshold GLOOCY_CMA_MIN_BYTES should lie on this machine.
+"""Two settings of the node segment against each other, inside one job:
+single copies against the slots (where the threshold GLOOCY_CMA_MIN_BYTES
+should lie on this machine), or, with --compare chunk, 256 KiB slots
+against 1 MiB ones (GLOOCY_SHM_CHUNK_BYTES; no single copies).
 
-    python bench/cma_threshold.py [-n 2] [--collective alltoall allgather]
+    python bench/cma_threshold.py [-n 2] [--compare cma|chunk]
+                                  [--collective alltoall allgather
+                                  allreduce reduce_scatter]
                                   [--sizes 1M,2M,4M,8M,16M,32M] [--iters 40]
 
 One gloocy-run job; each rank makes two Dups of the world, whose node
-segments (made at their first collective) take GLOOCY_CMA_MIN_BYTES as it
-is then: one that never copies once (slots), one that always does (cma).
-Iterations alternate between the two (A B B A ...), a barrier before each,
+segments (made at their first collective) take the environment as it is
+then: for cma, one that never copies once (slots), one that always does
+(cma). Iterations alternate between the two (A B B A ...), a barrier before each,
 so that the machine's drift and the ranks' placement on the CPUs hit both
 alike, which separate jobs do not ensure on a busy machine. Printed per
 point: the slowest rank's 10th percentile and median, in us, and the
-ratio of the medians (slots / cma: > 1, the single copy is faster).
-Sizes are as gloocy-bench counts them (alltoall: each rank's send buffer;
-allgather: the gathered total).
+ratio of the medians (first / second: > 1, the second is faster).
+Sizes are as gloocy-bench counts them (alltoall, reduce_scatter: each
+rank's send buffer; allgather: the gathered total; allreduce: the buffer).
 """
 
 import argparse
@@ -21,7 +25,15 @@ import os
 import subprocess
 import sys
 
-CONFIGS = {"slots": str(1 << 62), "cma": "0"}
+NEVER = str(1 << 62)
+COMPARISONS = {
+    "cma": {"slots": {"GLOOCY_CMA_MIN_BYTES": NEVER},
+            "cma": {"GLOOCY_CMA_MIN_BYTES": "0"}},
+    "chunk": {"256K": {"GLOOCY_SHM_CHUNK_BYTES": str(256 << 10),
+                       "GLOOCY_CMA_MIN_BYTES": NEVER},
+              "1M": {"GLOOCY_SHM_CHUNK_BYTES": str(1 << 20),
+                     "GLOOCY_CMA_MIN_BYTES": NEVER}},
+}
 
 
 def parse_size(text):
@@ -29,21 +41,29 @@ def parse_size(text):
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
-def rank_main(collectives, sizes, iters):
+def rank_main(compare, collectives, sizes, iters):
     import time
     import numpy as np
     import gloocy
+    from gloocy import MPI
 
     world = gloocy.init()
     n = world.size
     comms = {}
-    for name, value in CONFIGS.items():
-        os.environ["GLOOCY_CMA_MIN_BYTES"] = value
+    configs = COMPARISONS[compare]
+    for name, env in configs.items():
+        os.environ.update(env)
         comms[name] = world.Dup()
         comms[name].Barrier()            # its segment, with this threshold
 
     def call(comm, coll, size):
         count = size // 4
+        if coll == "allreduce":
+            s = np.ones(count, np.float32)
+            return lambda: comm.Allreduce(MPI.IN_PLACE, s)
+        if coll == "reduce_scatter":
+            s, d = np.ones(count, np.float32), np.empty(count // n, np.float32)
+            return lambda: comm.Reduce_scatter_block(s, d)
         if coll == "alltoall":
             s, d = np.ones(count, np.float32), np.empty(count, np.float32)
             return lambda: comm.Alltoall(s, d)
@@ -51,10 +71,11 @@ def rank_main(collectives, sizes, iters):
         d = np.empty(count // n * n, np.float32)
         return lambda: comm.Allgather(s, d)
 
-    names = list(CONFIGS)
+    names = list(configs)
     if world.rank == 0:
-        print(f"| collective | bytes | slots p10 / median us | cma p10 / median us "
-              f"| slots / cma |\n|---|---:|---:|---:|---:|", flush=True)
+        print(f"| collective | bytes | {names[0]} p10 / median us | {names[1]} p10 / "
+              f"median us | {names[0]} / {names[1]} |\n|---|---:|---:|---:|---:|",
+              flush=True)
     for coll in collectives:
         for size in sizes:
             fs = {k: call(comms[k], coll, size) for k in names}
@@ -73,19 +94,21 @@ def rank_main(collectives, sizes, iters):
             if world.rank == 0:
                 cells = " | ".join(f"{worst[k][0]:.0f} / {worst[k][1]:.0f}" for k in names)
                 print(f"| {coll} | {size >> 10} KiB | {cells} | "
-                      f"{worst['slots'][1] / worst['cma'][1]:.2f} |", flush=True)
+                      f"{worst[names[0]][1] / worst[names[1]][1]:.2f} |", flush=True)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("-n", type=int, default=2)
+    ap.add_argument("--compare", choices=sorted(COMPARISONS), default="cma")
     ap.add_argument("--collective", nargs="+", default=["alltoall", "allgather"])
     ap.add_argument("--sizes", default="1M,2M,4M,8M,16M,32M")
     ap.add_argument("--iters", type=int, default=40)
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f}", flush=True)
     subprocess.run([sys.executable, "-m", "gloocy.run", "-n", str(args.n),
-                    sys.executable, __file__, "--rank", ",".join(args.collective),
+                    sys.executable, __file__, "--rank", args.compare,
+                    ",".join(args.collective),
                     args.sizes, str(args.iters)],
                    env=dict(os.environ, GLOOCY_TRANSPORT="shm"), check=True)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
@@ -93,7 +116,7 @@ def main():
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--rank"]:
-        rank_main(sys.argv[2].split(","), [parse_size(s) for s in sys.argv[3].split(",")],
-                  int(sys.argv[4]))
+        rank_main(sys.argv[2], sys.argv[3].split(","),
+                  [parse_size(s) for s in sys.argv[4].split(",")], int(sys.argv[5]))
     else:
         main()

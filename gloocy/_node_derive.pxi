@@ -36,8 +36,9 @@ def share_node_segment(Context ctx, timeout=None):
     fd = -1
     if ctx.rank == 0 and local:
         try:
-            fd = new_node_segment(ctx.size, shm.chunk_bytes())
-            info[0], info[1], info[2] = os.getpid(), fd, shm.chunk_bytes()
+            chunk = shm.chunk_bytes(ctx.size)
+            fd = new_node_segment(ctx.size, chunk)
+            info[0], info[1], info[2] = os.getpid(), fd, chunk
         except (OSError, ValueError):
             fd = -1
     cdef Node node = None

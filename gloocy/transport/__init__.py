@@ -158,7 +158,7 @@ def _pairs(socks, rank, size, mode, dead_s, deadline):
                                 deadline)
         rdma = _rdma_peers(socks, local, rank, mode, deadline)
         if rank == 0 and len(local) == size - 1:
-            node = new_node_segment(size, shm.chunk_bytes())
+            node = new_node_segment(size, shm.chunk_bytes(size))
         for peer in sorted(socks):
             sock, address = socks.pop(peer)
             if peer in local:

@@ -139,7 +139,7 @@ def _new_node_segment(size):
     """A node segment for `size` ranks (its fd), or None if none can be made."""
     from gloocy._core import new_node_segment
     try:
-        return new_node_segment(size, shm.chunk_bytes())
+        return new_node_segment(size, shm.chunk_bytes(size))
     except (OSError, ValueError):
         return None
 

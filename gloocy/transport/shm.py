@@ -20,6 +20,7 @@ import time
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport._shm import ShmPair, segment_bytes
 from gloocy.transport.handshake import recv_exact
+from gloocy.waiting import usable_cpus
 
 __all__ = ["host_identity", "id_frame", "id_length", "is_local", "local_peers",
            "shm_pair", "ring_bytes", "chunk_bytes"]
@@ -46,6 +47,18 @@ _FULL = struct.Struct("<?")          # the higher rank: it can take a full ring
 _full_taken = 0                      # this process's pairs given full rings
 _full_lock = threading.Lock()
 DEFAULT_CHUNK = 1 << 18       # 2 parities x N slots stay in cache
+# Where local ranks outnumber CPUs, each step of a node collective waits for
+# every rank, and such a wait may cost a switch (a rank asleep, or queued
+# behind another on its CPU): fewer, larger steps then pay more than slots
+# that stay in cache. In one job alternating the two, at N = 4 on the
+# project's 2-CPU machine loaded by other jobs, 1 MiB slots made 26 of 32
+# points (allreduce, alltoall, allgather, reduce_scatter; 1-64 MiB) faster
+# than 256 KiB ones, most by 1.3-3x (bench/cma_threshold.py --compare
+# chunk; bench/results/n4-large/). The segment's slots stay within
+# SHARED_CPU_SEGMENT (2 parities x N slots): 1 MiB up to 8 ranks, 256 KiB
+# from 32.
+SHARED_CPU_CHUNK = 1 << 20
+SHARED_CPU_SEGMENT = 16 << 20
 
 
 def host_identity():
@@ -65,10 +78,18 @@ def host_identity():
     return "/".join(parts)
 
 
-def chunk_bytes():
-    """GLOOCY_SHM_CHUNK_BYTES: one rank's slot in the node segment (a
-    multiple of 64, at least 4096)."""
-    text = os.environ.get("GLOOCY_SHM_CHUNK_BYTES", str(DEFAULT_CHUNK))
+def chunk_bytes(local_ranks=2):
+    """One rank's slot in the node segment of `local_ranks` ranks:
+    GLOOCY_SHM_CHUNK_BYTES if set (a multiple of 64, at least 4096); else
+    DEFAULT_CHUNK where every rank has a CPU, and where they outnumber the
+    CPUs the largest power of two within SHARED_CPU_SEGMENT / (2 x
+    local_ranks), from DEFAULT_CHUNK to SHARED_CPU_CHUNK."""
+    text = os.environ.get("GLOOCY_SHM_CHUNK_BYTES", "")
+    if text == "":
+        if local_ranks <= usable_cpus():
+            return DEFAULT_CHUNK
+        share = SHARED_CPU_SEGMENT // (2 * local_ranks)
+        return max(DEFAULT_CHUNK, min(SHARED_CPU_CHUNK, 1 << (share.bit_length() - 1)))
     try:
         n = int(text)
     except ValueError:

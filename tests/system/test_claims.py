@@ -428,7 +428,12 @@ def test_shm_ring_and_chunk_bytes(world):
     with ProcessWorld(size, env={"GLOOCY_SHM_RING_BYTES": 5000,
                                   "GLOOCY_SHM_CHUNK_BYTES": 4096}) as w:
         tiny = w.run(r_shm_maps, nbytes)
-    for (ring, chunk), results in (((1 << 18, 1 << 18), default), ((8192, 4096), tiny)):
+    # The default slot: 256 KiB where each of the 3 ranks has a CPU, else
+    # 1 MiB (2 x 3 x 1 MiB is within the 16 MiB such a segment may take).
+    from gloocy.waiting import usable_cpus
+    default_chunk = 1 << 18 if size <= usable_cpus() else 1 << 20
+    for (ring, chunk), results in (((1 << 18, default_chunk), default),
+                                   ((8192, 4096), tiny)):
         for maps, ok in results:
             assert ok == want_ok, (ring, chunk, ok)
             assert len(maps["gloocy-ring"]) == size - 1          # one per peer

@@ -46,3 +46,32 @@ def test_a_bad_variable_is_named(monkeypatch):
     monkeypatch.setenv("GLOOCY_SHM_RING_BYTES", "lots")
     with pytest.raises(ValueError, match="GLOOCY_SHM_RING_BYTES='lots'"):
         shm.ring_bytes(64)
+
+
+def expected_chunk(local_ranks, cpus):
+    """256 KiB where every rank has a CPU; else the largest power of two p
+    from 256 KiB to 1 MiB with 2 x p x local_ranks <= 16 MiB (256 KiB if
+    none fits)."""
+    if local_ranks <= cpus:
+        return 256 * KiB
+    p = 1 * MiB
+    while p > 256 * KiB and 2 * p * local_ranks > 16 * MiB:
+        p //= 2
+    return p
+
+
+@pytest.mark.parametrize("extra", [0, 1, 2, 6, 7, 14, 30, 126, 10**6])
+def test_node_slots_grow_where_ranks_outnumber_cpus(monkeypatch, extra):
+    from gloocy.waiting import usable_cpus
+    monkeypatch.delenv("GLOOCY_SHM_CHUNK_BYTES", raising=False)
+    cpus = usable_cpus()
+    local_ranks = cpus + extra
+    chunk = shm.chunk_bytes(local_ranks)
+    assert chunk == expected_chunk(local_ranks, cpus)
+    if chunk > 256 * KiB:     # the slots of a segment: bounded
+        assert 2 * chunk * local_ranks <= 16 * MiB
+
+
+def test_the_chunk_variable_wins_at_any_number_of_ranks(monkeypatch):
+    monkeypatch.setenv("GLOOCY_SHM_CHUNK_BYTES", "8192")
+    assert shm.chunk_bytes(2) == shm.chunk_bytes(64) == 8192

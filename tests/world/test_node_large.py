@@ -191,7 +191,10 @@ def r_reduce_scatter_refused(comm, lens):
 
 
 def test_refused_cross_memory_attach_still_reduce_scatters_right():
-    with World(3, env={**SHM, **CMA_SMALL}) as w:
+    # Blocks of ~800 KB need more than one 256 KiB slot, the case in which
+    # a reduce_scatter tries single copies (3 ranks on 2 CPUs would get
+    # 1 MiB slots by default).
+    with World(3, env={**SHM, **CMA_SMALL, "GLOOCY_SHM_CHUNK_BYTES": 1 << 18}) as w:
         got = w.run(r_reduce_scatter_refused, [100001, 99999, 100003], timeout=60)
     for ok, cma, calls in got:
         assert ok and cma == -1 and calls == 0, got
