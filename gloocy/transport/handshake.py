@@ -63,6 +63,7 @@ def job_tag(job):
 
 HELLO_BYTES = _HELLO.size
 PROOF_BYTES = 32
+ACCEPT, REFUSE = b"\x01", b"\x02"   # the acceptor's last word (see above)
 
 
 def parse_hello(hello):
@@ -109,7 +110,7 @@ def _accept_one(sock, secret, rank, size, job):
     if not rank < peer < size:
         raise ProtocolError(f"rank {peer} should not connect to rank {rank}")
     authenticate(sock, secret, hello, peer)
-    sock.sendall(b"\x01")
+    sock.sendall(ACCEPT)
     return peer
 
 
@@ -144,8 +145,8 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
         if authentic:
             sock.sendall(_mac(secret, b"connector", hello, nonce))
             verdict = recv_exact(sock, 1)
-            accepted = verdict == b"\x01"
-            refused = refusable and verdict == b"\x02"
+            accepted = verdict == ACCEPT
+            refused = refusable and verdict == REFUSE
     except socket.timeout:            # a listener that stays silent
         sock.close()
         raise RendezvousError(f"{who} did not finish the handshake as rank "
