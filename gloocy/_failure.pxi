@@ -88,7 +88,7 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told) except -1:
            + b"\0" + ",".join(map(str, sorted(waits[me]))).encode())
     live = []
     for p in ctx.links.pairs:
-        if p is not None:
+        if p is not None and p is not unconnected_pair:   # (the stand-in can't speak)
             (<Pair>p).say_abort(why, ABORT_TIMEOUT, -1, -1)
             live.append(p)
     deadline = time.monotonic() + TRACE_GRACE
