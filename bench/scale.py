@@ -155,6 +155,41 @@ def through(ranks):
             "was through: " + ", ".join(parts))
 
 
+def kernel_limits():
+    """The host's limits on pending connections and loopback packets (read
+    only: gloocy needs no sysctl changed)."""
+    got = {}
+    for name in ("net/core/somaxconn", "net/ipv4/tcp_max_syn_backlog",
+                 "net/core/netdev_max_backlog"):
+        try:
+            with open(f"/proc/sys/{name}") as f:
+                got[name.rsplit("/", 1)[1]] = int(f.read())
+        except (OSError, ValueError):
+            pass
+    return got
+
+
+def drop_counters():
+    """Packets the host dropped so far: the backlog of received packets
+    (softnet, loopback included), listen queue overflows and drops."""
+    got = {"softnet dropped": 0}
+    try:
+        with open("/proc/net/softnet_stat") as f:
+            for line in f:
+                got["softnet dropped"] += int(line.split()[1], 16)
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+        for head, vals in zip(lines[::2], lines[1::2]):
+            if head.startswith("TcpExt:"):
+                row = dict(zip(head.split()[1:], map(int, vals.split()[1:])))
+                for key in ("ListenOverflows", "ListenDrops", "TCPTimeouts",
+                            "TCPAbortOnTimeout"):
+                    got[key] = row.get(key, 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return got
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("-n", type=int, default=1024)
@@ -175,6 +210,8 @@ def main():
     server = TCPStoreServer(secret=secret).start()
     job = "scale-" + secrets.token_hex(4)
     per = math.ceil(args.n / args.procs)
+    drops0 = drop_counters()
+    load0 = os.getloadavg()
     t0 = time.monotonic()
     procs = []
     for first in range(0, args.n, per):
@@ -191,6 +228,10 @@ def main():
         rss += data["rss"]
     wall = time.monotonic() - t0
     server.close()
+    drops = {k: v - drops0.get(k, 0) for k, v in drop_counters().items()}
+    print(f"- host: load average {load0[0]:.1f} before, {os.getloadavg()[0]:.1f} "
+          f"after; kernel limits {kernel_limits()}; dropped during the run "
+          f"{drops}\n")
     errors = {r: v["error"] for r, v in results.items() if "error" in v}
     if errors or len(results) != args.n:
         first = sorted(errors.items())[:5]
