@@ -65,6 +65,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
     t, at = {}, {}                # seconds per phase; when each ended (monotonic)
     comm = store = None
     try:
+        at["thread"] = time.monotonic()
         store = CountingStore(rendezvous.connect(url, secret=secret, timeout=timeout))
         t0 = at["begin"] = time.monotonic()
         comm = gloocy.connect(rank, size, store, secret=secret, job=job,
@@ -120,6 +121,8 @@ def worker(args):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     threading.stack_size(512 << 10)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     os.environ["GLOOCY_TRANSPORT"] = "tcp"
     ranks = range(args.first, args.first + args.count)
     out = {}
@@ -151,8 +154,11 @@ def through(ranks):
             parts.append(f"{name}: not every rank got through")
             break
         parts.append(f"{name} {max(v['at'][ph] for v in ranks) - first:.2f}")
+    began = sorted(v["at"]["begin"] - first for v in ranks)
     return ("Seconds from the first rank's connect() call until the last rank "
-            "was through: " + ", ".join(parts))
+            "was through: " + ", ".join(parts)
+            + f" (the ranks' threads called connect() over {began[-1]:.2f} s, "
+            f"half of them by {began[len(began) // 2]:.2f})")
 
 
 def kernel_limits():
@@ -195,6 +201,10 @@ def main():
     p.add_argument("-n", type=int, default=1024)
     p.add_argument("--procs", type=int, default=4)
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--switch-interval", type=float, default=0.0,
+                   help="the workers' sys.setswitchinterval (seconds; 0: "
+                        "Python's default, 0.005): how soon a thread waiting "
+                        "for the GIL takes it from a running one (diagnostic)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -219,7 +229,8 @@ def main():
             [sys.executable, __file__, "--worker", "-n", str(args.n),
              "--first", str(first), "--count", str(min(per, args.n - first)),
              "--store", server.url, "--secret", secret.hex(), "--job", job,
-             "--timeout", str(args.timeout)],
+             "--timeout", str(args.timeout),
+             "--switch-interval", str(args.switch_interval)],
             stdout=subprocess.PIPE))
     results, rss = {}, 0
     for proc in procs:
