@@ -65,6 +65,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
     t, at = {}, {}                # seconds per phase; when each ended (monotonic)
     comm = store = None
     try:
+        at["thread"] = time.monotonic()
         store = CountingStore(rendezvous.connect(url, secret=secret, timeout=timeout))
         t0 = at["begin"] = time.monotonic()
         comm = gloocy.connect(rank, size, store, secret=secret, job=job,
@@ -120,6 +121,8 @@ def worker(args):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     threading.stack_size(512 << 10)
+    if args.switch_interval:
+        sys.setswitchinterval(args.switch_interval)
     os.environ["GLOOCY_TRANSPORT"] = "tcp"
     ranks = range(args.first, args.first + args.count)
     out = {}
@@ -151,8 +154,46 @@ def through(ranks):
             parts.append(f"{name}: not every rank got through")
             break
         parts.append(f"{name} {max(v['at'][ph] for v in ranks) - first:.2f}")
+    began = sorted(v["at"]["begin"] - first for v in ranks)
     return ("Seconds from the first rank's connect() call until the last rank "
-            "was through: " + ", ".join(parts))
+            "was through: " + ", ".join(parts)
+            + f" (the ranks' threads called connect() over {began[-1]:.2f} s, "
+            f"half of them by {began[len(began) // 2]:.2f})")
+
+
+def kernel_limits():
+    """The host's limits on pending connections and loopback packets (read
+    only: gloocy needs no sysctl changed)."""
+    got = {}
+    for name in ("net/core/somaxconn", "net/ipv4/tcp_max_syn_backlog",
+                 "net/core/netdev_max_backlog"):
+        try:
+            with open(f"/proc/sys/{name}") as f:
+                got[name.rsplit("/", 1)[1]] = int(f.read())
+        except (OSError, ValueError):
+            pass
+    return got
+
+
+def drop_counters():
+    """Packets the host dropped so far: the backlog of received packets
+    (softnet, loopback included), listen queue overflows and drops."""
+    got = {"softnet dropped": 0}
+    try:
+        with open("/proc/net/softnet_stat") as f:
+            for line in f:
+                got["softnet dropped"] += int(line.split()[1], 16)
+        with open("/proc/net/netstat") as f:
+            lines = f.read().splitlines()
+        for head, vals in zip(lines[::2], lines[1::2]):
+            if head.startswith("TcpExt:"):
+                row = dict(zip(head.split()[1:], map(int, vals.split()[1:])))
+                for key in ("ListenOverflows", "ListenDrops", "TCPTimeouts",
+                            "TCPAbortOnTimeout"):
+                    got[key] = row.get(key, 0)
+    except (OSError, ValueError, IndexError):
+        pass
+    return got
 
 
 def main():
@@ -160,6 +201,10 @@ def main():
     p.add_argument("-n", type=int, default=1024)
     p.add_argument("--procs", type=int, default=4)
     p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--switch-interval", type=float, default=0.0,
+                   help="the workers' sys.setswitchinterval (seconds; 0: "
+                        "Python's default, 0.005): how soon a thread waiting "
+                        "for the GIL takes it from a running one (diagnostic)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -175,6 +220,8 @@ def main():
     server = TCPStoreServer(secret=secret).start()
     job = "scale-" + secrets.token_hex(4)
     per = math.ceil(args.n / args.procs)
+    drops0 = drop_counters()
+    load0 = os.getloadavg()
     t0 = time.monotonic()
     procs = []
     for first in range(0, args.n, per):
@@ -182,7 +229,8 @@ def main():
             [sys.executable, __file__, "--worker", "-n", str(args.n),
              "--first", str(first), "--count", str(min(per, args.n - first)),
              "--store", server.url, "--secret", secret.hex(), "--job", job,
-             "--timeout", str(args.timeout)],
+             "--timeout", str(args.timeout),
+             "--switch-interval", str(args.switch_interval)],
             stdout=subprocess.PIPE))
     results, rss = {}, 0
     for proc in procs:
@@ -191,6 +239,10 @@ def main():
         rss += data["rss"]
     wall = time.monotonic() - t0
     server.close()
+    drops = {k: v - drops0.get(k, 0) for k, v in drop_counters().items()}
+    print(f"- host: load average {load0[0]:.1f} before, {os.getloadavg()[0]:.1f} "
+          f"after; kernel limits {kernel_limits()}; dropped during the run "
+          f"{drops}\n")
     errors = {r: v["error"] for r, v in results.items() if "error" in v}
     if errors or len(results) != args.n:
         first = sorted(errors.items())[:5]

@@ -26,11 +26,21 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
     if first:
         links.error = exc
     links.failed = True
-    links.wild_head = links.wild_tail = NULL
-    drop_schedules(links)                   # their transfers are forgotten too
     told = getattr(exc, "_abort", None)     # why, code, culprit, origin, waits
-    if first and c is not NULL and isinstance(exc, CollectiveTimeout):
-        trace_timeout(ctx, exc, c, told)
+    timed_out = first and c is not NULL and isinstance(exc, CollectiveTimeout)
+    late = None
+    if timed_out:                   # (from the posted transfers: before they go)
+        late = list(exc.ranks) if told is None else waited_for(ctx)
+    # The failed call's transfers are freed memory already (its frames have
+    # returned): the pairs forget them first, before anything below reads
+    # a pair (say_abort, progress).
+    links.wild_head = links.wild_tail = NULL
+    for p in links.pairs:
+        if p is not None:
+            (<Pair>p).abandon()
+    drop_schedules(links)                   # their transfers are forgotten too
+    if timed_out:
+        trace_timeout(ctx, exc, c, told, late)
     elif first:
         why, code, culprit, origin = (told or abort_reason(ctx, exc))[:4]
         if links.arrivals:              # peers that dialed us: tell them too
@@ -49,8 +59,8 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
                     f"{describe_call(&c.proto)}",) + exc.args[1:]
     if ctx.node is not None:
         node_wake_all(ctx)          # so that they read why at once
-    for p in links.pairs:
-        if p is not None:
+    for p in links.pairs:           # (and what trace_timeout or
+        if p is not None:           # connect_members installed meanwhile)
             (<Pair>p).abandon()
     links.wake()
     return 0
@@ -70,15 +80,16 @@ cdef tuple abort_reason(Context ctx, BaseException exc):
     return why, ABORT_OTHER, -1, -1
 
 
-cdef int trace_timeout(Context ctx, object exc, Coll *c, object told) except -1:
+cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
+                       list late) except -1:
     """Our call timed out (`told` is None), or a peer's did and told us.
     The ranks we wait for may themselves wait for others (a ring, a
     tree): tell every peer whom we wait for and listen TRACE_GRACE for
     theirs (they time out about now too, or hear of it from us). The
     ranks someone waits for that never speak are the ones that never
-    came: the message names them, `culprit` is the first."""
+    came: the message names them, `culprit` is the first. `late`: the
+    ranks we wait for (found before the pairs forgot the call's transfers)."""
     cdef int me = ctx._world[ctx.rank]
-    late = list(exc.ranks) if told is None else waited_for(ctx)
     waits = {me: {ctx._world[i] for i in late}}    # world rank -> whom it waits for
     if told is not None:
         waits[told[3]] = set(told[4])

@@ -32,6 +32,10 @@ cdef class StreamPair(Pair):
     cdef int64_t direct_min     # payloads left at least this: read into place
     cdef int send_err           # errno of a failed send, raised once what the
                                 # peer sent before it went (its reason) is read
+    cdef bint send_mid          # the head send is part-sent (kept here: after a
+                                # failure its Xfer may be freed memory)
+    cdef bint cut               # abandon() dropped a frame part-way, in or out:
+                                # the stream can't be parsed past it
 
     # The transport's part. stream_send: write some of the n pieces, return
     # how many bytes (WOULD_BLOCK: none fit now; after setting send_err:

@@ -76,8 +76,9 @@ cdef class StreamPair(Pair):
     # -- sending -------------------------------------------------------------
 
     cdef int post_send(self, Xfer *x) except -1 nogil:
-        if self.fd < 0:
-            return self.lost("the connection is closed", 0)
+        if self.fd < 0 or self.cut:
+            return self.lost("the connection is closed" if self.fd < 0 else
+                             "a frame was cut off by an earlier error", 0)
         if self.peer_gone:
             return self.gone()
         xfer_append(&self.send_head, &self.send_tail, x)
@@ -106,9 +107,11 @@ cdef class StreamPair(Pair):
                     iov[0].iov_len = total - x.done
                     n = self.stream_send(iov, 1)
                 if n == WOULD_BLOCK:
+                    self.send_mid = x.done > 0
                     return moved
                 x.done += n
                 moved = 1
+            self.send_mid = False
             self.send_head = x.next
             if self.send_head is NULL:
                 self.send_tail = NULL
@@ -119,8 +122,9 @@ cdef class StreamPair(Pair):
     # -- receiving -----------------------------------------------------------
 
     cdef int post_recv(self, Xfer *x) except -1 nogil:
-        if self.fd < 0:
-            return self.lost("the connection is closed", 0)
+        if self.fd < 0 or self.cut:
+            return self.lost("the connection is closed" if self.fd < 0 else
+                             "a frame was cut off by an earlier error", 0)
         # A frame that came first (stashed) is the oldest match: use it.
         cdef Xfer *u = self.find_unexpected(x, True)
         if u is not NULL:
@@ -305,8 +309,9 @@ cdef class StreamPair(Pair):
         cdef Header h
         cdef bytes text = why[:ABORT_MAX]
         cdef iovec iov[2]
-        if (self.fd < 0 or self.peer_gone
-                or (self.send_head is not NULL and self.send_head.done > 0)):
+        # (Never read the posted sends here: fail() calls this after the
+        # failed call freed them; abandon() kept what we need.)
+        if self.fd < 0 or self.peer_gone or self.send_mid or self.cut:
             return 0                      # mid-frame: the peer can't parse it
         init_header(&h)
         h.kind = KIND_ABORT
@@ -329,16 +334,31 @@ cdef class StreamPair(Pair):
         return xfer_unlink(&self.recv_head, &self.recv_tail, x)
 
     cdef void abandon(self) noexcept nogil:
+        # The posted Xfers may be freed memory already (fail() runs after
+        # the failed call's frames are gone): forget them without reading
+        # them. A stashed frame still arriving is ours and goes on; a
+        # receive's payload cut part-way, or a send cut part-way, leaves a
+        # stream nobody can parse further: stop reading it (parked) and
+        # writing it (cut).
+        cdef Xfer *u = self.unexp_head
+        while u is not NULL and u is not self.in_x:
+            u = u.next
+        if self.in_x is not NULL and u is NULL:
+            self.cut = True
+            self.parked = True
+            self.in_x = NULL
+        if self.send_mid:
+            self.cut = True
+        self.send_mid = False
         self.send_head = self.send_tail = NULL
         self.recv_head = self.recv_tail = NULL
-        self.in_x = NULL
 
     cdef int shutdown(self, bint clean) except -1:
         cdef Header bye
         cdef iovec iov
         if self.fd < 0:
             return 0
-        if clean and not self.peer_gone and self.send_head is NULL:
+        if clean and not self.peer_gone and self.send_head is NULL and not self.cut:
             init_header(&bye)
             bye.kind = KIND_BYE
             iov.iov_base = &bye

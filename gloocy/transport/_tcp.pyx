@@ -6,6 +6,7 @@ then handed to `TcpPair`, whose data path (framing in _stream.pyx) runs
 without the GIL on a non-blocking socket.
 """
 
+import ipaddress
 import socket
 
 from libc.errno cimport errno, EINTR, EAGAIN, ECONNRESET, EPIPE
@@ -96,12 +97,25 @@ def tcp_pair(sock, int rank, int peer, str address, *, int dead_s=0):
 
     With `dead_s` > 0, TCP keepalive finds a peer dead that answers nothing
     for `dead_s` seconds while we have no data in flight to it: the next
-    call then fails at once with PeerLostError (see _keepalive)."""
+    call then fails at once with PeerLostError (see _keepalive). Not
+    between two ends on this host: the kernel closes a dead process's
+    connections itself, and probes over a loopback device swamped by
+    thousands of rank threads get dropped, failing live connections."""
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if dead_s > 0:
+    if dead_s > 0 and not _same_host(sock):
         _keepalive(sock, dead_s)
     sock.setblocking(False)
     return TcpPair(sock.detach(), rank, peer, address)
+
+
+def _same_host(sock):
+    """Whether both ends of `sock` are on this host (a loopback address,
+    or the peer's address is ours)."""
+    try:
+        ours, theirs = sock.getsockname()[0], sock.getpeername()[0]
+    except (OSError, IndexError, TypeError):
+        return False
+    return theirs == ours or ipaddress.ip_address(theirs.split("%")[0]).is_loopback
 
 
 def _keepalive(sock, int dead_s):

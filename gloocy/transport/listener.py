@@ -18,10 +18,11 @@ from gloocy.transport._tcp import tcp_pair
 __all__ = ["Listener"]
 
 _RETELL_S = 0.002      # how soon the listener tells a busy rank of a pair again
-# How long a dial may take to authenticate before the listener drops it.
-# Long: a silent stranger costs an fd here, no thread, and delays nobody,
-# while a rank's dial can be slow on a host loaded with thousands of ranks
-# (dropped, it would take us for dead).
+# How long a dial may take to authenticate before the listener drops it,
+# at least (the longest deadline of the job's ranks here, if longer). Long:
+# a silent stranger costs an fd here, no thread, and delays nobody, while a
+# rank's dial can be slow on a host loaded with thousands of ranks (dropped,
+# its rank takes ours for dead, before its own deadline).
 _ANSWER_S = 60.0
 
 
@@ -76,6 +77,7 @@ class Listener:
         self.ranks = {}           # (job tag, rank) -> weak reference to its Connector
         self.addresses = {}       # rank -> its address (bytes), as published
         self.untold = set()       # Links whose lock was held when a pair came
+        self.answer_s = _ANSWER_S  # how long a dial may take to authenticate
         self.closing = False
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
@@ -101,6 +103,7 @@ class Listener:
                 raise RendezvousError(f"rank {rank}: another rank {rank} of this "
                                       "job lives in this process")
             self.ranks[tag, rank] = weakref.ref(connector)
+            self.answer_s = max(self.answer_s, connector.timeout)
 
     def serves(self, tag, rank):
         """Whether rank `rank` of job `tag` is still open in this process."""
@@ -163,7 +166,7 @@ class Listener:
                 time.sleep(0.01)      # out of fds: the dialers retry or time out
                 return
             sock.setblocking(False)
-            d = _Dial(sock, handshake.fmt(addr), time.monotonic() + _ANSWER_S)
+            d = _Dial(sock, handshake.fmt(addr), time.monotonic() + self.answer_s)
             dials[d.fd] = d
             poller.register(d.fd, select.EPOLLIN)
 
