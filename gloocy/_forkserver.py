@@ -2,8 +2,11 @@
 already imported NumPy and gloocy, so that N ranks on a few cores do not
 each pay for those imports (most of a rank's start-up).
 
-The server is a fresh interpreter started by the launcher with the job's
-environment. It imports ``PRELOAD`` -- no communicator, store client,
+The server is either the launcher itself, forked as gloocy-run starts
+(``ForkServer.fork``: the launcher has imported NumPy and gloocy already,
+so no rank waits for a second import), or a fresh interpreter started with
+the job's environment (``ForkServer.start``, for ``run_job`` called from a
+program). It imports ``PRELOAD`` -- no communicator, store client,
 socket or thread of its own is made -- then forks one child per request
 on its socket. A child becomes what ``python prog.py args`` (or ``python
 -m module args``) would have been: its own session and parent-death
@@ -36,6 +39,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 __all__ = ["PRELOAD", "ForkServer", "ForkedRank", "python_program"]
 
@@ -112,6 +116,45 @@ class ForkServer:
         self._reader.start()
 
     @classmethod
+    def fork(cls, before_serving) -> "ForkServer | None":
+        """The server as a fork of this process, which must have no other
+        thread. In the parent: the server (None if it could not start).
+        In the server's children this call does not return: it raises the
+        rank's SystemExit (or its exception), so it is made where nothing
+        between it and the interpreter's top level catches that or cleans
+        up after it (gloocy-run's entry point)."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            ours.close()
+            os.setsid()                         # as start_new_session
+            before_serving()
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 0)
+            os.dup2(null, 1)
+            os.closerange(3, theirs.fileno())   # the launcher's other descriptors
+            os.closerange(theirs.fileno() + 1, os.sysconf("SC_OPEN_MAX"))
+            if not sys.flags.safe_path:
+                del sys.path[0]                 # the launcher's directory, not a rank's
+            server = os.getpid()
+            try:
+                _serve(theirs.fileno())
+            except BaseException as e:
+                if os.getpid() != server:
+                    raise                       # a rank's end: the interpreter's own exit
+                # The server's end, which must not unwind into the launcher's code.
+                os._exit(0 if isinstance(e, SystemExit) else 1)
+        theirs.close()
+        return cls._ready(_Forked(pid), ours)
+
+    @classmethod
     def start(cls, env: dict, before_exec=None) -> "ForkServer | None":
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
@@ -128,6 +171,11 @@ class ForkServer:
             except OSError:
                 ours.close()
                 return None
+        return cls._ready(proc, ours)
+
+    @classmethod
+    def _ready(cls, proc, ours: socket.socket) -> "ForkServer | None":
+        """The server once it says it imported PRELOAD; None if it died."""
         ours.settimeout(READY_TIMEOUT)
         try:
             ready = ours.recv(_MAX_MESSAGE)     # after its imports; b"" if it died
@@ -212,6 +260,23 @@ class ForkServer:
             self._proc.kill()
             self._proc.wait()
         self._reader.join(5.0)
+
+
+class _Forked:
+    """A forked server as ``close()`` waits for it (Popen's wait and kill)."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def wait(self, timeout: float | None = None) -> None:
+        end = None if timeout is None else time.monotonic() + timeout
+        while os.waitpid(self.pid, os.WNOHANG) == (0, 0):
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired("fork server", timeout)
+            time.sleep(0.005)
+
+    def kill(self) -> None:
+        os.kill(self.pid, signal.SIGKILL)
 
 
 # -- the server's side -----------------------------------------------------------

@@ -249,11 +249,13 @@ def _exec_ranks(command: list[str], envs: list[tuple[int, dict]], before_exec):
 
 def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
             timeout: float | None = None, nnodes: int = 1, node_rank: int = 0,
-            store: str | None = None, fork_server: bool = True) -> int:
+            store: str | None = None, fork_server: bool = True,
+            forker: ForkServer | None = None) -> int:
     """Run ``command`` as ranks node_rank*n .. node_rank*n + n-1 of a job of
     nnodes*n ranks and return this node's exit code. ``fork_server``: fork
     Python ranks from a server that imported NumPy and gloocy already
-    (gloocy._forkserver), else start each as a fresh interpreter."""
+    (gloocy._forkserver), else start each as a fresh interpreter;
+    ``forker``: that server, started already (the caller closes it)."""
     if store is None:
         secret, job = secrets.token_bytes(32), secrets.token_hex(8)
         server = _serve(host, 0, secret)
@@ -267,7 +269,6 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
         return 1
     events: queue.SimpleQueue = queue.SimpleQueue()  # put() is safe in signal handlers
     procs: list[subprocess.Popen | ForkedRank] = []
-    forker = None
     threads: list[threading.Thread] = []
     result = None
 
@@ -292,8 +293,9 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
         old = {s: signal.signal(s, on_signal) for s in handled}
         die_with_launcher = _death_signal()
         program = python_program(command) if fork_server else None
+        ours = forker is None
         try:
-            if program is not None:
+            if program is not None and ours:
                 forker = ForkServer.start(dict(os.environ, **common), die_with_launcher)
             envs = [(node_rank * n + local,
                      dict(os.environ, **common, GLOOCY_RANK=str(node_rank * n + local),
@@ -326,7 +328,7 @@ def run_job(command: list[str], *, n: int, host: str = "127.0.0.1",
                     os.killpg(p.pid, signal.SIGKILL)
                 except (ProcessLookupError, PermissionError):
                     pass
-            if forker is not None:
+            if forker is not None and ours:
                 forker.close()
             end = time.monotonic() + 5.0
             for t in threads:
@@ -386,7 +388,10 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, fork_here: bool = False) -> int:
+    """gloocy-run's command line. ``fork_here``: the fork server may be
+    this process, forked before the job starts (only from the entry
+    point: in the server's children, this call ends as their program does)."""
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -411,10 +416,33 @@ def main(argv: list[str] | None = None) -> int:
         return e.code if isinstance(e.code, int) else 0
     if command[0].endswith(".py"):
         command = [sys.executable, *command]
-    return run_job(command, n=args.n, host=args.host, timeout=args.timeout,
-                   nnodes=args.nnodes, node_rank=args.node_rank, store=store,
-                   fork_server=args.fork_server)
+    forker = None
+    if fork_here and args.fork_server and _started_plain() \
+            and threading.active_count() == 1 and python_program(command) is not None:
+        forker = ForkServer.fork(_death_signal())   # (a rank never returns from it)
+    try:
+        return run_job(command, n=args.n, host=args.host, timeout=args.timeout,
+                       nnodes=args.nnodes, node_rank=args.node_rank, store=store,
+                       fork_server=args.fork_server, forker=forker)
+    finally:
+        if forker is not None:
+            forker.close()
+
+
+def _started_plain() -> bool:
+    """Whether this interpreter has no options of its own (``python -m
+    gloocy.run`` or the gloocy-run script): a rank forked from it is then
+    the interpreter ``python prog.py`` starts, flags included."""
+    rest = sys.orig_argv[1:]
+    return bool(rest) and (rest[0] == "-m" or not rest[0].startswith("-"))
+
+
+def console() -> int:
+    """The ``gloocy-run`` command: its fork server is this process, forked
+    once the arguments are read, so no rank waits for a second import of
+    NumPy and gloocy."""
+    return main(fork_here=True)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console())

@@ -17,6 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 ENV = dict(os.environ, PYTHONUNBUFFERED="1", GLOOCY_FORK_SERVER="1",
            PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
 LAUNCHER = [sys.executable, "-m", "gloocy.run"]
+# The command forks its fork server from itself; a program calling main()
+# gets a fresh interpreter as its server. Ranks must not tell them apart.
+LAUNCHERS = {"gloocy-run": LAUNCHER,
+             "main() in a program": [sys.executable, "-c", "import sys; from gloocy.run "
+                                     "import main; sys.exit(main(sys.argv[1:]))"]}
 
 # What a program can see of the process it runs in (its first lines).
 REPORT = """
@@ -48,8 +53,8 @@ def rank_lines(out: bytes, rank: int = 0) -> list[str]:
     return [line[len(prefix):] for line in out.decode().splitlines() if line.startswith(prefix)]
 
 
-def launch(args, cwd, timeout=60, env=ENV):
-    return subprocess.run([*LAUNCHER, *args], cwd=cwd, env=env, capture_output=True,
+def launch(args, cwd, timeout=60, env=ENV, launcher=LAUNCHER):
+    return subprocess.run([*launcher, *args], cwd=cwd, env=env, capture_output=True,
                           stdin=subprocess.DEVNULL, timeout=timeout)
 
 
@@ -71,8 +76,9 @@ def report(out: list[str]) -> dict:
     return json.loads(next(line for line in out if line.startswith("{")))
 
 
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
 @pytest.mark.parametrize("how", ["script", "symlinked script", "module"])
-def test_a_forked_rank_is_the_process_python_would_start(tmp_path, how):
+def test_a_forked_rank_is_the_process_python_would_start(tmp_path, how, launcher):
     body = REPORT + "print(json.dumps(dict(_report, preloaded=_preloaded)))\n"
     real = write(tmp_path / "code" / "pkg" / "prog.py", body)
     write(tmp_path / "code" / "pkg" / "__init__.py", "")
@@ -84,7 +90,7 @@ def test_a_forked_rank_is_the_process_python_would_start(tmp_path, how):
     else:
         args = ["-m", "pkg.prog", "a", "-b"]
     cwd = tmp_path / "code" if how == "module" else tmp_path
-    ran = launch(["-n", "1", sys.executable, *args], cwd)
+    ran = launch(["-n", "1", sys.executable, *args], cwd, launcher=LAUNCHERS[launcher])
     assert ran.returncode == 0, ran.stderr.decode()
     got = report(rank_lines(ran.stdout))
     expected = fresh(args, cwd)
@@ -128,10 +134,11 @@ EXITS = {
 }
 
 
+@pytest.mark.parametrize("launcher", list(LAUNCHERS))
 @pytest.mark.parametrize("name", list(EXITS))
-def test_a_forked_rank_ends_as_a_fresh_interpreter_would(tmp_path, name):
+def test_a_forked_rank_ends_as_a_fresh_interpreter_would(tmp_path, name, launcher):
     prog = write(tmp_path / "prog.py", EXITS[name])
-    ran = launch(["-n", "1", str(prog)], tmp_path)
+    ran = launch(["-n", "1", str(prog)], tmp_path, launcher=LAUNCHERS[launcher])
     want = fresh([str(prog)], tmp_path)
     code = want.returncode
     assert ran.returncode == (128 - code if code < 0 else code), ran.stderr.decode()
