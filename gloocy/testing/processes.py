@@ -61,7 +61,7 @@ from ._report import (OUTPUT_TAIL, check_started, RankError, RankLeak,
                       RankTimeout, error_payload, fn_name,
                       timeout_text)
 from ._resources import LEAK_WAIT, Resources, grown, resources
-from .faults import LinkFaults, wrap
+from .faults import LinkFaults, check_pair, wrap
 
 __all__ = ["ProcessWorld", "TEST_HOSTS"]
 
@@ -85,9 +85,12 @@ class ProcessWorld(World):
             raise ValueError(f"size must be a positive int, got {size!r}")
         self.size = size
         self._host_of = _host_of(hosts, size)
-        if hosts and link_faults:
-            raise ValueError("hosts and link_faults do not go together "
-                             "(the link proxies live outside the namespaces)")
+        for pair in (link_faults or ()) if hosts else ():
+            a, b = check_pair(pair, size)
+            if self._host_of[a] == self._host_of[b]:
+                raise ValueError(
+                    f"link_faults: ranks {a} and {b} are on one host (host "
+                    f"{self._host_of[a]}): they share memory, not a link")
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.timeout = float(timeout)
         self.comm_timeout = float(comm_timeout)
@@ -115,9 +118,18 @@ class ProcessWorld(World):
                 self._server = TCPStoreServer(secret=self._secret)
             self._server.start()
             self.store_url = self._server.url
-            if link_faults:
+            if link_faults and hosts:
+                # The proxies live in the bridge's namespace, which every
+                # host reaches; only the faulty links go through them (the
+                # others are direct: TCP across hosts, shared memory within)
+                self._links = LinkFaults(
+                    link_faults, size, self._lookup, bind=self.netns.bridge_addr,
+                    make_socket=lambda family: self.netns.serve_in(
+                        lambda: socket.socket(family)))
+            elif link_faults:
                 self._links = LinkFaults(link_faults, size, self._lookup)
                 self.env.setdefault("GLOOCY_TRANSPORT", "tcp")
+            if link_faults:
                 # the proxies stand where a rank dials the lower ones at start-up
                 self.env.setdefault("GLOOCY_CONNECT", "eager")
             self._spawn()
@@ -132,9 +144,13 @@ class ProcessWorld(World):
     def _lookup(self, rank):
         """Rank's listening address, as it published it (for link proxies)."""
         from gloocy.rendezvous import connect as store_client
-        with store_client(self.store_url, secret=self._secret,
-                          timeout=self.timeout) as store:
-            return store.get(f"{self.job}/tcp/{rank}").decode()
+
+        def get():
+            with store_client(self.store_url, secret=self._secret,
+                              timeout=self.timeout) as store:
+                return store.get(f"{self.job}/tcp/{rank}").decode()
+        # with hosts, the store is served in the bridge's namespace
+        return self.netns.serve_in(get) if self.netns else get()
 
 
     def _spawn(self):
