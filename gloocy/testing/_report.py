@@ -126,8 +126,12 @@ def args_for(args_per_rank, size, ranks):
 
 
 def failure(fn, errors, results):
+    """RankFailure for `errors` ({rank: RankError}); the ranks' own errors
+    come first, the gloocy errors (often what the others made of them:
+    a lost peer, a timeout) after."""
+    first = sorted(errors.values(), key=lambda e: e.is_a("GloocyError"))
     return RankFailure(f"{ranks_text(errors)} failed in {fn_name(fn)}:\n"
-                       + "".join(e.describe() for e in errors.values()),
+                       + "".join(e.describe() for e in first),
                        errors, results)
 
 
