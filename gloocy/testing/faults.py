@@ -19,7 +19,9 @@ watched):
 
 Faults on a link -- ``World(size, link_faults=[(a, b), ...])`` routes the
 TCP connection between ranks a and b through a proxy in this process (the
-world uses the TCP transport); ``world.link(a, b)`` is that ``LinkProxy``:
+world uses the TCP transport; in a process world with ``hosts``, a and b
+must be on two hosts, the proxy lives in the bridge's namespace and the
+other links stay as they are); ``world.link(a, b)`` is that ``LinkProxy``:
 ``delay`` (seconds added to every chunk forwarded, either direction; set it
 any time) and ``cut(after=0.0)`` (drop both sides now or after `after`
 seconds: the two ranks see ``PeerLostError``).

@@ -12,7 +12,10 @@ link_faults=None, hosts=None)`` (or ``World(size, backend="processes", ...)``):
 (e.g. ``[3, 1]``: ranks 0-2 on one host, rank 3 on another) puts the
 ranks in network namespaces, one per host (gloocy.testing.netns: needs
 root and iproute2; ``world.netns`` is its ``Hosts``, for link limits and
-byte counters; the store is served on the namespaces' bridge). In a rank,
+byte counters, ``world.netns.cut(i, j)`` cuts two hosts apart silently;
+the store is served on the namespaces' bridge). ``link_faults``: see
+gloocy.testing.faults (with ``hosts``, only between ranks of two hosts,
+and only those links go through a proxy). In a rank,
 ``gloocy.testing.COMM_WORLD``, ``gloocy.init()`` and ``gloocy.MPI.COMM_WORLD``
 are the rank's communicator too.
 
