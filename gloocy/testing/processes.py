@@ -24,6 +24,10 @@ Beyond ``run``/``run_each`` (see gloocy.testing.World):
 - A rank that does not finish by the deadline: every rank is sent SIGUSR1
   (the worker dumps its Python stacks), then SIGKILL; the world is dead and
   ``RankTimeout`` is raised even when ``check`` is False, with the stacks.
+- A rank that raises an error of its own (not one gloocy tells its peers
+  of, such as MismatchError) while other ranks still run is, 0.25 s later,
+  killed, as an uncaught error would end it in a real job: the peers
+  waiting for it get PeerLostError naming it, and the rank is dead.
 - A rank process that dies during the call gives a ``RankError`` whose
   ``type_name`` is "ProcessDied" and whose ``exitcode`` is set.
 - ``kill(rank, sig=SIGKILL)``, ``pids``, ``alive``, ``reusable``,
@@ -60,9 +64,9 @@ from pathlib import Path
 
 from . import _base
 from ._base import DEFAULT_COMM_TIMEOUT, DEFAULT_TIMEOUT, World, open_worlds
-from ._report import (OUTPUT_TAIL, check_started, RankError, RankLeak,
-                      RankTimeout, error_payload, fn_name,
-                      timeout_text)
+from ._report import (CRASH_AFTER, OUTPUT_TAIL, check_started, RankError,
+                      RankLeak, RankTimeout, error_payload, fn_name,
+                      peers_not_told, timeout_text)
 from ._resources import LEAK_WAIT, Resources, grown, resources
 from .faults import LinkFaults, check_pair, wrap
 
@@ -284,16 +288,24 @@ class ProcessWorld(World):
         deadline = start + timeout
         pending = {self._conns[r]: r for r in ranks}
         results = {}
+        crashed, crash_at = [], None     # ranks that raised their own errors
         while pending:
             now = time.monotonic()
+            if crash_at is not None and now >= crash_at:
+                self._crash(crashed)
+                crashed, crash_at = [], None
             if now >= deadline:
                 break
-            ready = _wait_conns(list(pending), timeout=deadline - now)
+            ready = _wait_conns(list(pending),
+                                timeout=min(deadline, crash_at or deadline) - now)
             for conn in ready:
                 r = pending.pop(conn)
                 results[r] = self._receive(r, offsets[r])
                 if isinstance(results[r], RankError) and grace is not None:
                     deadline = min(deadline, time.monotonic() + grace)
+                    if peers_not_told(results[r]):
+                        crashed.append(r)
+                        crash_at = crash_at or time.monotonic() + CRASH_AFTER
         ordered = [results.get(r) for r in ranks]
         if pending:
             hung = sorted(pending.values())
@@ -338,6 +350,18 @@ class ProcessWorld(World):
         return RankError(rank, payload["type_name"], payload["message"],
                          payload["traceback"], type_names=payload["type_names"],
                          exception=exc, output=self._log_since(rank, log_offset))
+
+    def _crash(self, ranks):
+        """End `ranks`' processes (they raised, and wait for the next call)
+        as an uncaught error would in a real job, so that the peers still
+        waiting for them get PeerLostError naming them."""
+        for r in ranks:
+            p = self._procs[r]
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            self._dead[r] = True
+            self._failed = True
 
     def _abort_hung(self, hung):
         """Dump the stacks of `hung` ranks into their logs, then kill all."""

@@ -50,18 +50,14 @@ import traceback
 from . import _base
 from ._base import DEFAULT_TIMEOUT, World, open_worlds
 from ._current import use_comm
-from ._report import (OUTPUT_TAIL, check_started, RankError, RankTimeout,
-                      fn_name, timeout_text)
+from ._report import (CRASH_AFTER, OUTPUT_TAIL, check_started, RankError,
+                      RankTimeout, fn_name, peers_not_told, timeout_text)
 from ._resources import grown, resources
 from .faults import Kill, LinkFaults, wrap
 
 __all__ = ["ThreadWorld"]
 
 TRANSPORTS = ("tcp", "shm", "auto")
-# A rank that raised an error its peers do not hear of through gloocy, while
-# others still run, is taken for a crashed process this long after (the
-# others may just be finishing).
-CRASH_AFTER = 0.25
 _connecting = threading.Lock()   # os.environ is shared: one world connects at a time
 
 
@@ -213,7 +209,7 @@ class ThreadWorld(World):
                 pending.discard(r)
                 if isinstance(results.get(r), RankError) and grace is not None:
                     deadline = min(deadline, time.monotonic() + grace)
-                    if capture and _peers_not_told(results[r]):
+                    if capture and peers_not_told(results[r]):
                         crashed.append(r)
                         crash_at = crash_at or time.monotonic() + CRASH_AFTER
         for r in set(ranks) - pending:
@@ -309,14 +305,6 @@ def _transport(transport, env, link_faults):
         raise ValueError(f"transport: {transport!r} is not one of "
                          f"{', '.join(TRANSPORTS)}")
     return transport
-
-
-def _peers_not_told(error):
-    """Whether a rank's error is one its peers do not hear of through gloocy:
-    the rank's own (an assertion, an IndexError...) or bad input that gloocy
-    refused before sending a byte."""
-    return (not error.is_a("GloocyError") or error.is_a("ArgumentError")
-            or error.is_a("OpError"))
 
 
 class _environ:
