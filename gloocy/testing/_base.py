@@ -182,8 +182,8 @@ class Worlds:
             w = None
         if w is None:
             self._make_room(size)
-            w = World(size, backend=backend, env=env, timeout=self.timeout,
-                      **options)
+            w = World(size, backend=backend, env=env,
+                      **{"timeout": self.timeout, **options})
         self._worlds[key] = w
         return w
 

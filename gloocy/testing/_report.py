@@ -125,9 +125,30 @@ def args_for(args_per_rank, size, ranks):
     return {r: tuple(args_per_rank[r]) for r in ranks}, list(ranks)
 
 
+# A rank that raised an error its peers do not hear of through gloocy, while
+# others still run, is taken for a crashed process this long after (the
+# others may just be finishing).
+CRASH_AFTER = 0.25
+
+
+def peers_not_told(error):
+    """Whether a rank's error (a RankError) is one its peers do not hear of
+    through gloocy: the rank's own (an assertion, an IndexError...) or bad
+    input that gloocy refused before sending a byte. (A dead process's
+    peers have already lost it.)"""
+    if error.type_name == "ProcessDied":
+        return False
+    return (not error.is_a("GloocyError") or error.is_a("ArgumentError")
+            or error.is_a("OpError"))
+
+
 def failure(fn, errors, results):
+    """RankFailure for `errors` ({rank: RankError}); the ranks' own errors
+    come first, the gloocy errors (often what the others made of them:
+    a lost peer, a timeout) after."""
+    first = sorted(errors.values(), key=lambda e: e.is_a("GloocyError"))
     return RankFailure(f"{ranks_text(errors)} failed in {fn_name(fn)}:\n"
-                       + "".join(e.describe() for e in errors.values()),
+                       + "".join(e.describe() for e in first),
                        errors, results)
 
 

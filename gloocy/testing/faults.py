@@ -19,7 +19,9 @@ watched):
 
 Faults on a link -- ``World(size, link_faults=[(a, b), ...])`` routes the
 TCP connection between ranks a and b through a proxy in this process (the
-world uses the TCP transport); ``world.link(a, b)`` is that ``LinkProxy``:
+world uses the TCP transport; in a process world with ``hosts``, a and b
+must be on two hosts, the proxy lives in the bridge's namespace and the
+other links stay as they are); ``world.link(a, b)`` is that ``LinkProxy``:
 ``delay`` (seconds added to every chunk forwarded, either direction; set it
 any time) and ``cut(after=0.0)`` (drop both sides now or after `after`
 seconds: the two ranks see ``PeerLostError``).
@@ -140,17 +142,22 @@ class LinkProxy:
     `cut()` drops it. `lookup()` gives the lower rank's listening address
     ("host:port") when the higher one connects."""
 
-    def __init__(self, low, high, lookup):
+    def __init__(self, low, high, lookup, *, bind="127.0.0.1",
+                 make_socket=socket.socket):
         self.low, self.high = low, high
         self.delay = 0.0
         self._lookup = lookup
+        # make_socket(family): where the proxy's sockets are made, e.g. in
+        # the bridge's network namespace of a world with hosts (a socket
+        # stays in the namespace it was made in)
+        self._make_socket = make_socket
         self._socks = []
         self._cut = False
         self._lock = threading.Lock()
-        self._listener = socket.socket()
-        self._listener.bind(("127.0.0.1", 0))
+        self._listener = make_socket(socket.AF_INET)
+        self._listener.bind((bind, 0))
         self._listener.listen(4)
-        self.address = "127.0.0.1:%d" % self._listener.getsockname()[1]
+        self.address = "%s:%d" % (bind, self._listener.getsockname()[1])
         self._thread = threading.Thread(target=self._accept, daemon=True,
                                         name=f"gloocy-link-{low}-{high}")
         self._thread.start()
@@ -161,9 +168,17 @@ class LinkProxy:
         except OSError:
             return                        # closed before the ranks connected
         host, _, port = self._lookup().rpartition(":")
+        host = host.strip("[]")
         try:
-            outer = socket.create_connection((host.strip("[]"), int(port)))
+            outer = self._make_socket(socket.AF_INET6 if ":" in host
+                                      else socket.AF_INET)
         except OSError:
+            inner.close()
+            return
+        try:
+            outer.connect((host, int(port)))
+        except OSError:
+            outer.close()
             inner.close()
             return
         with self._lock:
@@ -221,17 +236,30 @@ class LinkProxy:
         return f"<LinkProxy ranks {self.low}-{self.high} {state}>"
 
 
+def check_pair(pair, size):
+    """(lower, higher) rank of a link_faults entry; ValueError unless it is
+    two distinct ranks of a world of `size`."""
+    try:
+        a, b = sorted(pair)
+        ok = all(isinstance(r, int) for r in (a, b)) and 0 <= a < b < size
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"link_faults: {pair!r} is not a pair of distinct "
+                         f"ranks of a world of {size}")
+    return a, b
+
+
 class LinkFaults:
     """The proxies of a world's faulty links, by pair of ranks."""
 
-    def __init__(self, pairs, size, lookup):
+    def __init__(self, pairs, size, lookup, **where):
+        """`where`: LinkProxy's bind= and make_socket= (default: loopback
+        in this process's namespace)."""
         self.proxies = {}
         for pair in pairs:
-            a, b = sorted(pair)
-            if not 0 <= a < b < size:
-                raise ValueError(f"link_faults: {pair!r} is not a pair of "
-                                 f"distinct ranks of a world of {size}")
-            self.proxies[a, b] = LinkProxy(a, b, lambda a=a: lookup(a))
+            a, b = check_pair(pair, size)
+            self.proxies[a, b] = LinkProxy(a, b, lambda a=a: lookup(a), **where)
 
     def redirects(self, rank):
         """{lower rank: proxy address} for the connections `rank` makes."""

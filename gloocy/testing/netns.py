@@ -11,6 +11,8 @@ Needs root and iproute2's ``ip`` (and ``tc`` for ``limit``);
     with Hosts(2) as hosts:
         subprocess.run(hosts.exec_prefix(0) + ["python", "rank.py"])
         hosts.limit("1gbit")                 # every host's link, both ways
+        hosts.cut(0, 1)                      # hosts 0 and 1 lose each other
+        hosts.unlimit()                      # every limit and cut taken off
         before = hosts.link_bytes()          # bytes through each host's link
 
 The namespaces go away with ``close()`` (and with the ``with`` block).
@@ -40,6 +42,12 @@ def missing():
     return None
 
 
+def _tc(ns, *args):
+    got = subprocess.run(["tc", "-n", ns, *args], capture_output=True, text=True)
+    if got.returncode:
+        raise RuntimeError(f"tc -n {ns} {' '.join(args)}: {got.stderr.strip()}")
+
+
 def _ip(*args, check=True):
     return subprocess.run(["ip", *args], check=check, capture_output=True,
                           text=True)
@@ -67,6 +75,7 @@ class Hosts:
         self.addrs = [f"{self.subnet}.{10 + i}" for i in range(count)]
         self.bridge_addr = f"{self.subnet}.1"
         self._made = []
+        self._cut_peers = {}          # host -> the hosts cut from it
         try:
             self._make()
         except BaseException:
@@ -99,6 +108,7 @@ class Hosts:
         """Limit host links to `rate` each way (tc tbf on both ends of each
         veth); `hosts`: their indices (default all)."""
         for i in range(len(self.names)) if hosts is None else hosts:
+            self._cut_peers.pop(i, None)       # the tbf replaces the cuts
             for ns, dev in ((self.names[i], self.veths[i]),
                             (self.bridge, self.ports[i])):
                 subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", dev,
@@ -106,8 +116,42 @@ class Hosts:
                                 "latency", "50ms"], check=True,
                                capture_output=True)
 
+    def cut(self, i, j):
+        """Cut the link between hosts i and j silently, as a broken cable
+        would: every packet between them is dropped on the way out of
+        either host (nobody is told: the ranks find out by their deadlines
+        or by TCP keepalive, GLOOCY_TCP_DEAD_S). Their links to the other
+        hosts stay up. (This kernel has no netem: an htb class per cut
+        peer whose 1-byte token bucket lets no packet through. A `limit`
+        on host i or j is replaced.)"""
+        if i == j or not (0 <= i < len(self.names) and 0 <= j < len(self.names)):
+            raise ValueError(f"cut({i!r}, {j!r}): need two distinct hosts of "
+                             f"{len(self.names)}")
+        for a, b in ((i, j), (j, i)):
+            ns, dev = self.names[a], self.veths[a]
+            if self._cut_peers.setdefault(a, set()) == set():
+                # everything else goes through class 1:1, unlimited
+                for args in (["qdisc", "replace", "dev", dev, "root", "handle",
+                              "1:", "htb", "default", "1"],
+                             ["class", "add", "dev", dev, "parent", "1:",
+                              "classid", "1:1", "htb", "rate", "100gbit"]):
+                    _tc(ns, *args)
+            if b in self._cut_peers[a]:
+                continue
+            self._cut_peers[a].add(b)
+            cls = f"1:{0x100 + b:x}"
+            for args in (["class", "add", "dev", dev, "parent", "1:", "classid",
+                          cls, "htb", "rate", "8bit", "ceil", "8bit"],
+                         ["qdisc", "add", "dev", dev, "parent", cls, "tbf",
+                          "rate", "1kbit", "burst", "1", "limit", "1"],
+                         ["filter", "add", "dev", dev, "parent", "1:",
+                          "protocol", "ip", "prio", "1", "u32", "match", "ip",
+                          "dst", f"{self.addrs[b]}/32", "flowid", cls]):
+                _tc(ns, *args)
+
     def unlimit(self):
-        """Take every limit off."""
+        """Take every limit and cut off."""
+        self._cut_peers = {}
         for i in range(len(self.names)):
             for ns, dev in ((self.names[i], self.veths[i]),
                             (self.bridge, self.ports[i])):

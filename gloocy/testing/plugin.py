@@ -36,7 +36,8 @@ from ._base import World, Worlds
 from ._report import RankFailure, RankTimeout, ranks_text
 
 DEFAULT_SIZES = (1, 2, 3, 4)
-_WORLD_OPTIONS = ("transport", "env", "comm_timeout", "link_faults")
+_WORLD_OPTIONS = ("transport", "env", "comm_timeout", "link_faults")   # the marker's
+_FIXTURE_OPTIONS = {"transport", "timeout", "comm_timeout"}            # the fixture's
 
 
 def pytest_addoption(parser):
@@ -67,10 +68,34 @@ def gloocy_worlds(pytestconfig):
 
 @pytest.fixture(scope="session")
 def world(gloocy_worlds):
-    """world(size, *, backend=None, **env) -> a live gloocy.testing World."""
-    def get(size, *, backend=None, **env):
-        return gloocy_worlds.get(size, env, backend=backend)
-    return get
+    """world(size, *, backend=None, env=None, **options) -> a live
+    gloocy.testing World, kept for the session (a failed one is replaced).
+    `options`: World's transport=, timeout= and comm_timeout= (make worlds
+    with hosts or link_faults yourself: their links change as a test runs);
+    upper-case keywords are environment variables (world(3, GLOOCY_X=1))."""
+    return _WorldFixture(gloocy_worlds)
+
+
+class _WorldFixture:
+    """The `world` fixture's value (named so in hypothesis's reports)."""
+
+    def __init__(self, worlds):
+        self._worlds = worlds
+
+    def __call__(self, size, *, backend=None, env=None, **options):
+        env = dict(env or {})
+        for name in [k for k in options if k.isupper()]:
+            env[name] = options.pop(name)
+        unknown = sorted(set(options) - _FIXTURE_OPTIONS)
+        if unknown:
+            raise TypeError(f"world(): {', '.join(unknown)} is not an option of "
+                            f"World ({', '.join(sorted(_FIXTURE_OPTIONS))}); "
+                            "environment variables are upper case")
+        return self._worlds.get(size, env, backend=backend, **options)
+
+    def __repr__(self):
+        return "world"
+
 
 
 @pytest.fixture

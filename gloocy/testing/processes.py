@@ -12,7 +12,10 @@ link_faults=None, hosts=None)`` (or ``World(size, backend="processes", ...)``):
 (e.g. ``[3, 1]``: ranks 0-2 on one host, rank 3 on another) puts the
 ranks in network namespaces, one per host (gloocy.testing.netns: needs
 root and iproute2; ``world.netns`` is its ``Hosts``, for link limits and
-byte counters; the store is served on the namespaces' bridge). In a rank,
+byte counters, ``world.netns.cut(i, j)`` cuts two hosts apart silently;
+the store is served on the namespaces' bridge). ``link_faults``: see
+gloocy.testing.faults (with ``hosts``, only between ranks of two hosts,
+and only those links go through a proxy). In a rank,
 ``gloocy.testing.COMM_WORLD``, ``gloocy.init()`` and ``gloocy.MPI.COMM_WORLD``
 are the rank's communicator too.
 
@@ -21,6 +24,10 @@ Beyond ``run``/``run_each`` (see gloocy.testing.World):
 - A rank that does not finish by the deadline: every rank is sent SIGUSR1
   (the worker dumps its Python stacks), then SIGKILL; the world is dead and
   ``RankTimeout`` is raised even when ``check`` is False, with the stacks.
+- A rank that raises an error of its own (not one gloocy tells its peers
+  of, such as MismatchError) while other ranks still run is, 0.25 s later,
+  killed, as an uncaught error would end it in a real job: the peers
+  waiting for it get PeerLostError naming it, and the rank is dead.
 - A rank process that dies during the call gives a ``RankError`` whose
   ``type_name`` is "ProcessDied" and whose ``exitcode`` is set.
 - ``kill(rank, sig=SIGKILL)``, ``pids``, ``alive``, ``reusable``,
@@ -57,11 +64,11 @@ from pathlib import Path
 
 from . import _base
 from ._base import DEFAULT_COMM_TIMEOUT, DEFAULT_TIMEOUT, World, open_worlds
-from ._report import (OUTPUT_TAIL, check_started, RankError, RankLeak,
-                      RankTimeout, error_payload, fn_name,
-                      timeout_text)
+from ._report import (CRASH_AFTER, OUTPUT_TAIL, check_started, RankError,
+                      RankLeak, RankTimeout, error_payload, fn_name,
+                      peers_not_told, timeout_text)
 from ._resources import LEAK_WAIT, Resources, grown, resources
-from .faults import LinkFaults, wrap
+from .faults import LinkFaults, check_pair, wrap
 
 __all__ = ["ProcessWorld", "TEST_HOSTS"]
 
@@ -85,9 +92,12 @@ class ProcessWorld(World):
             raise ValueError(f"size must be a positive int, got {size!r}")
         self.size = size
         self._host_of = _host_of(hosts, size)
-        if hosts and link_faults:
-            raise ValueError("hosts and link_faults do not go together "
-                             "(the link proxies live outside the namespaces)")
+        for pair in (link_faults or ()) if hosts else ():
+            a, b = check_pair(pair, size)
+            if self._host_of[a] == self._host_of[b]:
+                raise ValueError(
+                    f"link_faults: ranks {a} and {b} are on one host (host "
+                    f"{self._host_of[a]}): they share memory, not a link")
         self.env = {str(k): str(v) for k, v in (env or {}).items()}
         self.timeout = float(timeout)
         self.comm_timeout = float(comm_timeout)
@@ -115,9 +125,18 @@ class ProcessWorld(World):
                 self._server = TCPStoreServer(secret=self._secret)
             self._server.start()
             self.store_url = self._server.url
-            if link_faults:
+            if link_faults and hosts:
+                # The proxies live in the bridge's namespace, which every
+                # host reaches; only the faulty links go through them (the
+                # others are direct: TCP across hosts, shared memory within)
+                self._links = LinkFaults(
+                    link_faults, size, self._lookup, bind=self.netns.bridge_addr,
+                    make_socket=lambda family: self.netns.serve_in(
+                        lambda: socket.socket(family)))
+            elif link_faults:
                 self._links = LinkFaults(link_faults, size, self._lookup)
                 self.env.setdefault("GLOOCY_TRANSPORT", "tcp")
+            if link_faults:
                 # the proxies stand where a rank dials the lower ones at start-up
                 self.env.setdefault("GLOOCY_CONNECT", "eager")
             self._spawn()
@@ -132,9 +151,13 @@ class ProcessWorld(World):
     def _lookup(self, rank):
         """Rank's listening address, as it published it (for link proxies)."""
         from gloocy.rendezvous import connect as store_client
-        with store_client(self.store_url, secret=self._secret,
-                          timeout=self.timeout) as store:
-            return store.get(f"{self.job}/tcp/{rank}").decode()
+
+        def get():
+            with store_client(self.store_url, secret=self._secret,
+                              timeout=self.timeout) as store:
+                return store.get(f"{self.job}/tcp/{rank}").decode()
+        # with hosts, the store is served in the bridge's namespace
+        return self.netns.serve_in(get) if self.netns else get()
 
 
     def _spawn(self):
@@ -265,16 +288,24 @@ class ProcessWorld(World):
         deadline = start + timeout
         pending = {self._conns[r]: r for r in ranks}
         results = {}
+        crashed, crash_at = [], None     # ranks that raised their own errors
         while pending:
             now = time.monotonic()
+            if crash_at is not None and now >= crash_at:
+                self._crash(crashed)
+                crashed, crash_at = [], None
             if now >= deadline:
                 break
-            ready = _wait_conns(list(pending), timeout=deadline - now)
+            ready = _wait_conns(list(pending),
+                                timeout=min(deadline, crash_at or deadline) - now)
             for conn in ready:
                 r = pending.pop(conn)
                 results[r] = self._receive(r, offsets[r])
                 if isinstance(results[r], RankError) and grace is not None:
                     deadline = min(deadline, time.monotonic() + grace)
+                    if peers_not_told(results[r]):
+                        crashed.append(r)
+                        crash_at = crash_at or time.monotonic() + CRASH_AFTER
         ordered = [results.get(r) for r in ranks]
         if pending:
             hung = sorted(pending.values())
@@ -319,6 +350,18 @@ class ProcessWorld(World):
         return RankError(rank, payload["type_name"], payload["message"],
                          payload["traceback"], type_names=payload["type_names"],
                          exception=exc, output=self._log_since(rank, log_offset))
+
+    def _crash(self, ranks):
+        """End `ranks`' processes (they raised, and wait for the next call)
+        as an uncaught error would in a real job, so that the peers still
+        waiting for them get PeerLostError naming them."""
+        for r in ranks:
+            p = self._procs[r]
+            if p.poll() is None:
+                os.kill(p.pid, signal.SIGKILL)
+            p.wait()
+            self._dead[r] = True
+            self._failed = True
 
     def _abort_hung(self, hung):
         """Dump the stacks of `hung` ranks into their logs, then kill all."""

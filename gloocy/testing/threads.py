@@ -26,6 +26,11 @@ shared memory, about 35 over TCP.
   run's deadline the hung ranks' stacks are shown (RankTimeout) and the
   world is dead; a thread cannot be killed, so a hung rank thread is freed
   by its collective's deadline or when its peers leave (close()).
+- A rank that raises an error of its own (not one gloocy tells its peers
+  of, such as MismatchError) while other ranks still run is, 0.25 s later,
+  treated as the crashed process it would be in a real job: its
+  connections are dropped, the peers waiting for it get PeerLostError
+  naming it, and the rank is dead (the world is not reused).
 - ``kill(rank)`` drops the rank's connections without a goodbye: to its
   peers, it crashed (over shared memory too: a peer waiting for it in the
   node segment sees its connector closed and names it, PeerLostError).
@@ -45,8 +50,8 @@ import traceback
 from . import _base
 from ._base import DEFAULT_TIMEOUT, World, open_worlds
 from ._current import use_comm
-from ._report import (OUTPUT_TAIL, check_started, RankError, RankTimeout,
-                      fn_name, timeout_text)
+from ._report import (CRASH_AFTER, OUTPUT_TAIL, check_started, RankError,
+                      RankTimeout, fn_name, peers_not_told, timeout_text)
 from ._resources import grown, resources
 from .faults import Kill, LinkFaults, wrap
 
@@ -181,6 +186,7 @@ class ThreadWorld(World):
 
         start = time.monotonic()
         deadline = start + timeout
+        crashed, crash_at = [], None     # ranks that raised their own errors
         with _capturing(capture):
             for r in ranks:
                 t = threading.Thread(target=rank_main, args=(r, argmap[r]),
@@ -189,16 +195,23 @@ class ThreadWorld(World):
                 t.start()
             pending = set(ranks)
             while pending:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                if crash_at is not None and now >= crash_at:
+                    self._crash(crashed)
+                    crashed, crash_at = [], None
+                left = min(deadline, crash_at or deadline) - now
+                if deadline - now <= 0:
                     break
                 try:
-                    r = done.get(timeout=left)
+                    r = done.get(timeout=max(left, 0.0))
                 except queue.Empty:
-                    break
+                    continue
                 pending.discard(r)
                 if isinstance(results.get(r), RankError) and grace is not None:
                     deadline = min(deadline, time.monotonic() + grace)
+                    if capture and peers_not_told(results[r]):
+                        crashed.append(r)
+                        crash_at = crash_at or time.monotonic() + CRASH_AFTER
         for r in set(ranks) - pending:
             self._threads[r].join()
         ordered = [results.get(r) for r in ranks]
@@ -224,6 +237,15 @@ class ThreadWorld(World):
         return RankTimeout(text, errors, ordered, hung)
 
     # -- faults and shutdown -------------------------------------------------
+
+    def _crash(self, ranks):
+        """What a process that raised would do to its peers by exiting: drop
+        `ranks`' connections without a goodbye (their threads have ended),
+        so that the peers still waiting for them get PeerLostError naming
+        them instead of waiting out the grace and the timeout."""
+        for r in ranks:
+            self._dead[r] = True
+            self._comms[r]._ctx.links.close(False)
 
     def kill(self, rank):
         """Drop rank's connections without a goodbye (a crash, to its

@@ -80,6 +80,15 @@ USER_TESTS = '''
 
     def test_with_a_world(world):
         assert world(3).run(lambda comm: comm.rank) == [0, 1, 2]
+
+    def test_the_fixture_takes_world_options_and_environment(world):
+        w = world(2, transport="tcp", comm_timeout=9, GLOOCY_TCP_DEAD_S=5)
+        assert (w.transport, w.comm_timeout, w.env) == ("tcp", 9.0,
+                                                        {"GLOOCY_TCP_DEAD_S": "5"})
+        assert world(2, transport="tcp", comm_timeout=9, GLOOCY_TCP_DEAD_S=5) is w
+        with pytest.raises(TypeError, match="world\\(\\): tranport is not an option"):
+            world(2, tranport="tcp")
+        assert repr(world) == "world"      # as hypothesis shows it
 '''
 
 
@@ -87,7 +96,7 @@ def test_marker_fixture_and_failures_naming_the_rank(tmp_path):
     (tmp_path / "test_user.py").write_text(textwrap.dedent(USER_TESTS))
     code, out = run_pytest(tmp_path, "-q")
     assert code == 1, out
-    assert "1 failed, 6 passed" in out, out        # 4 sizes + processes + fixture
+    assert "1 failed, 7 passed" in out, out        # 4 sizes + processes + 2 fixture
     assert "rank 2 of a threads world of 3 failed in test_rank_2_disagrees[size3]" in out, out
     assert "[rank 2] AssertionError: rank 2 disagrees with 3" in out, out
     assert "rank 2 got 3" in out                   # what the rank printed

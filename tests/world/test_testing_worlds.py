@@ -84,6 +84,42 @@ def test_thread_world_hang_shows_the_stack():
         w.close()
 
 
+def fail_then_total(comm, bad):
+    """Rank `bad` raises an error of its own before an allreduce that the
+    others enter and wait in."""
+    if comm.rank == bad:
+        raise IndexError(f"rank {comm.rank} is bad")
+    return total(comm, 2)
+
+
+@pytest.mark.parametrize("kind", ["threads-auto", "threads-tcp", "processes"])
+def test_a_rank_that_raises_is_a_crash_to_the_peers_waiting_for_it(kind):
+    """As an uncaught error would end the rank's process in a real job, the
+    rank that raised loses its connections: the peers waiting for it get
+    PeerLostError naming it long before the grace (30 s here) ends, and
+    the call raises RankFailure (not RankTimeout) with the first failure
+    first."""
+    options = (dict(backend="processes") if kind == "processes" else
+               dict(transport=kind.split("-")[1]))
+    w = World(3, timeout=60, comm_timeout=60, **options)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(RankFailure) as info:
+            w.run(fail_then_total, 1, grace=30)
+        assert time.monotonic() - t0 < 25
+        errors = info.value.errors
+        assert errors[1].is_a(IndexError)
+        for r in (0, 2):
+            assert errors[r].is_a(PeerLostError), errors
+            assert "rank 1" in errors[r].message, errors[r].message
+        assert str(info.value).index("IndexError") < str(info.value).index(
+            "PeerLostError")
+        with pytest.raises(RuntimeError, match="rank 1 of .* are dead"):
+            w.run(total, 1)
+    finally:
+        w.close()
+
+
 def test_process_world_rank_sees_its_mpi_comm_world():
     with World(2, backend="processes", timeout=20) as w:
         assert w.run(mpi_world) == [(0, 2, 1), (1, 2, 1)]
