@@ -9,7 +9,7 @@ over the same ranks, and for each model builds two DistributedDataParallel
 replicas from one seed, one per group. Rounds alternate which backend goes
 first; a step is forward, backward (DDP's bucketed allreduce overlapping
 it) and an SGD step, timed as the slowest rank's median step. Models: a
-small MLP (~5 K parameters) and a mid-sized one (~4.2 M parameters, 16 MiB
+small MLP (~7 K parameters) and a mid-sized one (~4.2 M parameters, 16 MiB
 of gradients).
 
 Ratios below 1 favour gloocy. bench/torch_overhead.py times

@@ -14,6 +14,13 @@ tensor of zeros (so repeated sums stay zero) is reduced in place (SUM) by
           followed by own: torch's share of the call (its Python wrapper,
           the same for every backend) plus gloocy's, the least any backend
           written in Python can cost;
+- direct: the gloocy group's allreduce([tensor], options) called as torch's
+          wrapper calls it (synchronous options made once), without the
+          wrapper: the backend's share alone;
+- bucket: the call as DDP's reducer makes it for a gradient bucket: the
+          group's allreduce([tensor], options) with torch's default
+          (asynchronous) options, then the Work's get_future().wait() (from Python here;
+          the reducer calls from C++);
 - gloo:   dist.all_reduce(tensor) on a gloo group over the same ranks.
 
 Each is checked once against the closed form (rank r gives r + 1), then
@@ -45,13 +52,16 @@ def launch(args):
     for n in args.n:
         rows += run_ranks(__file__, n, ["--sizes", args.sizes,
                                         "--rounds", str(args.rounds)])
-    print(f"{'bytes':>9}{'N':>3}{'own':>9}{'gloocy':>9}{'floor':>9}{'gloo':>10}"
-          f"{'gloocy/own':>12}{'floor/own':>11}{'gloocy/floor':>14}{'gloo/gloocy':>13}")
+    print(f"{'bytes':>9}{'N':>3}{'own':>9}{'direct':>9}{'gloocy':>9}{'floor':>9}"
+          f"{'bucket':>9}{'gloo':>10}{'gloocy/own':>12}{'floor/own':>11}"
+          f"{'gloocy/floor':>14}{'direct/own':>12}{'bucket/own':>12}{'gloo/gloocy':>13}")
     for r in rows:
-        own, mine, floor, gloo = (r[k] * 1e6 for k in ("own", "gloocy", "floor", "gloo"))
-        print(f"{r['bytes']:>9}{r['n']:>3}{own:>9.1f}{mine:>9.1f}{floor:>9.1f}{gloo:>10.1f}"
-              f"{mine / own:>12.2f}{floor / own:>11.2f}{mine / floor:>14.2f}"
-              f"{gloo / mine:>13.1f}")
+        own, direct, mine, floor, bucket, gloo = (
+            r[k] * 1e6 for k in ("own", "direct", "gloocy", "floor", "bucket", "gloo"))
+        print(f"{r['bytes']:>9}{r['n']:>3}{own:>9.1f}{direct:>9.1f}{mine:>9.1f}"
+              f"{floor:>9.1f}{bucket:>9.1f}{gloo:>10.1f}{mine / own:>12.2f}"
+              f"{floor / own:>11.2f}{mine / floor:>14.2f}{direct / own:>12.2f}"
+              f"{bucket / own:>12.2f}{gloo / mine:>13.1f}")
     print("µs per call, the slowest rank's best round")
 
 
@@ -76,6 +86,10 @@ def worker(args):
     gloo = dist.new_group(backend="gloo")
     nothing = dist.new_group(backend="does_nothing")
     comm = gloocy.torch.communicator()
+    group = dist.group.WORLD
+    sync = dist.AllreduceOptions()
+    sync.asyncOp = False
+    default = dist.AllreduceOptions()   # what DDP's reducer passes
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
 
@@ -90,7 +104,9 @@ def worker(args):
             dist.all_reduce(t, group=nothing)
             comm.Allreduce(gloocy.IN_PLACE, a)
 
-        runs = {"own": own, "gloocy": lambda: dist.all_reduce(t), "floor": floor,
+        runs = {"own": own, "direct": lambda: group.allreduce([t], sync),
+                "gloocy": lambda: dist.all_reduce(t), "floor": floor,
+                "bucket": lambda: group.allreduce([t], default).get_future().wait(),
                 "gloo": lambda: dist.all_reduce(t, group=gloo)}
         for label, run in runs.items():     # each checked once, as warm-up
             t.fill_(rank + 1)
@@ -104,7 +120,8 @@ def worker(args):
         best = dict.fromkeys(runs, float("inf"))
         for round_ in range(args.rounds):
             labels = list(runs)
-            labels = labels[round_ % 4:] + labels[:round_ % 4]
+            k = round_ % len(labels)
+            labels = labels[k:] + labels[:k]
             for label in labels:
                 run = runs[label]
                 comm.Barrier()

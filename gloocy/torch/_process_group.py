@@ -122,9 +122,10 @@ class ProcessGroupGloocy(dist.ProcessGroup):
         return self._comm
 
     def _where(self, call):
-        """Where a call is, for its error messages (formatted only then)."""
-        self._calls += 1
+        """Where a call is, for its error messages (formatted only then);
+        calls are numbered from 0, as gloocy numbers its collectives."""
         number = self._calls + (self._raw.calls if self._raw is not None else 0)
+        self._calls += 1
         return _Where(self._comm.rank, self._comm.size, self._name, call, number)
 
     def _fast_allreduce(self, on):

@@ -38,10 +38,13 @@ def check_tensor(t, name):
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"gloocy: {name} must be a torch.Tensor, not {type(t).__name__}")
     if t.device.type != "cpu":
+        # (not "cpu:gloocy,cuda:nccl": torch lets a ProcessGroup written in
+        # Python, as this one is, serve every device of its group)
         raise RuntimeError(
             f"gloocy: {name} is on device {t.device}; the gloocy backend moves "
             f"CPU tensors only (it has no {t.device.type} transport): copy it "
-            f"with .cpu(), or use backend='cpu:gloocy,{t.device.type}:nccl'")
+            f"with .cpu(), or send it on a group of another backend "
+            f"(dist.new_group(backend=...))")
     if t.layout != torch.strided:
         raise RuntimeError(f"gloocy: {name} has layout {t.layout}; only dense "
                            "(strided) tensors can be sent")

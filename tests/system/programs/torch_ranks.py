@@ -161,6 +161,9 @@ def collectives():
     same("pg.broadcast(tensor, root)", t, inputs(n - 1, torch.float32, salt=8))
     fut = dist.all_reduce(inputs(rank, torch.float64), async_op=True).get_future()
     same("get_future value", fut.wait()[0], sum(inputs(r, torch.float64) for r in range(n)))
+    fut = dist.all_reduce(inputs(rank, torch.float64), async_op=True).get_future()
+    same("get_future().then", fut.then(lambda f: f.value()[0] * 2).wait(),
+         2 * sum(inputs(r, torch.float64) for r in range(n)))
     gloo, mine = both(lambda g, *ts: dist.all_reduce_coalesced(list(ts), group=g),
                       lambda: [inputs(rank, torch.float32, salt=1), inputs(rank, torch.float32, (3, 2))])
     same("all_reduce_coalesced", mine, gloo)
@@ -230,6 +233,14 @@ def collectives():
         for q in reqs:
             q.wait()
         same("isend/irecv ring", got, inputs(left, torch.float32, (5,)))
+
+        def batch(g, got):
+            ops = [dist.P2POp(dist.isend, inputs(rank, torch.float64, (4,), salt=3), right, g),
+                   dist.P2POp(dist.irecv, got, left, g)]
+            for q in dist.batch_isend_irecv(ops):
+                q.wait()
+        gloo, mine = both(batch, lambda: [torch.zeros(4, dtype=torch.float64)])
+        same("batch_isend_irecv ring", mine, gloo)
         if rank == 0:
             seen = set()
             for _ in range(n - 1):
