@@ -376,14 +376,20 @@ cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     if sb is None and not (direct and h.leaders is not None):
         send = _raw(rb.ptr + offs.v[ctx.rank], sizes.v[ctx.rank], DT_BYTES, 1)
     try:
-        h.on(h.local).gatherv(send, part if h.leaders is not None else None,
-                              [sizes.v[r] for r in mine],
-                              [poffs.v[r] - host_at for r in mine], 0,
-                              _left(end), SHM)
-        if h.leaders is not None:
-            h.on(h.leaders).allgatherv(None, whole, host_sizes, host_offs,
-                                       _left(end))
-        h.on(h.local).bcast(whole, 0, _left(end), SHM)
+        if len(h.hosts) == 2:
+            _allgather_two_hosts(ctx, h, None if sb is None and direct
+                                 else send, packed, part, host_sizes,
+                                 host_offs, [sizes.v[r] for r in mine],
+                                 [poffs.v[r] - host_at for r in mine], end)
+        else:
+            h.on(h.local).gatherv(send, part if h.leaders is not None
+                                  else None, [sizes.v[r] for r in mine],
+                                  [poffs.v[r] - host_at for r in mine], 0,
+                                  _left(end), SHM)
+            if h.leaders is not None:
+                h.on(h.leaders).allgatherv(None, whole, host_sizes, host_offs,
+                                           _left(end))
+            h.on(h.local).bcast(whole, 0, _left(end), SHM)
     except BaseException as e:
         _explain(ctx, h, e)
         raise
@@ -391,3 +397,43 @@ cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
         with nogil:
             for k in range(n):
                 memcpy(rb.ptr + offs.v[k], packed + poffs.v[k], sizes.v[k])
+
+
+cdef int _allgather_two_hosts(Context ctx, Hier h, Buf send,
+                              char *packed, Buf part, list host_sizes,
+                              list host_offs, list sizes, list offs,
+                              double end) except -1:
+    """Two hosts: every rank of a host gets its host's part by an allgather
+    inside the host; the leaders then swap parts in pieces (bcast_piece's
+    of each part), each leader's sends one piece ahead of its receives,
+    and each piece received is bcast inside its host while the link
+    carries the next. Across the link each way: the host's part once.
+    `packed`: the hosts' parts end to end (part: ours)."""
+    cdef bint lead = h.leaders is not None
+    cdef int g = h.host, other = 1 - h.host
+    cdef int64_t out_len = host_sizes[g], in_len = host_sizes[other]
+    cdef int64_t out_piece = bcast_piece(ctx, out_len)
+    cdef int64_t in_piece = bcast_piece(ctx, in_len)
+    cdef int64_t nout = (out_len + out_piece - 1) // out_piece
+    cdef int64_t nin = (in_len + in_piece - 1) // in_piece, k, off
+    cdef char *mine = packed + <int64_t>host_offs[g]
+    cdef char *theirs = packed + <int64_t>host_offs[other]
+    # send None: our block is in place in `part` (the receive buffer)
+    h.on(h.local).allgatherv(send, part, sizes, offs, _left(end), SHM)
+    for k in range(max(nout, nin) + 1):
+        if lead and k < nout:
+            off = k * out_piece
+            h.on(h.leaders).send(_raw(mine + off, min(out_piece,
+                                                      out_len - off),
+                                      DT_BYTES, 1), other, 0, _left(end))
+        if k == 0 and nout > 0:
+            continue                  # one piece ahead
+        kk = k - 1 if nout > 0 else k
+        if kk >= nin:
+            continue
+        off = kk * in_piece
+        piece = _raw(theirs + off, min(in_piece, in_len - off), DT_BYTES, 1)
+        if lead:
+            h.on(h.leaders).recv(piece, other, 0, _left(end))
+        h.on(h.local).bcast(piece, 0, _left(end), SHM)
+    return 0
