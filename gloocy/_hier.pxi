@@ -197,17 +197,24 @@ cdef object hier_barrier(Context ctx, object timeout):
 
 
 cdef enum:
-    BCAST_PIECES = 16
+    # At most this many pieces: a bcast's (over unlimited veth at 2 x 2
+    # ranks, 16 MiB in 16 pieces took 1.05-1.23x the time of the whole
+    # message in three interleaved pairs of runs: the pieces' node-segment
+    # steps cost more than the overlap saves on 2 cores; link-bound at
+    # 1 Gbit/s both took the same), and the others' (allreduce, 16 MiB on
+    # the 1 Gbit/s link: 142 ms in 16 pieces against 173-189 whole).
+    BCAST_PIECES = 4
+    PIECES = 16
 
 
-cdef int64_t bcast_piece(Context ctx, int64_t nbytes):
-    """The piece a two-level bcast of `nbytes` moves at a time: the whole
+cdef int64_t bcast_piece(Context ctx, int64_t nbytes, int64_t most=PIECES):
+    """The piece a pipelined two-level call moves at a time: the whole
     message up to the context's pipeline segment, else at least a segment
-    and at most BCAST_PIECES pieces (each piece costs a node-segment step
-    in every host: about 0.1 ms at 2 x 2 ranks on 2 loaded cores)."""
+    and at most `most` pieces (each piece costs a node-segment step in
+    every host: about 0.1 ms at 2 x 2 ranks on 2 loaded cores)."""
     if nbytes <= ctx.segment:
         return max(nbytes, 1)
-    return max(ctx.segment, (nbytes + BCAST_PIECES - 1) // BCAST_PIECES)
+    return max(ctx.segment, (nbytes + most - 1) // most)
 
 
 cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
@@ -220,7 +227,7 @@ cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
     cdef int rh = h.host_of[root], lr = h.local_rank[root]
-    cdef int64_t piece = bcast_piece(ctx, b.nbytes), off = 0
+    cdef int64_t piece = bcast_piece(ctx, b.nbytes, BCAST_PIECES), off = 0
     cdef Buf part = b
     try:
         while True:

@@ -31,8 +31,9 @@ def shm_names():
 
 
 # The pipeline segment of the worlds below: a two-level bcast above it goes
-# piece by piece (_hier.pxi's bcast_piece: at least a segment, at most 16
-# pieces), so the sampled sizes from 70_000 int64 run pipelined.
+# piece by piece (_hier.pxi's bcast_piece: at least a segment, at most 4
+# pieces; allreduce and allgather between two hosts at most 16), so the
+# sampled sizes from 70_000 int64 run pipelined.
 SEGMENT = 64 << 10
 
 
@@ -40,7 +41,7 @@ def bcast_pieces(nbytes, segment=SEGMENT):
     """How many pieces a two-level bcast of nbytes moves (closed form)."""
     if nbytes <= segment:
         return 1
-    piece = max(segment, -(-nbytes // 16))
+    piece = max(segment, -(-nbytes // 4))
     return -(-nbytes // piece)
 
 
@@ -170,7 +171,7 @@ def r_pipelined_bcast(comm, n, root, seed, dtype):
        dtype=st.sampled_from([np.int64, np.int16, np.uint8]))
 def test_pipelined_two_level_bcast_matches_numpy(hosts_world, n, root, seed,
                                                  dtype):
-    """Sizes around the segment (one piece) and above it (up to 16 pieces,
+    """Sizes around the segment (one piece) and above it (up to 4 pieces,
     the last one short, odd byte counts), every root of every layout."""
     layout, world = hosts_world
     root %= world.size
@@ -335,8 +336,8 @@ DEATH_DEADLINE = 30
 @pytest.mark.parametrize("call,victim", [("bcast", 2), ("bcast", 3),
                                          ("allreduce", 1), ("allreduce", 2)])
 def test_a_peer_killed_in_a_pipelined_call_is_named(call, victim):
-    """8 MiB over 20 Mbit/s links (about 3.4 s each way, in 8 pieces of
-    1 MiB): the victim, a leader (2) or a member (1, 3), dies while pieces
+    """8 MiB over 20 Mbit/s links (about 3.4 s each way; a bcast in 4
+    pieces of 2 MiB, an allreduce in 8 of 1 MiB): the victim, a leader (2) or a member (1, 3), dies while pieces
     cross. The survivors still waiting name it within the call's deadline;
     in a bcast the root's host may finish its part first (its sends sit
     in the kernel's buffers), then it reports no error."""
