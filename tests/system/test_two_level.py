@@ -30,11 +30,27 @@ def shm_names():
     return _dev_shm()
 
 
+# The pipeline segment of the worlds below: a two-level bcast above it goes
+# piece by piece (_hier.pxi's bcast_piece: at least a segment, at most 4
+# pieces; allreduce and allgather between two hosts at most 16), so the
+# sampled sizes from 70_000 int64 run pipelined.
+SEGMENT = 64 << 10
+
+
+def bcast_pieces(nbytes, segment=SEGMENT):
+    """How many pieces a two-level bcast of nbytes moves (closed form)."""
+    if nbytes <= segment:
+        return 1
+    piece = max(segment, -(-nbytes // 4))
+    return -(-nbytes // piece)
+
+
 @pytest.fixture(scope="module", params=list(LAYOUTS))
 def hosts_world(request):
     before = shm_names()
     layout = LAYOUTS[request.param]
-    world = World(sum(layout), backend="processes", hosts=layout)
+    world = World(sum(layout), backend="processes", hosts=layout,
+                  env={"GLOOCY_SEGMENT_BYTES": SEGMENT})
     yield layout, world
     world.close()
     assert shm_names() - before == set(), "left in /dev/shm"
@@ -137,6 +153,35 @@ def r_bcasts_back_to_back(comm, sizes, seed):
         comm.Bcast(x, root=root, algorithm=TL)
         got.append(x)
     return got
+
+
+def r_pipelined_bcast(comm, n, root, seed, dtype):
+    """One forced two-level bcast of n elements of dtype from root (data
+    of the root's), and the name it ran."""
+    x = (data(root, n, seed).astype(dtype) if comm.rank == root
+         else np.full(n, 99, dtype))
+    comm.Bcast(x, root=root, algorithm=TL)
+    return x, comm._ctx.last_algorithm
+
+
+@settings(max_examples=8, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.sampled_from([0, 3, 8191, 8193, 70_001, 300_000, 1_000_003]),
+       root=st.integers(0, 3), seed=st.integers(0, 2**16),
+       dtype=st.sampled_from([np.int64, np.int16, np.uint8]))
+def test_pipelined_two_level_bcast_matches_numpy(hosts_world, n, root, seed,
+                                                 dtype):
+    """Sizes around the segment (one piece) and above it (up to 4 pieces,
+    the last one short, odd byte counts), every root of every layout."""
+    layout, world = hosts_world
+    root %= world.size
+    got = world.run(r_pipelined_bcast, n, root, seed, dtype, timeout=120)
+    want = data(root, n, seed).astype(dtype)
+    nbytes = n * np.dtype(dtype).itemsize
+    for rank, (x, ran) in enumerate(got):
+        assert np.array_equal(x, want), (layout, rank, n, root,
+                                         bcast_pieces(nbytes))
+        assert ran == TL
 
 
 def test_back_to_back_two_level_bcasts_match_numpy(hosts_world):
@@ -259,6 +304,61 @@ def test_a_peer_killed_in_a_two_level_call_is_named(victim):
             kind, lost, msg = r
             assert kind == "PeerLostError", (rank, r)
             assert lost == victim and f"rank {victim}" in msg, (rank, r)
+    assert shm_names() - before == set()
+
+
+def r_die_in_a_pipelined_call(comm, victim, n, call):
+    """A forced two-level bcast (from rank 0) or allreduce of n float64 over
+    a slow link; the victim kills itself 0.5 s into it (pieces are
+    crossing the link). (error type, lost rank, message, seconds the call
+    took)."""
+    import threading
+    x = np.ones(n) if comm.rank == 0 or call == "allreduce" else np.empty(n)
+    comm.Barrier()
+    if comm.rank == victim:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    t = time.monotonic()
+    try:
+        if call == "bcast":
+            comm.Bcast(x, root=0, timeout=DEATH_DEADLINE, algorithm=TL)
+        else:
+            comm.Allreduce(MPI.IN_PLACE, x, timeout=DEATH_DEADLINE,
+                           algorithm=TL)
+    except Exception as e:        # every survivor names the lost rank
+        return (type(e).__name__, getattr(e, "rank", None), str(e),
+                time.monotonic() - t)
+    return "no error", None, "", time.monotonic() - t
+
+
+DEATH_DEADLINE = 30
+
+
+@pytest.mark.parametrize("call,victim", [("bcast", 2), ("bcast", 3),
+                                         ("allreduce", 1), ("allreduce", 2)])
+def test_a_peer_killed_in_a_pipelined_call_is_named(call, victim):
+    """8 MiB over 20 Mbit/s links (about 3.4 s each way; a bcast in 4
+    pieces of 2 MiB, an allreduce in 8 of 1 MiB): the victim, a leader (2) or a member (1, 3), dies while pieces
+    cross. The survivors still waiting name it within the call's deadline;
+    in a bcast the root's host may finish its part first (its sends sit
+    in the kernel's buffers), then it reports no error."""
+    before = shm_names()
+    with World(4, backend="processes", hosts=[2, 2], timeout=120) as world:
+        world.netns.limit("20mbit")
+        got = world.run(r_die_in_a_pipelined_call, victim, 1 << 20, call,
+                        check=False, timeout=90)
+    named = 0
+    for rank, r in enumerate(got):
+        if rank == victim:
+            assert getattr(r, "type_name", None) == "ProcessDied"
+            continue
+        kind, lost, msg, took = r
+        assert took < DEATH_DEADLINE, (rank, r)
+        if kind == "no error" and call == "bcast" and rank in (0, 1):
+            continue
+        assert kind == "PeerLostError", (rank, r)
+        assert lost == victim and f"rank {victim}" in msg, (rank, r)
+        named += 1
+    assert named >= 1
     assert shm_names() - before == set()
 
 
