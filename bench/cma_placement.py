@@ -50,7 +50,7 @@ def rank_main(sizes, iters):
             t = np.max(ts, axis=0)
             same = cpus[0] == cpus[1]
             part = [f"{np.median(t[m]):.0f}" if m.any() else "-" for m in (same, ~same)]
-            print(f"| {os.environ.get('GLOOCY_SPREAD', '1')} | {size >> 10} KiB | "
+            print(f"| {os.environ.get('GLOOCY_SPREAD', '0')} | {size >> 10} KiB | "
                   f"{np.median(t):.0f} | {same.sum()}/{len(t)} | {part[0]} | "
                   f"{part[1]} |", flush=True)
 

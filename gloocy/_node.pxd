@@ -81,7 +81,7 @@ cdef class Node:
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef readonly bint spread         # keep local ranks on CPUs of their own
-                                      # (node_spread; GLOOCY_SPREAD)
+                                      # (node_spread; GLOOCY_SPREAD=1)
     cdef readonly uint64_t moves      # times node_spread moved us
     cdef int64_t moved_ns             # when it last did
     cdef Looks looks                  # how long the next wait looks before it
@@ -101,6 +101,9 @@ cdef int node_progress(Context ctx) except -1 nogil
 cdef int node_ready(Context ctx, Coll *c) except -1 nogil
 cdef int node_step_in(Context ctx, Coll *c) except -1 nogil
 cdef int node_step_out(Context ctx, Coll *c) except -1 nogil
+# After a wait at phase A, before a long copy of our own: move off a CPU a
+# lower-ranked rank is on (1 if we moved).
+cdef int node_spread(Node nd) noexcept nogil
 
 # Wake every other rank asleep in the segment (or watching it).
 cdef void node_wake_all(Context ctx) noexcept nogil

@@ -163,7 +163,7 @@ cdef class Node:
         self.cma_min = <int64_t>self.head.cma_min
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
         from gloocy.waiting import usable_cpus
-        self.spread = (os.environ.get("GLOOCY_SPREAD", "1") != "0"
+        self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
                        and size <= usable_cpus())
         self.looks.now_ns = (<int64_t>1) << 62  # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
@@ -593,7 +593,6 @@ cdef int node_step_in(Context ctx, Coll *c) except -1 nogil:
     """Our slot of this step is written: arrive at A, wait for all, check."""
     node_arrive(ctx, phase_a(ctx.node), c)
     node_wait(ctx, c, phase_a(ctx.node))
-    node_spread(ctx.node)
     return node_check_fingerprints(ctx, c)
 
 
@@ -608,7 +607,16 @@ cdef int node_step_in(Context ctx, Coll *c) except -1 nogil:
 # lower-ranked one on its CPU (as each published on arriving) moves itself
 # to a CPU of its affinity mask that no rank of the node is on (its mask
 # narrowed to that CPU, which migrates it at once, then restored as it
-# was), at most once per NODE_MOVE_EVERY_NS.
+# was), at most once per NODE_MOVE_EVERY_NS. Only before single copies
+# (_cma.pxi), where each rank copies alone for long: in calls of many
+# short steps under load, ranks moved apart each met another job's
+# process on its CPU at every wait (an allreduce of 16 MiB at load 11:
+# 21-29 ms moved, 3.4-7.3 not), where two on one CPU hand it to each
+# other as they wait. And where other jobs keep every CPU busy, a rank
+# moved before its single copy meets one of them too: at N = 2, load
+# 140-150, alltoall of 4 MiB took 730-2548 us moved, 473-655 not (at load
+# 3-4: 247 apart against 404-454 on one CPU). So it is asked for
+# (GLOOCY_SPREAD=1), for hosts whose CPUs the job has to itself.
 
 cdef int node_spread(Node nd) noexcept nogil:
     """1 if we moved to another CPU, else 0 (see above)."""

@@ -299,18 +299,19 @@ def _on_cpu(cpu):
     os.sched_setaffinity(0, mask)
 
 
-def r_crowded_allreduces(comm, tries):
-    """`tries` times: both ranks put on one CPU, then an allreduce through
-    the node segment, checked against its closed form. (all right, the
-    mask as it was after each, times moved, the segment spreads)."""
+def r_crowded_allgathers(comm, tries):
+    """`tries` times: both ranks put on one CPU, then an allgather by
+    single copies, checked against NumPy. (all right, the mask as it was
+    after each, times moved, the segment spreads)."""
     node = comm._ctx.node
     mask = os.sched_getaffinity(0)
     right, kept = True, True
     for i in range(tries):
         _on_cpu(min(mask))
-        a = np.full(1 << 16, comm.rank + i, np.float64)
-        comm.Allreduce(gloocy.IN_PLACE, a)
-        right &= bool((a == sum(r + i for r in range(comm.size))).all())
+        mine = np.full(1 << 14, comm.rank + i, np.float64)
+        out = np.zeros(mine.size * comm.size)
+        comm.Allgather(mine, out)
+        right &= bool(np.array_equal(out, np.repeat(np.arange(comm.size) + i, mine.size)))
         kept &= os.sched_getaffinity(0) == mask
         time.sleep(0.002)         # past the rate limit of moves
     return right, kept, node.moves, node.spread
@@ -319,12 +320,12 @@ def r_crowded_allreduces(comm, tries):
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
                     reason="needs 2 CPUs in this process's affinity mask")
 def test_a_rank_that_shares_a_cpu_with_a_lower_one_moves_and_keeps_its_mask():
-    env = {**SHM, "GLOOCY_ALGORITHM_ALLREDUCE": "shm"}
-    with World(2, env=env, timeout=300) as w:
-        (r0, k0, m0, s0), (r1, k1, m1, s1) = w.run(r_crowded_allreduces, 8)
+    env = {**SHM, **CMA_TINY}
+    with World(2, env={**env, "GLOOCY_SPREAD": "1"}, timeout=300) as w:
+        (r0, k0, m0, s0), (r1, k1, m1, s1) = w.run(r_crowded_allgathers, 8)
     assert r0 and r1 and k0 and k1 and s0 and s1
     assert m0 == 0                # the lowest rank never moves
     assert m1 >= 4, m1            # the other did, most times it found rank 0
-    with World(2, env={**env, "GLOOCY_SPREAD": "0"}, timeout=300) as w:
-        got = w.run(r_crowded_allreduces, 5)
+    with World(2, env=env, timeout=300) as w:     # by default, it stays
+        got = w.run(r_crowded_allgathers, 5)
     assert all(r and k and m == 0 and not s for r, k, m, s in got), got
