@@ -329,3 +329,29 @@ def test_a_rank_that_shares_a_cpu_with_a_lower_one_moves_and_keeps_its_mask():
     with World(2, env=env, timeout=300) as w:     # by default, it stays
         got = w.run(r_crowded_allgathers, 5)
     assert all(r and k and m == 0 and not s for r, k, m, s in got), got
+
+
+def r_spread_and_allgather(comm):
+    sub = comm.Split(comm.rank % 2, comm.rank)     # a derived communicator
+    mine = np.full(1 << 14, sub.rank + 1, np.float64)
+    out = np.zeros(mine.size * sub.size)
+    sub.Allgather(mine, out)
+    right = bool(np.array_equal(out, np.repeat(np.arange(sub.size) + 1.0, mine.size)))
+    node = sub._ctx.node                  # None in a world of one: no segment
+    got = (comm._ctx.node.spread, node is not None and node.spread, sub.size, right,
+           os.sched_getaffinity(0))
+    sub.Free()
+    return got
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_spread_only_where_the_ranks_do_not_outnumber_the_cpus(n):
+    """Asked for, node_spread is on in a segment whose ranks have a CPU
+    each (this process's mask decides), off where they outnumber them; a
+    Split's segment decides by its own size."""
+    with World(n, env={**SHM, **CMA_TINY, "GLOOCY_SPREAD": "1"}, timeout=300) as w:
+        got = w.run(r_spread_and_allgather)
+    for world_spread, sub_spread, sub_size, right, mask in got:
+        assert right
+        assert world_spread == (n <= len(mask)), got
+        assert sub_spread == (1 < sub_size <= len(mask)), got
