@@ -93,6 +93,7 @@ cdef int _cma_publish(Context ctx, Coll *c, const char *addr,
     h[CMA_EXTRA] = extra
     _cma_clear(ctx)
     node_step_in(ctx, c)
+    node_spread(ctx.node)
     for j in range(ctx.node.size):
         if not _cma_head(ctx.node, j)[CMA_WILLING]:
             ctx.node.cma = -1
@@ -238,6 +239,7 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
     cdef int j, r = ctx.node.rank
     cdef int64_t skip
     _cma_clear(ctx)
+    node_spread(ctx.node)
     for j in range(ctx.node.size):
         skip = min(max(done - at[j], 0), rsizes[j])
         if j != r and rsizes[j] > skip:

@@ -17,7 +17,8 @@ ctypedef struct NodeCtl:              # one rank's
     uint32_t sleeping                 # it sleeps: poke it through its pair
     int32_t cma_err[2]                # errno of its failed single copy, and
     int32_t cma_peer[2]               # from whom, at steps of each parity
-    char _pad0[36]
+    int32_t cpu                       # the CPU it arrived from (node_spread)
+    char _pad0[32]
     Header fp[2]                      # its call at steps of each parity
     char _pad1[32]
     Header pair_calls[4]              # its latest calls over the pairs beside
@@ -79,6 +80,10 @@ cdef class Node:
                                       # segment's: alike on every rank)
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
+    cdef readonly bint spread         # keep local ranks on CPUs of their own
+                                      # (node_spread; GLOOCY_SPREAD=1)
+    cdef readonly uint64_t moves      # times node_spread moved us
+    cdef int64_t moved_ns             # when it last did
     cdef Looks looks                  # how long the next wait looks before it
                                       # sleeps (adapts: see node_spin_budget)
     cdef NodeHead *head
@@ -96,6 +101,9 @@ cdef int node_progress(Context ctx) except -1 nogil
 cdef int node_ready(Context ctx, Coll *c) except -1 nogil
 cdef int node_step_in(Context ctx, Coll *c) except -1 nogil
 cdef int node_step_out(Context ctx, Coll *c) except -1 nogil
+# After a wait at phase A, before a long copy of our own: move off a CPU a
+# lower-ranked rank is on (1 if we moved).
+cdef int node_spread(Node nd) noexcept nogil
 
 # Wake every other rank asleep in the segment (or watching it).
 cdef void node_wake_all(Context ctx) noexcept nogil

@@ -287,3 +287,71 @@ def test_single_copy_gather_and_scatter_read_only_what_the_slots_did_not_bring(n
         got = w.run(r_gather_scatter, ragged, n - 1)
         assert all(g and s for g, s, _ in got), got
     assert got[0][2] > 0          # some of them copied once
+
+
+# -- ranks kept on CPUs of their own (node_spread) ------------------------------
+
+def _on_cpu(cpu):
+    """Move this thread to `cpu` and give it back its mask: it stays there
+    until the scheduler moves it."""
+    mask = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    os.sched_setaffinity(0, mask)
+
+
+def r_crowded_allgathers(comm, tries):
+    """`tries` times: both ranks put on one CPU, then an allgather by
+    single copies, checked against NumPy. (all right, the mask as it was
+    after each, times moved, the segment spreads)."""
+    node = comm._ctx.node
+    mask = os.sched_getaffinity(0)
+    right, kept = True, True
+    for i in range(tries):
+        _on_cpu(min(mask))
+        mine = np.full(1 << 14, comm.rank + i, np.float64)
+        out = np.zeros(mine.size * comm.size)
+        comm.Allgather(mine, out)
+        right &= bool(np.array_equal(out, np.repeat(np.arange(comm.size) + i, mine.size)))
+        kept &= os.sched_getaffinity(0) == mask
+        time.sleep(0.002)         # past the rate limit of moves
+    return right, kept, node.moves, node.spread
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                    reason="needs 2 CPUs in this process's affinity mask")
+def test_a_rank_that_shares_a_cpu_with_a_lower_one_moves_and_keeps_its_mask():
+    env = {**SHM, **CMA_TINY}
+    with World(2, env={**env, "GLOOCY_SPREAD": "1"}, timeout=300) as w:
+        (r0, k0, m0, s0), (r1, k1, m1, s1) = w.run(r_crowded_allgathers, 8)
+    assert r0 and r1 and k0 and k1 and s0 and s1
+    assert m0 == 0                # the lowest rank never moves
+    assert m1 >= 4, m1            # the other did, most times it found rank 0
+    with World(2, env=env, timeout=300) as w:     # by default, it stays
+        got = w.run(r_crowded_allgathers, 5)
+    assert all(r and k and m == 0 and not s for r, k, m, s in got), got
+
+
+def r_spread_and_allgather(comm):
+    sub = comm.Split(comm.rank % 2, comm.rank)     # a derived communicator
+    mine = np.full(1 << 14, sub.rank + 1, np.float64)
+    out = np.zeros(mine.size * sub.size)
+    sub.Allgather(mine, out)
+    right = bool(np.array_equal(out, np.repeat(np.arange(sub.size) + 1.0, mine.size)))
+    node = sub._ctx.node                  # None in a world of one: no segment
+    got = (comm._ctx.node.spread, node is not None and node.spread, sub.size, right,
+           os.sched_getaffinity(0))
+    sub.Free()
+    return got
+
+
+@pytest.mark.parametrize("n", [3, 4])
+def test_spread_only_where_the_ranks_do_not_outnumber_the_cpus(n):
+    """Asked for, node_spread is on in a segment whose ranks have a CPU
+    each (this process's mask decides), off where they outnumber them; a
+    Split's segment decides by its own size."""
+    with World(n, env={**SHM, **CMA_TINY, "GLOOCY_SPREAD": "1"}, timeout=300) as w:
+        got = w.run(r_spread_and_allgather)
+    for world_spread, sub_spread, sub_size, right, mask in got:
+        assert right
+        assert world_spread == (n <= len(mask)), got
+        assert sub_spread == (1 < sub_size <= len(mask)), got
