@@ -193,7 +193,8 @@ cdef inline uint64_t phase_b(Node nd) noexcept nogil:
 
 cdef int node_arrive(Context ctx, uint64_t phase, Coll *c) noexcept nogil:
     ctx.node.ctl[ctx.node.rank].fp[ctx.node.step & 1] = c.proto
-    ctx.node.ctl[ctx.node.rank].cpu = sched_getcpu()
+    if ctx.node.spread:
+        ctx.node.ctl[ctx.node.rank].cpu = sched_getcpu()
     ring_store(&ctx.node.ctl[ctx.node.rank].phase, phase)
     ring_fence()
     node_wake_all(ctx)
