@@ -39,6 +39,8 @@ cdef class Links:
                                       # list, _schedule.pxd), run by progress_all
     cdef bint contended               # threads have waited for `lock`: spinners
                                       # drop it between spins, sleepers are woken
+    cdef bint visited                 # the listener's thread takes `lock` now (or
+                                      # waits for it): finding it held is no contention
     cdef public int64_t yield_ns      # after its spin, how long a wait keeps looking
                                       # with sched_yield() between looks before it
                                       # sleeps (> 0 where ranks outnumber CPUs)

@@ -33,13 +33,15 @@ cdef class Links:
 
     cdef void enter(self) noexcept nogil:
         if pthread_mutex_trylock(&self.lock) != 0:
-            self.contended = True       # threads share the links: take turns
+            if not self.visited:
+                self.contended = True   # threads share the links: take turns
             pthread_mutex_lock(&self.lock)
 
     cdef bint try_enter(self) noexcept nogil:
         if pthread_mutex_trylock(&self.lock) == 0:
             return True
-        self.contended = True
+        if not self.visited:
+            self.contended = True
         return False
 
     cdef void leave(self) noexcept nogil:
@@ -91,6 +93,8 @@ cdef class Links:
         changed. The lock is taken without enter(): this thread is no
         rank's, and enter() finding it held (a rank waiting) would mark the
         links as contended for good: no wait would sleep on futex words.
+        For the same reason `visited` tells a rank's enter() that finds
+        the lock held meanwhile that it is held by this thread.
         Without `wait` (a listener serving many ranks must wait for none
         of them), a lock held by another thread is not waited for: the
         word is bumped and woken without it (only this thread writes it; a
@@ -98,8 +102,10 @@ cdef class Links:
         again soon for the sleepers in poll(2) (a rank at work holds the
         lock; it looks at `arrivals` before it sleeps)."""
         self.arrivals = 1
+        self.visited = True
         if not wait:
             if pthread_mutex_trylock(&self.lock) != 0:
+                self.visited = False
                 self.arrived_word += 1
                 futex_wake(&self.arrived_word, MAX_SLEEPERS)
                 return False
@@ -114,6 +120,7 @@ cdef class Links:
             futex_wake(&self.arrived_word, MAX_SLEEPERS)
             self.wake()
             self.leave()
+            self.visited = False
         return True
 
     cdef int _tell_arrivals(self) except -1:
