@@ -47,6 +47,7 @@ include "_allreduce.pxi"
 include "_reduce.pxi"
 include "_gather.pxi"
 include "_p2p.pxi"
+include "_node_spread.pxi"    # ... local ranks kept on CPUs of their own
 include "_node.pxi"           # through the node segment (one host)
 include "_node_exchange.pxi"
 include "_node_scan.pxi"        # scan, exscan

@@ -29,7 +29,7 @@ cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
 cdef object hier_barrier(Context ctx, object timeout)
 # The bytes a pipelined two-level call of nbytes moves at a time (at most
 # `most` pieces).
-cdef int64_t bcast_piece(Context ctx, int64_t nbytes, int64_t most=*)
+cdef int64_t pipeline_piece(Context ctx, int64_t nbytes, int64_t most=*)
 cdef object hier_bcast(Context ctx, Buf b, int root, object timeout)
 cdef object hier_allreduce(Context ctx, Buf sb, Buf rb, int op, object timeout)
 cdef object hier_reduce(Context ctx, Buf sb, Buf rb, int op, int root,

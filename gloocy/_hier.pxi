@@ -207,7 +207,7 @@ cdef enum:
     PIECES = 16
 
 
-cdef int64_t bcast_piece(Context ctx, int64_t nbytes, int64_t most=PIECES):
+cdef int64_t pipeline_piece(Context ctx, int64_t nbytes, int64_t most=PIECES):
     """The piece a pipelined two-level call moves at a time: the whole
     message up to the context's pipeline segment, else at least a segment
     and at most `most` pieces (each piece costs a node-segment step in
@@ -218,7 +218,7 @@ cdef int64_t bcast_piece(Context ctx, int64_t nbytes, int64_t most=PIECES):
 
 
 cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
-    """Piece by piece (bcast_piece): inside the root's host first when the
+    """Piece by piece (pipeline_piece): inside the root's host first when the
     root does not lead it, across the leaders, then inside each other host.
     The pieces pipeline: while a host fans piece k out, the link carries
     piece k + 1 (its leader's send returns once the kernel has the bytes,
@@ -227,7 +227,7 @@ cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
     cdef int rh = h.host_of[root], lr = h.local_rank[root]
-    cdef int64_t piece = bcast_piece(ctx, b.nbytes, BCAST_PIECES), off = 0
+    cdef int64_t piece = pipeline_piece(ctx, b.nbytes, BCAST_PIECES), off = 0
     cdef Buf part = b
     try:
         while True:
@@ -274,7 +274,7 @@ cdef object hier_allreduce(Context ctx, Buf sb, Buf rb, int op, object timeout):
 
 cdef object _allreduce_two_hosts(Context ctx, Hier h, Buf rb, int op,
                                  double end):
-    """Two hosts, in pieces (bcast_piece's): each host reduces piece k to
+    """Two hosts, in pieces (pipeline_piece's): each host reduces piece k to
     its leader, which sends it whole to the other leader and, while the
     link carries it, goes on with piece k + 1; then it takes the other
     host's piece k, combines the two in host order (every rank gets the
@@ -284,7 +284,7 @@ cdef object _allreduce_two_hosts(Context ctx, Hier h, Buf rb, int op,
     the work inside the hosts."""
     cdef bint lead = h.leaders is not None
     cdef int64_t isz = rb.itemsize, nbytes = rb.nbytes, off, length
-    cdef int64_t piece = max(bcast_piece(ctx, nbytes) // isz, 1) * isz
+    cdef int64_t piece = max(pipeline_piece(ctx, nbytes) // isz, 1) * isz
     cdef int64_t pieces = (nbytes + piece - 1) // piece, k
     cdef reduce_fn fn = kernel_of(op, rb.dtype)
     cdef char *theirs = ctx.work(piece) if lead else NULL
@@ -411,7 +411,7 @@ cdef int _allgather_two_hosts(Context ctx, Hier h, Buf send,
                               list host_offs, list sizes, list offs,
                               double end) except -1:
     """Two hosts: every rank of a host gets its host's part by an allgather
-    inside the host; the leaders then swap parts in pieces (bcast_piece's
+    inside the host; the leaders then swap parts in pieces (pipeline_piece's
     of each part), each leader's sends one piece ahead of its receives,
     and each piece received is bcast inside its host while the link
     carries the next. Across the link each way: the host's part once.
@@ -419,8 +419,8 @@ cdef int _allgather_two_hosts(Context ctx, Hier h, Buf send,
     cdef bint lead = h.leaders is not None
     cdef int g = h.host, other = 1 - h.host
     cdef int64_t out_len = host_sizes[g], in_len = host_sizes[other]
-    cdef int64_t out_piece = bcast_piece(ctx, out_len)
-    cdef int64_t in_piece = bcast_piece(ctx, in_len)
+    cdef int64_t out_piece = pipeline_piece(ctx, out_len)
+    cdef int64_t in_piece = pipeline_piece(ctx, in_len)
     cdef int64_t nout = (out_len + out_piece - 1) // out_piece
     cdef int64_t nin = (in_len + in_piece - 1) // in_piece, k, off
     cdef char *mine = packed + <int64_t>host_offs[g]

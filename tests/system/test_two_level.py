@@ -31,13 +31,13 @@ def shm_names():
 
 
 # The pipeline segment of the worlds below: a two-level bcast above it goes
-# piece by piece (_hier.pxi's bcast_piece: at least a segment, at most 4
+# piece by piece (_hier.pxi's pipeline_piece: at least a segment, at most 4
 # pieces; allreduce and allgather between two hosts at most 16), so the
 # sampled sizes from 70_000 int64 run pipelined.
 SEGMENT = 64 << 10
 
 
-def bcast_pieces(nbytes, segment=SEGMENT):
+def pipeline_pieces(nbytes, segment=SEGMENT):
     """How many pieces a two-level bcast of nbytes moves (closed form)."""
     if nbytes <= segment:
         return 1
@@ -180,7 +180,7 @@ def test_pipelined_two_level_bcast_matches_numpy(hosts_world, n, root, seed,
     nbytes = n * np.dtype(dtype).itemsize
     for rank, (x, ran) in enumerate(got):
         assert np.array_equal(x, want), (layout, rank, n, root,
-                                         bcast_pieces(nbytes))
+                                         pipeline_pieces(nbytes))
         assert ran == TL
 
 
