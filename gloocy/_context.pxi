@@ -610,10 +610,18 @@ cdef int lazy_peer_gone(Context ctx, int i) except -1 with gil:
     # (a KeyboardInterrupt raised meanwhile goes on: the caller's call stops)
 
 
+# A rank that stops connects to the members it never spoke to, to tell them
+# why (connect_members), up to this many: past it, where every rank stops at
+# once (a peer lost to all), that would be a connection per pair of them,
+# all at once. There, the others learn from the slices of their waits (a
+# member that left) or from their deadlines.
+TELL_ALL_MAX = 64
+
+
 cdef int connect_members(Context ctx) except -1:
     cdef int i, w
     connector = ctx.links.connector
-    if connector is None:
+    if connector is None or ctx.size > TELL_ALL_MAX:
         return 0
     for i in range(ctx.size):
         w = ctx._world[i]

@@ -58,7 +58,7 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
         exc.args = (f"{exc}; rank {ctx.rank} was in "
                     f"{describe_call(&c.proto)}",) + exc.args[1:]
     if ctx.node is not None:
-        node_wake_all(ctx)          # so that they read why at once
+        node_wake_all(ctx, True)    # so that they read why at once
     for p in links.pairs:           # (and what trace_timeout or
         if p is not None:           # connect_members installed meanwhile)
             (<Pair>p).abandon()

@@ -62,7 +62,8 @@ cdef enum:
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
-    NODE_IN_POLL = 2                  # asleep in poll(2) on its pairs (poke it)
+    NODE_IN_POLL = 2                  # asleep in poll(2) on its pairs (poke it),
+    NODE_FOR_RANK = 4                 # + r: on the word, for rank r's arrival alone
 
 
 cdef class Node:
@@ -106,7 +107,7 @@ cdef int node_step_out(Context ctx, Coll *c) except -1 nogil
 cdef int node_spread(Node nd) noexcept nogil
 
 # Wake every other rank asleep in the segment (or watching it).
-cdef void node_wake_all(Context ctx) noexcept nogil
+cdef void node_wake_all(Context ctx, bint everyone) noexcept nogil
 # Our call c goes over the pairs while the context has a segment (a small
 # bcast's tree): publish it in our control line, for the ranks waiting in
 # the segment (node_check_pair_calls), then node_watch.

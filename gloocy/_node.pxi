@@ -25,7 +25,7 @@
 # pairs carry frames meanwhile (a send or receive posted, a nonblocking
 # collective running) sleeps in poll(2) on the pairs instead, so that frames
 # wake it too, and is poked through its pairs. A dead peer never wakes a
-# futex: the sleep lasts one slice (POLL_SLICE_MS), after which the wait
+# futex: the sleep lasts one slice (node_slice_ms), after which the wait
 # looks at the deadline, Ctrl-C (which also ends the sleep at once: EINTR)
 # and at the sockets of the peers not there yet, which a dead process has
 # hung up. Keeping those sockets in a poll set instead would cost the
@@ -70,7 +70,10 @@ cdef extern from "<sys/mman.h>" nogil:
     void *MAP_FAILED
 
 cdef enum:
-    NODE_SMALL = 16384        # allreduce up to this: every rank reduces it all
+    NODE_SMALL = 16384        # allreduce up to this: every rank reduces it all,
+    NODE_SMALL_READS = 262144  # ... where that reads this much at most (N x bytes:
+                               # at thousands of ranks a rank reducing every
+                               # slot is quadratic memory traffic)
     NODE_SPIN_ALONE = 2000    # ns a wait spins before it yields between looks
 
 
@@ -184,17 +187,23 @@ cdef int node_arrive(Context ctx, uint64_t phase, Coll *c) noexcept nogil:
         ctx.node.ctl[ctx.node.rank].cpu = sched_getcpu()
     ring_store(&ctx.node.ctl[ctx.node.rank].phase, phase)
     ring_fence()
-    node_wake_all(ctx)
+    node_wake_all(ctx, False)
     return 0
 
 
-cdef void node_wake_all(Context ctx) noexcept nogil:
+cdef void node_wake_all(Context ctx, bint everyone) noexcept nogil:
+    """Wake the ranks asleep in the segment (all of them, or all but those
+    asleep for another rank's arrival: see node_sleep)."""
     cdef int j
     cdef uint32_t how
     for j in range(ctx.node.size):
         if j != ctx.node.rank:
+            how = u32_load(&ctx.node.ctl[j].sleeping)
+            if (not everyone and how >= NODE_FOR_RANK
+                    and how != NODE_FOR_RANK + <uint32_t>ctx.node.rank):
+                continue
             how = flag_swap_zero(&ctx.node.ctl[j].sleeping)
-            if how == NODE_ON_FUTEX:
+            if how == NODE_ON_FUTEX or how >= NODE_FOR_RANK:
                 futex_wake(&ctx.node.ctl[j].sleeping, 1)
             elif how != NODE_AWAKE:
                 (<Pair>ctx._pair_ptrs[j]).wake_peer()
@@ -207,6 +216,18 @@ cdef int node_behind(Node nd, uint64_t phase, int who) noexcept nogil:
     if who >= 0:
         return who if ring_load(&nd.ctl[who].phase) < phase else -1
     for j in range(nd.size):
+        if ring_load(&nd.ctl[j].phase) < phase:
+            return j
+    return -1
+
+
+cdef int node_last_behind(Node nd, uint64_t phase, int who) noexcept nogil:
+    """The last rank that has not reached `phase`, or -1 (`who` >= 0: only
+    that rank counts)."""
+    cdef int j
+    if who >= 0:
+        return who if ring_load(&nd.ctl[who].phase) < phase else -1
+    for j in range(nd.size - 1, -1, -1):
         if ring_load(&nd.ctl[j].phase) < phase:
             return j
     return -1
@@ -239,13 +260,21 @@ cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 
             return _raise_node_timeout(ctx, c, phase, who)
         node_check_pair_calls(ctx, c, phase, who)
         slept = True
-        if node_sleep(ctx, phase, who, min(POLL_SLICE_MS, left // 1000000 + 1)):
+        if node_sleep(ctx, phase, who, min(node_slice_ms(ctx), left // 1000000 + 1)):
             node_check_peers(ctx, phase)
             _check_signals()
         if ctx.links.failed:
             return _raise_links_failed(ctx)
     node_spin_learn(ctx.node, node_look_ns(ctx), budget, slept)
     return 0
+
+
+cdef inline int64_t node_slice_ms(Context ctx) noexcept nogil:
+    """How long a wait in the segment sleeps between its looks at the peers
+    and at Ctrl-C: a slice, and one more per 64 ranks, as each look scans
+    every rank (thousands of thread ranks that each scanned thousands ten
+    times a second would fill the CPUs; arrivals wake the sleepers anyway)."""
+    return POLL_SLICE_MS * (1 + (ctx.size - 1) // 64)
 
 
 cdef inline int64_t node_look_ns(Context ctx) noexcept nogil:
@@ -312,15 +341,24 @@ cdef int node_sleep(Context ctx, uint64_t phase, int who, int ms) except -1 nogi
     0 when an arrival woke us, 1 when the slice passed, a signal came or a
     pair stirred: look at the peers and Ctrl-C then."""
     cdef pollfd fds[64]
-    cdef int i, n = 0, r = 0
+    cdef int i, n = 0, r = 0, last
+    cdef uint32_t word
     cdef short ev
     cdef uint32_t *sleeping = &ctx.node.ctl[ctx.rank].sleeping
     if not node_frames_move(ctx):
-        flag_set(sleeping, NODE_ON_FUTEX)
+        # Asleep for the last rank not there alone: the others' arrivals
+        # leave us be (ranks that come in rank order, as threads started one
+        # by one do, would each wake every sleeper, which would look at every
+        # rank: cubic in the ranks). Waking, we look for the next one.
+        last = node_last_behind(ctx.node, phase, who)
+        if last < 0:
+            return 0
+        word = NODE_FOR_RANK + <uint32_t>last
+        flag_set(sleeping, word)
         ring_fence()
-        if node_behind(ctx.node, phase, who) >= 0:
+        if ring_load(&ctx.node.ctl[last].phase) < phase:
             ctx.links.leave()
-            r = futex_sleep(sleeping, NODE_ON_FUTEX, <int64_t>ms * 1000000)
+            r = futex_sleep(sleeping, word, <int64_t>ms * 1000000)
             r = errno if r < 0 else 0
             ctx.links.enter()
         flag_set(sleeping, NODE_AWAKE)
@@ -400,7 +438,7 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
     """PeerLostError if a peer that has not reached `phase` hung up (its
     process died; one that got there may have finished and left)."""
     cdef pollfd fds[1]
-    cdef int i
+    cdef int i, unconnected = -1
     for i in range(ctx.size):
         if i == ctx.rank or ring_load(&ctx.node.ctl[i].phase) >= phase:
             continue
@@ -412,8 +450,15 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
             # its was lost): reading that raises the root cause instead.
             (<Pair>ctx._pair_ptrs[i]).progress()
             return _raise_node_peer_lost(ctx, i)
-        if fds[0].fd < 0 and lazy_peer_gone(ctx, i):   # never connected
-            return _raise_node_peer_lost(ctx, i)
+        if fds[0].fd < 0 and unconnected < 0:
+            unconnected = i
+    # A peer never connected is asked after in Python (its process, or its
+    # rank thread), under the GIL: only the first one behind, as thousands of
+    # waiting ranks asking after all of theirs every slice queue on the GIL
+    # for seconds. Those after it are asked once it arrives (or by a rank of
+    # those before it that waits for them).
+    if unconnected >= 0 and lazy_peer_gone(ctx, unconnected):
+        return _raise_node_peer_lost(ctx, unconnected)
     return 0
 
 
@@ -636,7 +681,8 @@ cdef int node_reduce_to(Context ctx, Coll *c, char *buf, int64_t count,
     cdef int64_t done = 0, e, q, lo, hi, mine_lo, mine_hi
     cdef int j
     cdef bint gets = root < 0 or ctx.rank == root
-    if nbytes <= NODE_SMALL and nbytes <= ctx.node.chunk:
+    if (nbytes <= NODE_SMALL and nbytes <= ctx.node.chunk
+            and nbytes * ctx.node.size <= NODE_SMALL_READS):
         # Every rank (or the root) reduces the whole vector, in rank order:
         # one step.
         node_ready(ctx, c)

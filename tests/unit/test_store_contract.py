@@ -479,6 +479,36 @@ def test_processes_by_url(backend):
     assert store.get("leader").decode() == lines[0][1]
 
 
+def test_hash_store_wakes_the_waiters_of_the_key_written_and_keeps_none():
+    # Waiters are filed by the keys they miss: a write wakes those of its
+    # key (thousands of thread ranks wait at once), and no filing outlives
+    # the waits, whether they were answered, timed out or closed.
+    table = HashStore()
+    waiters = [in_thread(table.client().get, f"k{i}") for i in range(20)]
+    both = in_thread(table.client().wait, ["k0", "other"])
+    late = table.client()
+    with pytest.raises(RendezvousTimeout):
+        late.get("never", timeout=0.05)
+    closing = table.client()
+    closed = in_thread(closing.get, "never")
+    time.sleep(0.2)
+    table.set("k0", b"v")
+    waiters[0][0].join(5)
+    assert not waiters[0][0].is_alive() and waiters[0][1] == [b"v"]
+    assert all(t.is_alive() for t, _, _ in waiters[1:]) and both[0].is_alive()
+    for i in range(1, 20):
+        table.add(f"k{i}", i)
+    table.set("other", b"")
+    closing.close()
+    for t, _, errors in [*waiters, both]:
+        t.join(5)
+        assert not t.is_alive() and not errors
+    assert [out[0] for _, out, _ in waiters[1:]] == [str(i).encode() for i in range(1, 20)]
+    closed[0].join(5)
+    assert isinstance(closed[2][0], RendezvousError)
+    assert table._table.waiters == {}
+
+
 # -- urls ------------------------------------------------------------------------
 
 def test_urls(tmp_path):

@@ -1,0 +1,72 @@
+"""Hundreds of thread ranks of one process through the node segment (the
+default transport): rendezvous through the in-process store, a barrier,
+small allreduces (at this many ranks each rank reduces a block, not every
+slot), a bcast and a Split, each against a closed form. 512 ranks, 4,096
+under --long (bench/scale.py's worlds are TCP, over several processes)."""
+
+import numpy as np
+import pytest
+
+import gloocy
+from conftest import long_runs
+from gloocy.errors import PeerLostError
+from gloocy.testing import World
+
+SIZE = 4096 if long_runs() else 512
+
+
+@pytest.fixture(scope="module")
+def world():
+    with World(SIZE, timeout=900.0 if long_runs() else 300.0) as w:
+        yield w
+
+
+def test_collectives_of_many_thread_ranks(world):
+    n = SIZE
+
+    def run(comm):
+        r = comm.Get_rank()
+        comm.Barrier()
+        got = []
+        for count in (1, 16, 300):        # 300 int64s x 512 ranks: block path
+            x = np.arange(count, dtype=np.int64) + r
+            comm.Allreduce(gloocy.IN_PLACE, x)
+            got.append(x)
+        top = np.array([float(r)])
+        comm.Allreduce(gloocy.IN_PLACE, top, op=gloocy.MAX)
+        y = np.arange(64, dtype=np.float64) if r == n - 1 else np.zeros(64)
+        comm.Bcast(y, root=n - 1)
+        sub = comm.Split(r % 8, -r)       # keys reversed: ranks reordered
+        z = np.array([r], dtype=np.int64)
+        sub.Allreduce(gloocy.IN_PLACE, z)
+        where = sub.Get_rank()
+        sub.Free()
+        comm.Barrier()
+        return got, top[0], y, z[0], where
+
+    results = world.run(run)
+    for r, (got, top, y, z, where) in enumerate(results):
+        for x, count in zip(got, (1, 16, 300)):
+            assert (x == n * np.arange(count) + n * (n - 1) // 2).all(), (r, count)
+        assert top == n - 1
+        assert (y == np.arange(64)).all()
+        members = list(range(r % 8, n, 8))
+        assert z == sum(members)
+        assert where == len(members) - 1 - members.index(r)
+
+
+def test_a_rank_lost_among_many_is_named(world):
+    """A rank that dies before the barrier is named by the others, though
+    each sleeps for the last rank not there alone."""
+    victim = SIZE // 3
+
+    def run(comm):
+        if comm.Get_rank() == victim:
+            raise RuntimeError("this rank dies here")
+        comm.Barrier()
+
+    out = world.run(run, check=False, grace=120.0)
+    assert out[victim].type_name == "RuntimeError"
+    others = [e for r, e in enumerate(out) if r != victim]
+    assert all(e is not None and e.is_a(PeerLostError) for e in others)
+    assert all(f"rank {victim}" in e.message for e in others)
