@@ -12,9 +12,10 @@ import threading
 import time
 
 from gloocy.errors import ProtocolError, RendezvousError
+from gloocy.transport import _tcp
 
 __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
-           "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello", "read_hello",
+           "dial_fd", "fmt", "read_fd", "send_fd", "HungUp", "job_tag", "parse_addr", "parse_hello", "read_hello",
            "recv_exact"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
@@ -115,58 +116,134 @@ def _accept_one(sock, secret, rank, size, job):
 
 
 def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
-    """Connect to `peer` at (host, port) and authenticate both ways. With
-    `refusable` (lazy connections: the listener is up for the whole job),
-    ConnectionRefusedError is raised at once, and a refusal returns None."""
+    """Connect to `peer` at (host, port) and authenticate both ways: a
+    blocking socket. With `refusable` (lazy connections: the listener is up
+    for the whole job), ConnectionRefusedError is raised at once, and a
+    refusal returns None."""
+    fd = dial_fd(addr, secret, rank, peer, size, job_tag(job), deadline,
+                 refusable=refusable)
+    if fd is None:
+        return None
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    return sock
+
+
+def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False):
+    """dial()'s work, on a non-blocking fd (returned; None: refused) of a
+    job of tag `tag`. Its socket calls keep the GIL (_tcp.py's
+    connect_now...); it waits without the GIL only for the listener's
+    answers (see _tcp.pyx)."""
+    host, port = addr[:2]
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    except OSError:               # a host name, not an address: resolve it
+        host, port = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][:2]
+    hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size, tag,
+                        secrets.token_bytes(32))
     while True:
+        fd = None
+        try:
+            fd = _tcp.connect_now(host, port)
+            send_fd(fd, hello, deadline, connecting=True)
+            break
+        except ConnectionRefusedError:
+            if refusable:
+                if fd is not None:
+                    _tcp.close_now(fd)
+                raise
+        except TimeoutError:
+            _tcp.close_now(fd)
+            raise RendezvousError(f"rank {rank}: could not connect to rank "
+                                  f"{peer} at {fmt(addr)} before the deadline") from None
+        except OSError:
+            pass
+        except BaseException:
+            if fd is not None:
+                _tcp.close_now(fd)
+            raise
+        if fd is not None:
+            _tcp.close_now(fd)
         left = deadline - time.monotonic()
         if left <= 0:
             raise RendezvousError(f"rank {rank}: could not connect to rank "
                                   f"{peer} at {fmt(addr)} before the deadline")
-        try:
-            sock = socket.create_connection(addr, timeout=min(left, 5.0))
-            break
-        except ConnectionRefusedError:
-            if refusable:
-                raise
-            time.sleep(min(0.05, max(left, 0)))
-        except (socket.timeout, OSError):
-            time.sleep(min(0.05, max(left, 0)))
+        time.sleep(min(0.05, left))
     who = f"rank {rank}: the process at {fmt(addr)}"
-    hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size,
-                        job_tag(job), secrets.token_bytes(32))
     authentic = accepted = refused = False
     try:
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
-        sock.sendall(hello)
-        reply = recv_exact(sock, 64)
+        reply = read_fd(fd, 64, deadline)
         nonce, mac = reply[:32], reply[32:]
         authentic = hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce))
         if authentic:
-            sock.sendall(_mac(secret, b"connector", hello, nonce))
-            verdict = recv_exact(sock, 1)
+            send_fd(fd, _mac(secret, b"connector", hello, nonce), deadline)
+            verdict = read_fd(fd, 1, deadline)
             accepted = verdict == ACCEPT
             refused = refusable and verdict == REFUSE
-    except socket.timeout:            # a listener that stays silent
-        sock.close()
+    except TimeoutError:              # a listener that stays silent
+        _tcp.close_now(fd)
         raise RendezvousError(f"{who} did not finish the handshake as rank "
                               f"{peer} before the deadline") from None
     except (OSError, ProtocolError) as e:   # it hung up or reset
-        sock.close()
+        _tcp.close_now(fd)
         raise HungUp(f"{who} broke off the handshake as rank {peer} "
                      f"({e})") from None
     except BaseException:
-        sock.close()
+        _tcp.close_now(fd)
         raise
     if refused:
-        sock.close()
+        _tcp.close_now(fd)
         return None
     if not accepted:
-        sock.close()
+        _tcp.close_now(fd)
         raise ProtocolError(f"{who} failed authentication as rank {peer}"
                             if not authentic else
                             f"{who} refused the handshake as rank {peer}")
-    return sock
+    return fd
+
+
+_SLICE_S = 0.5     # a wait's longest sleep: signal handlers run in between
+
+
+def _wait(fd, out, deadline):
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        if _tcp.wait_fd(fd, out, min(left, _SLICE_S)):
+            return
+
+
+def read_fd(fd, n, deadline, what="the handshake"):
+    """Exactly n bytes from non-blocking `fd` by `deadline` (TimeoutError);
+    HungUp if it closes, OSError if it fails."""
+    data = b""
+    while True:
+        got = _tcp.recv_now(fd, n - len(data))
+        if got is None:
+            _wait(fd, False, deadline)
+        elif not got:
+            raise HungUp(f"connection closed while reading {what}")
+        else:
+            data += got
+            if len(data) == n:
+                return data
+
+
+def send_fd(fd, data, deadline, *, connecting=False):
+    """All of `data` on non-blocking `fd` by `deadline` (TimeoutError).
+    `connecting`: the connection may not be made yet (its error is raised
+    as it comes: ConnectionRefusedError...)."""
+    view = memoryview(data)
+    while view:
+        sent = _tcp.send_now(fd, view)
+        view = view[sent:]
+        if view:
+            _wait(fd, True, deadline)
+            if connecting:
+                err = _tcp.connect_error(fd)
+                if err is not None:
+                    raise err
 
 
 def fmt(addr):

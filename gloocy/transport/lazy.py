@@ -36,7 +36,7 @@ import weakref
 
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
-from gloocy.transport import handshake, ibverbs, shm
+from gloocy.transport import _tcp, handshake, ibverbs, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
 
@@ -274,19 +274,48 @@ class Connector:
         addr = handshake.parse_addr(text.decode())
         address = handshake.fmt(addr)
         try:
-            sock = handshake.dial(addr, self.secret, self.rank, peer, self.size,
-                                  self.job, deadline, refusable=True)
+            fd = handshake.dial_fd(addr, self.secret, self.rank, peer, self.size,
+                                   self.tag, deadline, refusable=True)
         except (ConnectionRefusedError, handshake.HungUp) as e:
             # The listener lives as long as the rank: it has left, or died.
             # (A listener that fails authentication is a ProtocolError.)
             return self._gone(peer, address, e)
-        if sock is None:
+        if fd is None:
             return None
         try:
+            local = self._hosts_told(fd, peer, address, deadline)
+        except TimeoutError:
+            _tcp.close_now(fd)
+            raise RendezvousError(f"rank {self.rank}: rank {peer} ({address}) did not "
+                                  "finish connecting before the deadline") from None
+        except (OSError, handshake.HungUp) as e:    # it went meanwhile
+            _tcp.close_now(fd)
+            return self._gone(peer, address, e)
+        except BaseException:
+            _tcp.close_now(fd)
+            raise
+        if not local and self.mode == "tcp":
+            return tcp_pair(fd, self.rank, peer, address, dead_s=self.dead_s)
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(True)
+        try:
             return build_pair(sock, address, self.rank, peer, self.mode, self.dead_s,
-                              deadline, self.ring, ours=self.host_frame)
+                              deadline, self.ring, local=local)
         except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
             return self._gone(peer, address, e)
+
+    def _hosts_told(self, fd, peer, address, deadline):
+        """After the verdict, the host ids (shm.local_peers's frames, on the
+        dial's fd): the listener sent its with the verdict, ours goes now.
+        Whether the peer shares memory with us."""
+        handshake.send_fd(fd, self.host_frame, deadline)
+        willing, n = shm.id_length(handshake.read_fd(fd, shm.ID_HEADER_BYTES, deadline,
+                                                     "a host id"),
+                                   self.rank, peer, address)
+        theirs = handshake.read_fd(fd, n, deadline, "a host id") if n else b""
+        return shm.is_local(self.host_frame, theirs, willing,
+                            "tcp" if self.mode == "ibverbs" else self.mode,
+                            self.rank, peer, address)
 
     def _gone(self, peer, address, e):
         """`peer` hung up on our dial: the pair to a peer that left (telling
