@@ -28,6 +28,12 @@ __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial"
 #   acceptor  -> b"\x01" (accepted), or b"\x02" (refused: a lazy connection
 #                the acceptor's rank is making the other way, see lazy.py)
 #
+# Then both ends tell their host id (shm.local_peers). A lazy connector
+# sends its id right behind its proof, in the same write, without waiting
+# for the verdict; the acceptor sends its id right behind b"\x01". (So a
+# listener answers a dial in two steps; it reads what follows a proof it
+# refuses before it closes, lest the kernel reset the connection.)
+#
 # A connection that fails any step is closed; the job goes on without it.
 
 _HELLO = struct.Struct("<8sIiiI16s32s")
@@ -129,9 +135,10 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
     return sock
 
 
-def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False):
+def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
+            after_proof=b""):
     """dial()'s work, on a non-blocking fd (returned; None: refused) of a
-    job of tag `tag`. Its socket calls keep the GIL (_tcp.py's
+    job of tag `tag`; `after_proof` is sent with our proof (our host id). Its socket calls keep the GIL (_tcp.py's
     connect_now...); it waits without the GIL only for the listener's
     answers (see _tcp.pyx)."""
     host, port = addr[:2]
@@ -176,7 +183,8 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False):
         nonce, mac = reply[:32], reply[32:]
         authentic = hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce))
         if authentic:
-            send_fd(fd, _mac(secret, b"connector", hello, nonce), deadline)
+            send_fd(fd, _mac(secret, b"connector", hello, nonce) + after_proof,
+                    deadline)
             verdict = read_fd(fd, 1, deadline)
             accepted = verdict == ACCEPT
             refused = refusable and verdict == REFUSE

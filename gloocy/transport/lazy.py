@@ -275,7 +275,8 @@ class Connector:
         address = handshake.fmt(addr)
         try:
             fd = handshake.dial_fd(addr, self.secret, self.rank, peer, self.size,
-                                   self.tag, deadline, refusable=True)
+                                   self.tag, deadline, refusable=True,
+                                   after_proof=self.host_frame)
         except (ConnectionRefusedError, handshake.HungUp) as e:
             # The listener lives as long as the rank: it has left, or died.
             # (A listener that fails authentication is a ProtocolError.)
@@ -305,10 +306,9 @@ class Connector:
             return self._gone(peer, address, e)
 
     def _hosts_told(self, fd, peer, address, deadline):
-        """After the verdict, the host ids (shm.local_peers's frames, on the
-        dial's fd): the listener sent its with the verdict, ours goes now.
-        Whether the peer shares memory with us."""
-        handshake.send_fd(fd, self.host_frame, deadline)
+        """After the verdict, the peer's host id (shm.local_peers's frame:
+        the listener sends it with the verdict; ours went with our proof):
+        whether the peer shares memory with us."""
         willing, n = shm.id_length(handshake.read_fd(fd, shm.ID_HEADER_BYTES, deadline,
                                                      "a host id"),
                                    self.rank, peer, address)
