@@ -93,6 +93,8 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         phase("bcast", lambda: comm.Bcast(y, root=0))
         assert (y == np.arange(64)).all()
         conns = len(comm._ctx.links.connected)   # after barrier+allreduce+bcast
+        c = comm._ctx.links.connector
+        dials = dict(dialed=c.dialed, accepted=c.accepted, refused=c.refused)
 
         def split():
             sub = comm.Split(rank % 64, rank)
@@ -106,7 +108,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         comm.Free()
         comm = None
         t["free"] = time.monotonic() - s
-        out[rank] = dict(t=t, at=at, conns=conns, conns_all=conns_all,
+        out[rank] = dict(t=t, at=at, conns=conns, conns_all=conns_all, dials=dials,
                          startup_ops=startup_ops, ops=store.ops)
     except BaseException as e:      # noqa: B036 -- reported
         out[rank] = dict(error=f"{type(e).__name__}: {e}", at=at)
@@ -274,6 +276,10 @@ def main():
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
           f"{max(v['conns_all'] for v in ok)}")
+    d = {k: sum(v["dials"][k] for v in ok) for k in ("dialed", "accepted", "refused")}
+    print(f"- dials (barrier + allreduce + bcast), in all: {d['dialed']} made, "
+          f"{d['refused']} refused (the peer dialed us at the same time: its "
+          f"dial won), {d['accepted']} accepted")
     print(f"- store operations: {sum(ops)} in total; per rank at start-up max "
           f"{max(sops)}, in all max {max(ops)}, mean {sum(ops) / len(ops):.1f}")
     print(f"- memory: {rss / args.n / 1024:.0f} KiB resident per rank "

@@ -166,6 +166,7 @@ class Connector:
         self.recording = None     # the thread saying why we stopped (record_abort)
         self.told = None          # ... and why: (why, code, culprit, origin)
         self.dialed = self.accepted = 0   # connections made each way
+        self.refused = 0          # our dials the peer refused (it dialed us too)
         self._pids = {}
         self.listener = listener
         try:
@@ -213,6 +214,7 @@ class Connector:
                 self.dialed += 1
             return got
         with self.cond:           # refused: the peer's own dial wins
+            self.refused += 1
             while self.state.get(peer) in (_DIALING, _ACCEPTING):
                 self._wait(peer, deadline)
             return self._take(peer)
