@@ -89,6 +89,21 @@ cdef extern from "<arpa/inet.h>" nogil:
     int inet_pton(int af, const char *src, void *dst)
     const char *inet_ntop(int af, const void *src, char *dst, socklen_t n)
 
+cdef extern from "<sys/random.h>" nogil:
+    ssize_t getrandom(void *buf, size_t n, unsigned int flags)
+
+cdef extern from "<sys/epoll.h>" nogil:
+    union epoll_data_t "epoll_data":
+        int fd
+    struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
+    enum:
+        EPOLL_CTL_ADD
+        EPOLL_CTL_DEL
+        EPOLLIN
+
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
         int fd
@@ -327,6 +342,34 @@ def close_now(int fd):
     """Close `fd` (any unread bytes make the kernel reset the connection:
     for dials given up on)."""
     c_close(fd)
+
+
+def random_now(Py_ssize_t n):
+    """n random bytes from the kernel's generator, for nonces (as
+    secrets.token_bytes, which lets the GIL go), n <= 256."""
+    cdef unsigned char buf[256]
+    cdef ssize_t got = 0, k
+    if not 0 <= n <= 256:
+        raise ValueError(f"random_now: n={n} is not within 0..256")
+    while got < n:
+        k = getrandom(buf + got, n - got, 0)
+        if k < 0:
+            if errno == EINTR:
+                continue
+            raise _oserror(errno, "getrandom")
+        got += k
+    return PyBytes_FromStringAndSize(<char *>buf, n)
+
+
+def watch_now(int epfd, int fd, bint on):
+    """Have epoll `epfd` watch `fd` for reading (`on`), or no more (as
+    select.epoll's register/unregister, but keeping the GIL)."""
+    cdef epoll_event ev
+    memset(&ev, 0, sizeof(ev))
+    ev.events = EPOLLIN
+    ev.data.fd = fd
+    if epoll_ctl(epfd, EPOLL_CTL_ADD if on else EPOLL_CTL_DEL, fd, &ev) != 0:
+        raise _oserror(errno, "epoll_ctl")
 
 
 def wait_fd(int fd, bint out, double seconds):

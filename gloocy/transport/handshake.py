@@ -5,7 +5,6 @@ the higher ones).
 
 import hashlib
 import hmac
-import secrets
 import socket
 import struct
 import threading
@@ -49,7 +48,7 @@ class HungUp(ProtocolError):
 
 
 def _mac(secret, label, *parts):
-    return hmac.new(secret, label + b"".join(parts), hashlib.sha256).digest()
+    return hmac.digest(secret, label + b"".join(parts), "sha256")
 
 
 def recv_exact(sock, n, what="the handshake"):
@@ -91,7 +90,7 @@ def read_hello(sock):
 def challenge(secret, hello):
     """The acceptor's first answer to `hello`: (our nonce, the bytes to
     send: the nonce and our proof that we know the secret)."""
-    nonce = secrets.token_bytes(32)
+    nonce = _tcp.random_now(32)      # (keeps the GIL: see _tcp.pyx)
     return nonce, nonce + _mac(secret, b"acceptor", hello, nonce)
 
 
@@ -147,7 +146,7 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
     except OSError:               # a host name, not an address: resolve it
         host, port = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][:2]
     hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size, tag,
-                        secrets.token_bytes(32))
+                        _tcp.random_now(32))
     while True:
         fd = None
         try:

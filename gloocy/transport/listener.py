@@ -4,7 +4,7 @@ message, and hands each authenticated connection to the rank's Connector
 (Connector.verdict, finish, arrive, hung_up).
 
 Its socket calls keep the GIL (_tcp.pyx: accept_now, recv_now, send_now,
-close_now): it lets the GIL go only in epoll's wait, so a batch of ready
+close_now, watch_now): it lets the GIL go only in epoll's wait, so a batch of ready
 dials is answered in one hold of it, however many rank threads the
 process has. Each dial is stepped as far as its bytes go at once (a HELLO
 that came with the connection is answered as it is accepted)."""
@@ -19,7 +19,8 @@ import weakref
 from gloocy._quiet import start_quiet
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport import handshake, shm
-from gloocy.transport._tcp import accept_now, close_now, recv_now, send_now, tcp_pair
+from gloocy.transport._tcp import (accept_now, close_now, recv_now, send_now, tcp_pair,
+                                   watch_now)
 
 __all__ = ["Listener"]
 
@@ -173,14 +174,14 @@ class Listener:
                 return
             d = _Dial(*got, time.monotonic() + self.answer_s)
             dials[d.fd] = d
-            poller.register(d.fd, select.EPOLLIN)
+            watch_now(poller.fileno(), d.fd, True)
             self._step(poller, dials, d)      # its HELLO may be here already
 
     def _drop(self, poller, dials, d, why):
         """Give up a dial: a stranger's is closed; one we accepted is told
         to its rank, as the peer hanging up."""
         if dials.pop(d.fd, None) is not None:
-            poller.unregister(d.fd)
+            watch_now(poller.fileno(), d.fd, False)
         close_now(d.fd)
         c, d.connector = d.connector, None
         if c is None:
@@ -214,7 +215,7 @@ class Listener:
                 return self._drop(poller, dials, d, e)
             if d.step is None:        # done: the socket is its pair's, or closed
                 del dials[d.fd]
-                poller.unregister(d.fd)
+                watch_now(poller.fileno(), d.fd, False)
                 return self._hand_over(d)
 
     def _send(self, d, data):
