@@ -58,19 +58,47 @@ class CountingStore:
         return counted
 
 
+def process_cpu():
+    """CPU seconds (user + system) of this process so far: every rank
+    thread, the listener, the store client's."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_through(results, procs):
+    """CPU seconds the worker processes spent in rendezvous, the barrier
+    and the allreduce: per process, from its first rank's connect() (the
+    least CPU reading) to the last of its ranks through each phase (the
+    most), summed. Immune to other jobs' load, unlike the seconds."""
+    spent = dict.fromkeys(("start-up", "barrier", "allreduce"), 0.0)
+    for ranks in procs:
+        got = [results[r]["cpu"] for r in ranks if "cpu" in results[r]]
+        if not got or not all(ph in c for c in got for ph in spent):
+            return None
+        before = min(c["begin"] for c in got)
+        for ph in spent:
+            end = max(c[ph] for c in got)
+            spent[ph] += end - before
+            before = end
+    return spent
+
+
 def rank_main(rank, size, url, secret, job, out, timeout):
     import gloocy
     from gloocy import rendezvous
 
     t, at = {}, {}                # seconds per phase; when each ended (monotonic)
+    cpu = {}                      # the process's CPU seconds when each ended
     comm = store = None
     try:
         at["thread"] = time.monotonic()
         store = CountingStore(rendezvous.connect(url, secret=secret, timeout=timeout))
         t0 = at["begin"] = time.monotonic()
+        cpu["begin"] = process_cpu()
         comm = gloocy.connect(rank, size, store, secret=secret, job=job,
                               timeout=timeout)
         at["start-up"] = time.monotonic()
+        cpu["start-up"] = process_cpu()
         t["start-up"] = at["start-up"] - t0
         startup_ops = store.ops
 
@@ -78,6 +106,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
             s = time.monotonic()
             fn()
             at[name] = time.monotonic()
+            cpu[name] = process_cpu()
             t[name] = at[name] - s
 
         phase("barrier", comm.Barrier)
@@ -94,7 +123,8 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         assert (y == np.arange(64)).all()
         conns = len(comm._ctx.links.connected)   # after barrier+allreduce+bcast
         c = comm._ctx.links.connector
-        dials = dict(dialed=c.dialed, accepted=c.accepted, refused=c.refused)
+        dials = dict(dialed=c.dialed, accepted=c.accepted,
+                     refused=getattr(c, "refused", 0))   # (older gloocy: none)
 
         def split():
             sub = comm.Split(rank % 64, rank)
@@ -108,7 +138,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         comm.Free()
         comm = None
         t["free"] = time.monotonic() - s
-        out[rank] = dict(t=t, at=at, conns=conns, conns_all=conns_all, dials=dials,
+        out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns_all, dials=dials,
                          startup_ops=startup_ops, ops=store.ops)
     except BaseException as e:      # noqa: B036 -- reported
         out[rank] = dict(error=f"{type(e).__name__}: {e}", at=at)
@@ -225,8 +255,9 @@ def main():
     drops0 = drop_counters()
     load0 = os.getloadavg()
     t0 = time.monotonic()
-    procs = []
+    procs, ranges = [], []
     for first in range(0, args.n, per):
+        ranges.append(range(first, min(first + per, args.n)))
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--worker", "-n", str(args.n),
              "--first", str(first), "--count", str(min(per, args.n - first)),
@@ -272,6 +303,13 @@ def main():
         print(f"| {ph} | {slowest[ph]:.2f} |")
     print(f"| whole run, processes included | {wall:.2f} |\n")
     print(through(ok) + "\n")
+    spent = cpu_through(results, ranges)
+    if spent is not None:
+        made = sum(conns) / 2
+        print("- CPU seconds of the worker processes (all their threads): "
+              f"rendezvous {spent['start-up']:.2f}, barrier {spent['barrier']:.2f}, "
+              f"allreduce {spent['allreduce']:.2f}; barrier + allreduce per "
+              f"connection made {1e6 * (spent['barrier'] + spent['allreduce']) / made:.0f} µs")
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "

@@ -46,6 +46,8 @@ _DIALING, _ACCEPTING, _INSTALLED = "dialing", "accepting", "installed"
 _LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
 _CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
 _TELL_ARRIVING_S = 1.0  # the longest a failed rank leaving waits for dials it accepted
+_COMING_WAIT_S = 1.0   # the longest pair() waits for a peer's dial our listener has
+                       # begun to answer, rather than dial too (see Connector.pair)
 
 
 def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
@@ -167,6 +169,7 @@ class Connector:
         self.told = None          # ... and why: (why, code, culprit, origin)
         self.dialed = self.accepted = 0   # connections made each way
         self.refused = 0          # our dials the peer refused (it dialed us too)
+        self.coming = {}          # peer -> its dials our listener is authenticating
         self._pids = {}
         self.listener = listener
         try:
@@ -187,10 +190,22 @@ class Connector:
     def pair(self, peer, timeout=None):
         """The pair to `peer`, connected now (or the one it dialed)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        hint_until = None
         with self.cond:
             while True:
                 st = self.state.get(peer)
                 if st is None:
+                    if self.coming.get(peer):
+                        # The peer is dialing us: its dial will do, and ours
+                        # would only cost both sides a handshake (refused,
+                        # or the second of two). Not for long: it is a hint
+                        # (a HELLO, not authenticated yet).
+                        now = time.monotonic()
+                        if hint_until is None:
+                            hint_until = min(deadline, now + _COMING_WAIT_S)
+                        if now < hint_until:
+                            self.cond.wait(hint_until - now)
+                            continue
                     self.state[peer] = _DIALING
                     break
                 if st is not _ACCEPTING:
@@ -369,11 +384,27 @@ class Connector:
 
     # -- the listener's side --------------------------------------------------
 
+    def dial_coming(self, peer, n):
+        """The listener begins (n = 1) or gives up (n = -1) authenticating
+        a dial from `peer` (see pair)."""
+        with self.cond:
+            self._uncome(peer, n)
+
+    def _uncome(self, peer, n=-1):
+        left = self.coming.get(peer, 0) + n
+        if left > 0:
+            self.coming[peer] = left
+        else:
+            self.coming.pop(peer, None)
+            self.cond.notify_all()
+
     def verdict(self, peer):
         """An authenticated dial from `peer` (the listener's thread): True
         to accept it, False to refuse it (we dial the peer too, and it is
-        the higher rank), None if we have left (the dialer names us lost)."""
+        the higher rank), None if we have left (the dialer names us lost).
+        (It is no longer only coming.)"""
         with self.cond:
+            self._uncome(peer)
             if self.closed:
                 return None
             st = self.state.get(peer)

@@ -37,7 +37,7 @@ class _Dial:
     """A dial the listener is answering: the handshake's bytes so far."""
 
     __slots__ = ("fd", "address", "deadline", "step", "need", "buf", "hello",
-                 "nonce", "peer", "dialed", "connector", "willing", "local")
+                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming")
 
     def __init__(self, fd, address, deadline):
         self.fd, self.address, self.deadline = fd, address, deadline
@@ -45,6 +45,7 @@ class _Dial:
         self.dialed = None        # the Connector of the rank dialed
         self.connector = None     # ... once it accepted: errors are told to it
         self.willing = self.local = False   # the dialer takes shared memory; we share it
+        self.coming = False       # told to `dialed` as coming (Connector.dial_coming)
 
 
 class _Listening:
@@ -183,6 +184,9 @@ class Listener:
         if dials.pop(d.fd, None) is not None:
             watch_now(poller.fileno(), d.fd, False)
         close_now(d.fd)
+        if d.coming:              # (see Connector.pair)
+            d.coming = False
+            d.dialed.dial_coming(d.peer, -1)
         c, d.connector = d.connector, None
         if c is None:
             return
@@ -238,9 +242,12 @@ class Listener:
             d.nonce, answer = handshake.challenge(connector.secret, got)
             self._send(d, answer)
             d.step, d.need = _Listening.PROOF, handshake.PROOF_BYTES
+            connector.dial_coming(d.peer, 1)    # (verdict or _drop ends it)
+            d.coming = True
         elif d.step == _Listening.PROOF:
             connector = d.dialed
             handshake.check_proof(connector.secret, d.hello, d.nonce, got, d.peer)
+            d.coming = False      # (the verdict ends it)
             verdict = connector.verdict(d.peer)
             if not verdict:       # refused (it waits for our rank's dial) or left
                 if verdict is False:
