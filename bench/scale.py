@@ -59,25 +59,26 @@ class CountingStore:
 
 
 def process_cpu():
-    """CPU seconds (user + system) of this process so far: every rank
-    thread, the listener, the store client's."""
+    """CPU seconds (user + system) of this process so far, and its context
+    switches: every rank thread's, the listener's, the store client's."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
 
 
-def cpu_through(results, procs):
+def cpu_through(results, procs, which=0):
     """CPU seconds the worker processes spent in rendezvous, the barrier
     and the allreduce: per process, from its first rank's connect() (the
     least CPU reading) to the last of its ranks through each phase (the
-    most), summed. Immune to other jobs' load, unlike the seconds."""
+    most), summed. Immune to other jobs' load, unlike the seconds.
+    `which`: 1 for the context switches instead."""
     spent = dict.fromkeys(("start-up", "barrier", "allreduce"), 0.0)
     for ranks in procs:
         got = [results[r]["cpu"] for r in ranks if "cpu" in results[r]]
         if not got or not all(ph in c for c in got for ph in spent):
             return None
-        before = min(c["begin"] for c in got)
+        before = min(c["begin"][which] for c in got)
         for ph in spent:
-            end = max(c[ph] for c in got)
+            end = max(c[ph][which] for c in got)
             spent[ph] += end - before
             before = end
     return spent
@@ -310,6 +311,10 @@ def main():
               f"rendezvous {spent['start-up']:.2f}, barrier {spent['barrier']:.2f}, "
               f"allreduce {spent['allreduce']:.2f}; barrier + allreduce per "
               f"connection made {1e6 * (spent['barrier'] + spent['allreduce']) / made:.0f} µs")
+        sw = cpu_through(results, ranges, 1)
+        print(f"- context switches of the worker processes: barrier + allreduce "
+              f"{sw['barrier'] + sw['allreduce']:.0f}, per connection made "
+              f"{(sw['barrier'] + sw['allreduce']) / made:.1f}")
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
