@@ -207,7 +207,7 @@ class Listener:
                     return            # the rest later
                 if not data:
                     raise handshake.HungUp("connection closed during the handshake")
-            except OSError as e:
+            except (OSError, handshake.HungUp) as e:   # (a HungUp must not end us)
                 return self._drop(poller, dials, d, e)
             d.buf += data
             if len(d.buf) < d.need:
