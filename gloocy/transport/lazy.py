@@ -390,28 +390,32 @@ class Connector:
         with self.cond:
             self._uncome(peer, n)
 
-    def _uncome(self, peer, n=-1):
+    def _uncome(self, peer, n=-1, wake=True):
         left = self.coming.get(peer, 0) + n
         if left > 0:
             self.coming[peer] = left
         else:
             self.coming.pop(peer, None)
-            self.cond.notify_all()
+            if wake:
+                self.cond.notify_all()
 
     def verdict(self, peer):
         """An authenticated dial from `peer` (the listener's thread): True
         to accept it, False to refuse it (we dial the peer too, and it is
         the higher rank), None if we have left (the dialer names us lost).
-        (It is no longer only coming.)"""
+        (It is no longer only coming: a pair() waiting for it is woken if
+        it is not accepted; else arrive() wakes it, once.)"""
         with self.cond:
-            self._uncome(peer)
+            self._uncome(peer, wake=False)
             if self.closed:
+                self.cond.notify_all()
                 return None
             st = self.state.get(peer)
             if st is None or (st is _DIALING and peer < self.rank):
                 self.state[peer] = _ACCEPTING
                 self.accepted += 1
                 return True
+            self.cond.notify_all()
         return False
 
     def finish(self, sock, peer, address, local):
