@@ -307,10 +307,11 @@ def main():
     spent = cpu_through(results, ranges)
     if spent is not None:
         made = sum(conns) / 2
+        used = spent["barrier"] + spent["allreduce"]
         print("- CPU seconds of the worker processes (all their threads): "
               f"rendezvous {spent['start-up']:.2f}, barrier {spent['barrier']:.2f}, "
               f"allreduce {spent['allreduce']:.2f}; barrier + allreduce per "
-              f"connection made {1e6 * (spent['barrier'] + spent['allreduce']) / made:.0f} µs")
+              f"connection made {1e6 * used / made:.0f} µs")
         sw = cpu_through(results, ranges, 1)
         print(f"- context switches of the worker processes: barrier + allreduce "
               f"{sw['barrier'] + sw['allreduce']:.0f}, per connection made "

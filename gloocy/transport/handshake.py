@@ -14,8 +14,8 @@ from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport import _tcp
 
 __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
-           "dial_fd", "fmt", "read_fd", "send_fd", "HungUp", "job_tag", "parse_addr", "parse_hello", "read_hello",
-           "recv_exact"]
+           "dial_fd", "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello",
+           "read_fd", "read_hello", "recv_exact", "send_fd"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -137,9 +137,9 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
 def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
             after_proof=b""):
     """dial()'s work, on a non-blocking fd (returned; None: refused) of a
-    job of tag `tag`; `after_proof` is sent with our proof (our host id). Its socket calls keep the GIL (_tcp.py's
-    connect_now...); it waits without the GIL only for the listener's
-    answers (see _tcp.pyx)."""
+    job of tag `tag`; `after_proof` is sent with our proof (our host id).
+    Its socket calls keep the GIL (_tcp.pyx's connect_now...); it waits
+    without the GIL only for the listener's answers."""
     host, port = addr[:2]
     try:
         socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)

@@ -252,7 +252,9 @@ class Listener:
             if not verdict:       # refused (it waits for our rank's dial) or left
                 if verdict is False:
                     self._send(d, handshake.REFUSE)
-                    recv_now(d.fd, 512)   # its host id, sent with the proof: no reset
+                    for _ in range(128):  # its host id, sent with the proof: read,
+                        if not recv_now(d.fd, 512):   # lest closing reset the
+                            break                     # connection
                 d.step = None     # (_hand_over closes it)
                 return
             d.connector = connector
