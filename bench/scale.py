@@ -58,19 +58,48 @@ class CountingStore:
         return counted
 
 
+def process_cpu():
+    """CPU seconds (user + system) of this process so far, and its context
+    switches: every rank thread's, the listener's, the store client's."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+
+
+def cpu_through(results, procs, which=0):
+    """CPU seconds the worker processes spent in rendezvous, the barrier
+    and the allreduce: per process, from its first rank's connect() (the
+    least CPU reading) to the last of its ranks through each phase (the
+    most), summed. Immune to other jobs' load, unlike the seconds.
+    `which`: 1 for the context switches instead."""
+    spent = dict.fromkeys(("start-up", "barrier", "allreduce"), 0.0)
+    for ranks in procs:
+        got = [results[r]["cpu"] for r in ranks if "cpu" in results[r]]
+        if not got or not all(ph in c for c in got for ph in spent):
+            return None
+        before = min(c["begin"][which] for c in got)
+        for ph in spent:
+            end = max(c[ph][which] for c in got)
+            spent[ph] += end - before
+            before = end
+    return spent
+
+
 def rank_main(rank, size, url, secret, job, out, timeout):
     import gloocy
     from gloocy import rendezvous
 
     t, at = {}, {}                # seconds per phase; when each ended (monotonic)
+    cpu = {}                      # the process's CPU seconds when each ended
     comm = store = None
     try:
         at["thread"] = time.monotonic()
         store = CountingStore(rendezvous.connect(url, secret=secret, timeout=timeout))
         t0 = at["begin"] = time.monotonic()
+        cpu["begin"] = process_cpu()
         comm = gloocy.connect(rank, size, store, secret=secret, job=job,
                               timeout=timeout)
         at["start-up"] = time.monotonic()
+        cpu["start-up"] = process_cpu()
         t["start-up"] = at["start-up"] - t0
         startup_ops = store.ops
 
@@ -78,6 +107,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
             s = time.monotonic()
             fn()
             at[name] = time.monotonic()
+            cpu[name] = process_cpu()
             t[name] = at[name] - s
 
         phase("barrier", comm.Barrier)
@@ -93,6 +123,9 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         phase("bcast", lambda: comm.Bcast(y, root=0))
         assert (y == np.arange(64)).all()
         conns = len(comm._ctx.links.connected)   # after barrier+allreduce+bcast
+        c = comm._ctx.links.connector
+        dials = dict(dialed=c.dialed, accepted=c.accepted,
+                     refused=getattr(c, "refused", 0))   # (older gloocy: none)
 
         def split():
             sub = comm.Split(rank % 64, rank)
@@ -106,7 +139,7 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         comm.Free()
         comm = None
         t["free"] = time.monotonic() - s
-        out[rank] = dict(t=t, at=at, conns=conns, conns_all=conns_all,
+        out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns_all, dials=dials,
                          startup_ops=startup_ops, ops=store.ops)
     except BaseException as e:      # noqa: B036 -- reported
         out[rank] = dict(error=f"{type(e).__name__}: {e}", at=at)
@@ -223,8 +256,9 @@ def main():
     drops0 = drop_counters()
     load0 = os.getloadavg()
     t0 = time.monotonic()
-    procs = []
+    procs, ranges = [], []
     for first in range(0, args.n, per):
+        ranges.append(range(first, min(first + per, args.n)))
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--worker", "-n", str(args.n),
              "--first", str(first), "--count", str(min(per, args.n - first)),
@@ -270,10 +304,26 @@ def main():
         print(f"| {ph} | {slowest[ph]:.2f} |")
     print(f"| whole run, processes included | {wall:.2f} |\n")
     print(through(ok) + "\n")
+    spent = cpu_through(results, ranges)
+    if spent is not None:
+        made = sum(conns) / 2
+        used = spent["barrier"] + spent["allreduce"]
+        print("- CPU seconds of the worker processes (all their threads): "
+              f"rendezvous {spent['start-up']:.2f}, barrier {spent['barrier']:.2f}, "
+              f"allreduce {spent['allreduce']:.2f}; barrier + allreduce per "
+              f"connection made {1e6 * used / made:.0f} µs")
+        sw = cpu_through(results, ranges, 1)
+        print(f"- context switches of the worker processes: barrier + allreduce "
+              f"{sw['barrier'] + sw['allreduce']:.0f}, per connection made "
+              f"{(sw['barrier'] + sw['allreduce']) / made:.1f}")
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
           f"{max(v['conns_all'] for v in ok)}")
+    d = {k: sum(v["dials"][k] for v in ok) for k in ("dialed", "accepted", "refused")}
+    print(f"- dials (barrier + allreduce + bcast), in all: {d['dialed']} made, "
+          f"{d['refused']} refused (the peer dialed us at the same time: its "
+          f"dial won), {d['accepted']} accepted")
     print(f"- store operations: {sum(ops)} in total; per rank at start-up max "
           f"{max(sops)}, in all max {max(ops)}, mean {sum(ops) / len(ops):.1f}")
     print(f"- memory: {rss / args.n / 1024:.0f} KiB resident per rank "

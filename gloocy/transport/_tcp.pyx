@@ -1,17 +1,27 @@
 # cython: language_level=3
 """TCP transport: one connection per peer.
 
-Connections are set up and authenticated in Python (`handshake.py`) and
-then handed to `TcpPair`, whose data path (framing in _stream.pyx) runs
-without the GIL on a non-blocking socket.
+Connections are set up and authenticated in Python (`handshake.py`,
+`listener.py`) and then handed to `TcpPair`, whose data path (framing in
+_stream.pyx) runs without the GIL on a non-blocking socket.
+
+The set-up's socket calls are here too (`connect_now`, `accept_now`,
+`recv_now`, `send_now`, `close_now`, `wait_fd`): non-blocking, they keep the
+GIL, unlike Python's socket methods, which release it around every call.
+A process with hundreds of rank threads (thread worlds at scale) pays a
+GIL hand-off for each release (a wake-up and a context switch, often a wait
+behind other threads): a dial is answered at one GIL hold per batch of
+ready sockets, and a dial waits (`wait_fd`, without the GIL) only for its
+peer's answers.
 """
 
-import ipaddress
+import os
 import socket
 
-from libc.errno cimport errno, EINTR, EAGAIN, ECONNRESET, EPIPE
-from libc.string cimport memset
+from libc.errno cimport errno, EINTR, EAGAIN, ECONNRESET, EPIPE, EINPROGRESS
+from libc.string cimport memset, memcmp
 from posix.unistd cimport close as c_close
+from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
 
@@ -26,10 +36,83 @@ cdef extern from "<sys/socket.h>" nogil:
         size_t msg_controllen
         int msg_flags
     ssize_t recv(int fd, void *buf, size_t n, int flags)
+    ssize_t send(int fd, const void *buf, size_t n, int flags)
     ssize_t sendmsg(int fd, const msghdr *msg, int flags)
+    ctypedef unsigned int socklen_t
+    ctypedef unsigned short sa_family_t
+    struct sockaddr:
+        sa_family_t sa_family
+    struct sockaddr_storage:
+        sa_family_t ss_family
+    int c_socket "socket"(int domain, int type, int protocol)
+    int connect(int fd, const sockaddr *addr, socklen_t n)
+    int accept4(int fd, sockaddr *addr, socklen_t *n, int flags)
+    int getsockname(int fd, sockaddr *addr, socklen_t *n)
+    int getpeername(int fd, sockaddr *addr, socklen_t *n)
+    int getsockopt(int fd, int level, int name, void *val, socklen_t *n)
+    int setsockopt(int fd, int level, int name, const void *val, socklen_t n)
     enum:
         MSG_NOSIGNAL
         MSG_DONTWAIT
+        AF_INET
+        AF_INET6
+        SOCK_STREAM
+        SOCK_NONBLOCK
+        SOCK_CLOEXEC
+        SOL_SOCKET
+        SO_ERROR
+
+cdef extern from "<netinet/in.h>" nogil:
+    struct in_addr:
+        unsigned int s_addr
+    struct in6_addr:
+        unsigned char s6_addr[16]
+    struct sockaddr_in:
+        sa_family_t sin_family
+        unsigned short sin_port
+        in_addr sin_addr
+    struct sockaddr_in6:
+        sa_family_t sin6_family
+        unsigned short sin6_port
+        in6_addr sin6_addr
+    unsigned short htons(unsigned short)
+    unsigned short ntohs(unsigned short)
+    unsigned int ntohl(unsigned int)
+    enum:
+        IPPROTO_TCP
+
+cdef extern from "<netinet/tcp.h>" nogil:
+    enum:
+        TCP_NODELAY
+
+cdef extern from "<arpa/inet.h>" nogil:
+    int inet_pton(int af, const char *src, void *dst)
+    const char *inet_ntop(int af, const void *src, char *dst, socklen_t n)
+
+cdef extern from "<sys/random.h>" nogil:
+    ssize_t getrandom(void *buf, size_t n, unsigned int flags)
+
+cdef extern from "<sys/epoll.h>" nogil:
+    union epoll_data_t "epoll_data":
+        int fd
+    struct epoll_event:
+        unsigned int events
+        epoll_data_t data
+    int epoll_ctl(int epfd, int op, int fd, epoll_event *event)
+    enum:
+        EPOLL_CTL_ADD
+        EPOLL_CTL_DEL
+        EPOLLIN
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int poll(pollfd *fds, unsigned long nfds, int timeout)
+    enum:
+        POLLIN
+        POLLOUT
 
 
 cdef class TcpPair(StreamPair):
@@ -93,7 +176,8 @@ cdef class TcpPair(StreamPair):
 
 
 def tcp_pair(sock, int rank, int peer, str address, *, int dead_s=0):
-    """Hand a connected socket over to a TcpPair (which owns it then).
+    """Hand a connected socket (a socket object, or its fd: the pair owns
+    it then) over to a TcpPair.
 
     With `dead_s` > 0, TCP keepalive finds a peer dead that answers nothing
     for `dead_s` seconds while we have no data in flight to it: the next
@@ -101,21 +185,203 @@ def tcp_pair(sock, int rank, int peer, str address, *, int dead_s=0):
     between two ends on this host: the kernel closes a dead process's
     connections itself, and probes over a loopback device swamped by
     thousands of rank threads get dropped, failing live connections."""
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    if dead_s > 0 and not _same_host(sock):
-        _keepalive(sock, dead_s)
-    sock.setblocking(False)
-    return TcpPair(sock.detach(), rank, peer, address)
+    cdef int fd, one = 1
+    if isinstance(sock, int):
+        fd = sock
+        if dead_s > 0 and not _same_host(fd):
+            with socket.socket(fileno=fd) as s:       # (rare: between hosts)
+                _keepalive(s, dead_s)
+                s.setblocking(False)
+                s.detach()
+    else:
+        if dead_s > 0 and not _same_host(sock.fileno()):
+            _keepalive(sock, dead_s)
+        sock.setblocking(False)
+        fd = sock.detach()
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one))
+    return TcpPair(fd, rank, peer, address)
 
 
-def _same_host(sock):
-    """Whether both ends of `sock` are on this host (a loopback address,
-    or the peer's address is ours)."""
-    try:
-        ours, theirs = sock.getsockname()[0], sock.getpeername()[0]
-    except (OSError, IndexError, TypeError):
+cdef bint _same_host(int fd):
+    """Whether both ends of socket `fd` are on this host (a loopback
+    address, or the peer's address is ours)."""
+    cdef sockaddr_storage ours, theirs
+    cdef socklen_t n1 = sizeof(ours), n2 = sizeof(theirs)
+    cdef sockaddr_in *a
+    cdef sockaddr_in6 *b
+    cdef sockaddr_in6 *c
+    cdef unsigned char *x
+    if (getsockname(fd, <sockaddr *>&ours, &n1) != 0
+            or getpeername(fd, <sockaddr *>&theirs, &n2) != 0
+            or ours.ss_family != theirs.ss_family):
         return False
-    return theirs == ours or ipaddress.ip_address(theirs.split("%")[0]).is_loopback
+    if theirs.ss_family == AF_INET:
+        a = <sockaddr_in *>&theirs
+        return ((ntohl(a.sin_addr.s_addr) >> 24) == 127
+                or a.sin_addr.s_addr == (<sockaddr_in *>&ours).sin_addr.s_addr)
+    if theirs.ss_family == AF_INET6:
+        b, c = <sockaddr_in6 *>&theirs, <sockaddr_in6 *>&ours
+        x = b.sin6_addr.s6_addr
+        if memcmp(x, c.sin6_addr.s6_addr, 16) == 0:
+            return True
+        if memcmp(x, b"\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\1", 16) == 0:
+            return True                             # ::1
+        return (memcmp(x, b"\0\0\0\0\0\0\0\0\0\0\xff\xff", 12) == 0
+                and x[12] == 127)                   # ::ffff:127.x.y.z
+    return False
+
+
+# -- the set-up's socket calls, keeping the GIL (see the module's comment) --
+
+cdef _oserror(int err, str what):
+    return OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def connect_now(str host, int port):
+    """A non-blocking socket to `host` (an IP address) : `port`, connecting:
+    its fd. The connection may still be in progress (see `connect_error`)."""
+    cdef sockaddr_storage sa
+    cdef sockaddr_in *a = <sockaddr_in *>&sa
+    cdef sockaddr_in6 *b = <sockaddr_in6 *>&sa
+    cdef socklen_t n
+    cdef int fd, family, err
+    cdef bytes h = host.encode()
+    memset(&sa, 0, sizeof(sa))
+    if inet_pton(AF_INET, h, &a.sin_addr) == 1:
+        family, n = AF_INET, sizeof(sockaddr_in)
+        a.sin_family, a.sin_port = AF_INET, htons(port)
+    elif inet_pton(AF_INET6, h, &b.sin6_addr) == 1:
+        family, n = AF_INET6, sizeof(sockaddr_in6)
+        b.sin6_family, b.sin6_port = AF_INET6, htons(port)
+    else:
+        raise ValueError(f"{host!r} is not an IP address")
+    fd = c_socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0)
+    if fd < 0:
+        raise _oserror(errno, "socket")
+    if connect(fd, <sockaddr *>&sa, n) != 0:
+        err = errno
+        if err != EINPROGRESS and err != EINTR:   # (EINTR: it goes on)
+            c_close(fd)
+            raise _oserror(err, "connect")
+    return fd
+
+
+def connect_error(int fd):
+    """The error of a finished connect (SO_ERROR): OSError, or None."""
+    cdef int err = 0
+    cdef socklen_t n = sizeof(err)
+    if getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &n) != 0:
+        err = errno
+    return _oserror(err, "connect") if err else None
+
+
+def accept_now(int fd):
+    """A connection waiting at listening socket `fd` (non-blocking): (its
+    fd, made non-blocking, and "host:port" of the peer), or None."""
+    cdef sockaddr_storage sa
+    cdef socklen_t n = sizeof(sa)
+    cdef int got, err
+    cdef char text[64]
+    cdef int port
+    while True:
+        got = accept4(fd, <sockaddr *>&sa, &n, SOCK_NONBLOCK | SOCK_CLOEXEC)
+        if got >= 0:
+            break
+        err = errno
+        if err == EAGAIN:
+            return None
+        if err != EINTR:
+            raise _oserror(err, "accept")
+    if sa.ss_family == AF_INET6:
+        inet_ntop(AF_INET6, &(<sockaddr_in6 *>&sa).sin6_addr, text, sizeof(text))
+        port = ntohs((<sockaddr_in6 *>&sa).sin6_port)
+        return got, f"[{text.decode()}]:{port}"
+    inet_ntop(AF_INET, &(<sockaddr_in *>&sa).sin_addr, text, sizeof(text))
+    port = ntohs((<sockaddr_in *>&sa).sin_port)
+    return got, f"{text.decode()}:{port}"
+
+
+def recv_now(int fd, Py_ssize_t n):
+    """Up to n bytes that have come on `fd` (b"": the peer closed), or None
+    (nothing yet). OSError if the connection failed."""
+    cdef char buf[512]
+    cdef ssize_t got
+    cdef int err
+    if n > <Py_ssize_t>sizeof(buf):
+        n = sizeof(buf)
+    while True:
+        got = recv(fd, buf, n, MSG_DONTWAIT)
+        if got >= 0:
+            return PyBytes_FromStringAndSize(buf, got)
+        err = errno
+        if err == EAGAIN:
+            return None
+        if err != EINTR:
+            raise _oserror(err, "recv")
+
+
+def send_now(int fd, const unsigned char[::1] data):
+    """Send what fits of `data` on `fd` now: the bytes sent (0: none fit,
+    or the connection is still being made). OSError if it failed."""
+    cdef ssize_t sent
+    cdef int err
+    if data.shape[0] == 0:
+        return 0
+    while True:
+        sent = send(fd, &data[0], data.shape[0], MSG_DONTWAIT | MSG_NOSIGNAL)
+        if sent >= 0:
+            return sent
+        err = errno
+        if err == EAGAIN:
+            return 0
+        if err != EINTR:
+            raise _oserror(err, "send")
+
+
+def close_now(int fd):
+    """Close `fd` (any unread bytes make the kernel reset the connection:
+    for dials given up on)."""
+    c_close(fd)
+
+
+def random_now(Py_ssize_t n):
+    """n random bytes from the kernel's generator, for nonces (as
+    secrets.token_bytes, which lets the GIL go), n <= 256."""
+    cdef unsigned char buf[256]
+    cdef ssize_t got = 0, k
+    if not 0 <= n <= 256:
+        raise ValueError(f"random_now: n={n} is not within 0..256")
+    while got < n:
+        k = getrandom(buf + got, n - got, 0)
+        if k < 0:
+            if errno == EINTR:
+                continue
+            raise _oserror(errno, "getrandom")
+        got += k
+    return PyBytes_FromStringAndSize(<char *>buf, n)
+
+
+def watch_now(int epfd, int fd, bint on):
+    """Have epoll `epfd` watch `fd` for reading (`on`), or no more (as
+    select.epoll's register/unregister, but keeping the GIL)."""
+    cdef epoll_event ev
+    memset(&ev, 0, sizeof(ev))
+    ev.events = EPOLLIN
+    ev.data.fd = fd
+    if epoll_ctl(epfd, EPOLL_CTL_ADD if on else EPOLL_CTL_DEL, fd, &ev) != 0:
+        raise _oserror(errno, "epoll_ctl")
+
+
+def wait_fd(int fd, bint out, double seconds):
+    """Wait (without the GIL) until `fd` is readable (or writable, with
+    `out`), for `seconds` at most: whether it is."""
+    cdef pollfd p
+    cdef int ms = <int>(seconds * 1000) + 1 if seconds > 0 else 0
+    cdef int r
+    p.fd, p.events, p.revents = fd, POLLOUT if out else POLLIN, 0
+    with nogil:
+        r = poll(&p, 1, ms)
+    return r > 0
 
 
 def _keepalive(sock, int dead_s):

@@ -5,17 +5,17 @@ the higher ones).
 
 import hashlib
 import hmac
-import secrets
 import socket
 import struct
 import threading
 import time
 
 from gloocy.errors import ProtocolError, RendezvousError
+from gloocy.transport import _tcp
 
 __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
-           "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello", "read_hello",
-           "recv_exact"]
+           "dial_fd", "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello",
+           "read_fd", "read_hello", "recv_exact", "send_fd"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -26,6 +26,12 @@ __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial"
 #   connector -> HMAC(secret, "connector" | HELLO | nonce_a)
 #   acceptor  -> b"\x01" (accepted), or b"\x02" (refused: a lazy connection
 #                the acceptor's rank is making the other way, see lazy.py)
+#
+# Then both ends tell their host id (shm.local_peers). A lazy connector
+# sends its id right behind its proof, in the same write, without waiting
+# for the verdict; the acceptor sends its id right behind b"\x01". (So a
+# listener answers a dial in two steps; it reads what follows a proof it
+# refuses before it closes, lest the kernel reset the connection.)
 #
 # A connection that fails any step is closed; the job goes on without it.
 
@@ -42,7 +48,7 @@ class HungUp(ProtocolError):
 
 
 def _mac(secret, label, *parts):
-    return hmac.new(secret, label + b"".join(parts), hashlib.sha256).digest()
+    return hmac.digest(secret, label + b"".join(parts), "sha256")
 
 
 def recv_exact(sock, n, what="the handshake"):
@@ -84,7 +90,7 @@ def read_hello(sock):
 def challenge(secret, hello):
     """The acceptor's first answer to `hello`: (our nonce, the bytes to
     send: the nonce and our proof that we know the secret)."""
-    nonce = secrets.token_bytes(32)
+    nonce = _tcp.random_now(32)      # (keeps the GIL: see _tcp.pyx)
     return nonce, nonce + _mac(secret, b"acceptor", hello, nonce)
 
 
@@ -115,58 +121,136 @@ def _accept_one(sock, secret, rank, size, job):
 
 
 def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
-    """Connect to `peer` at (host, port) and authenticate both ways. With
-    `refusable` (lazy connections: the listener is up for the whole job),
-    ConnectionRefusedError is raised at once, and a refusal returns None."""
+    """Connect to `peer` at (host, port) and authenticate both ways: a
+    blocking socket. With `refusable` (lazy connections: the listener is up
+    for the whole job), ConnectionRefusedError is raised at once, and a
+    refusal returns None."""
+    fd = dial_fd(addr, secret, rank, peer, size, job_tag(job), deadline,
+                 refusable=refusable)
+    if fd is None:
+        return None
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    return sock
+
+
+def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
+            after_proof=b""):
+    """dial()'s work, on a non-blocking fd (returned; None: refused) of a
+    job of tag `tag`; `after_proof` is sent with our proof (our host id).
+    Its socket calls keep the GIL (_tcp.pyx's connect_now...); it waits
+    without the GIL only for the listener's answers."""
+    host, port = addr[:2]
+    try:
+        socket.inet_pton(socket.AF_INET6 if ":" in host else socket.AF_INET, host)
+    except OSError:               # a host name, not an address: resolve it
+        host, port = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][4][:2]
+    hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size, tag,
+                        _tcp.random_now(32))
     while True:
+        fd = None
+        try:
+            fd = _tcp.connect_now(host, port)
+            send_fd(fd, hello, deadline, connecting=True)
+            break
+        except ConnectionRefusedError:
+            if refusable:
+                if fd is not None:
+                    _tcp.close_now(fd)
+                raise
+        except TimeoutError:
+            _tcp.close_now(fd)
+            raise RendezvousError(f"rank {rank}: could not connect to rank "
+                                  f"{peer} at {fmt(addr)} before the deadline") from None
+        except OSError:
+            pass
+        except BaseException:
+            if fd is not None:
+                _tcp.close_now(fd)
+            raise
+        if fd is not None:
+            _tcp.close_now(fd)
         left = deadline - time.monotonic()
         if left <= 0:
             raise RendezvousError(f"rank {rank}: could not connect to rank "
                                   f"{peer} at {fmt(addr)} before the deadline")
-        try:
-            sock = socket.create_connection(addr, timeout=min(left, 5.0))
-            break
-        except ConnectionRefusedError:
-            if refusable:
-                raise
-            time.sleep(min(0.05, max(left, 0)))
-        except (socket.timeout, OSError):
-            time.sleep(min(0.05, max(left, 0)))
+        time.sleep(min(0.05, left))
     who = f"rank {rank}: the process at {fmt(addr)}"
-    hello = _HELLO.pack(_HELLO_MAGIC, _HELLO_VERSION, rank, peer, size,
-                        job_tag(job), secrets.token_bytes(32))
     authentic = accepted = refused = False
     try:
-        sock.settimeout(max(0.001, deadline - time.monotonic()))
-        sock.sendall(hello)
-        reply = recv_exact(sock, 64)
+        reply = read_fd(fd, 64, deadline)
         nonce, mac = reply[:32], reply[32:]
         authentic = hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce))
         if authentic:
-            sock.sendall(_mac(secret, b"connector", hello, nonce))
-            verdict = recv_exact(sock, 1)
+            send_fd(fd, _mac(secret, b"connector", hello, nonce) + after_proof,
+                    deadline)
+            verdict = read_fd(fd, 1, deadline)
             accepted = verdict == ACCEPT
             refused = refusable and verdict == REFUSE
-    except socket.timeout:            # a listener that stays silent
-        sock.close()
+    except TimeoutError:              # a listener that stays silent
+        _tcp.close_now(fd)
         raise RendezvousError(f"{who} did not finish the handshake as rank "
                               f"{peer} before the deadline") from None
     except (OSError, ProtocolError) as e:   # it hung up or reset
-        sock.close()
+        _tcp.close_now(fd)
         raise HungUp(f"{who} broke off the handshake as rank {peer} "
                      f"({e})") from None
     except BaseException:
-        sock.close()
+        _tcp.close_now(fd)
         raise
     if refused:
-        sock.close()
+        _tcp.close_now(fd)
         return None
     if not accepted:
-        sock.close()
+        _tcp.close_now(fd)
         raise ProtocolError(f"{who} failed authentication as rank {peer}"
                             if not authentic else
                             f"{who} refused the handshake as rank {peer}")
-    return sock
+    return fd
+
+
+_SLICE_S = 0.5     # a wait's longest sleep: signal handlers run in between
+
+
+def _wait(fd, out, deadline):
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("timed out")
+        if _tcp.wait_fd(fd, out, min(left, _SLICE_S)):
+            return
+
+
+def read_fd(fd, n, deadline, what="the handshake"):
+    """Exactly n bytes from non-blocking `fd` by `deadline` (TimeoutError);
+    HungUp if it closes, OSError if it fails."""
+    data = b""
+    while True:
+        got = _tcp.recv_now(fd, n - len(data))
+        if got is None:
+            _wait(fd, False, deadline)
+        elif not got:
+            raise HungUp(f"connection closed while reading {what}")
+        else:
+            data += got
+            if len(data) == n:
+                return data
+
+
+def send_fd(fd, data, deadline, *, connecting=False):
+    """All of `data` on non-blocking `fd` by `deadline` (TimeoutError).
+    `connecting`: the connection may not be made yet (its error is raised
+    as it comes: ConnectionRefusedError...)."""
+    view = memoryview(data)
+    while view:
+        sent = _tcp.send_now(fd, view)
+        view = view[sent:]
+        if view:
+            _wait(fd, True, deadline)
+            if connecting:
+                err = _tcp.connect_error(fd)
+                if err is not None:
+                    raise err
 
 
 def fmt(addr):

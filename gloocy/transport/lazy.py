@@ -36,7 +36,7 @@ import weakref
 
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
-from gloocy.transport import handshake, ibverbs, shm
+from gloocy.transport import _tcp, handshake, ibverbs, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
 
@@ -46,6 +46,8 @@ _DIALING, _ACCEPTING, _INSTALLED = "dialing", "accepting", "installed"
 _LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
 _CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
 _TELL_ARRIVING_S = 1.0  # the longest a failed rank leaving waits for dials it accepted
+_COMING_WAIT_S = 1.0   # the longest pair() waits for a peer's dial our listener has
+                       # begun to answer, rather than dial too (see Connector.pair)
 
 
 def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
@@ -166,6 +168,8 @@ class Connector:
         self.recording = None     # the thread saying why we stopped (record_abort)
         self.told = None          # ... and why: (why, code, culprit, origin)
         self.dialed = self.accepted = 0   # connections made each way
+        self.refused = 0          # our dials the peer refused (it dialed us too)
+        self.coming = {}          # peer -> its dials our listener is authenticating
         self._pids = {}
         self.listener = listener
         try:
@@ -186,10 +190,22 @@ class Connector:
     def pair(self, peer, timeout=None):
         """The pair to `peer`, connected now (or the one it dialed)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        hint_until = None
         with self.cond:
             while True:
                 st = self.state.get(peer)
                 if st is None:
+                    if self.coming.get(peer):
+                        # The peer is dialing us: its dial will do, and ours
+                        # would only cost both sides a handshake (refused,
+                        # or the second of two). Not for long: it is a hint
+                        # (a HELLO, not authenticated yet).
+                        now = time.monotonic()
+                        if hint_until is None:
+                            hint_until = min(deadline, now + _COMING_WAIT_S)
+                        if now < hint_until:
+                            self.cond.wait(hint_until - now)
+                            continue
                     self.state[peer] = _DIALING
                     break
                 if st is not _ACCEPTING:
@@ -213,6 +229,7 @@ class Connector:
                 self.dialed += 1
             return got
         with self.cond:           # refused: the peer's own dial wins
+            self.refused += 1
             while self.state.get(peer) in (_DIALING, _ACCEPTING):
                 self._wait(peer, deadline)
             return self._take(peer)
@@ -274,19 +291,48 @@ class Connector:
         addr = handshake.parse_addr(text.decode())
         address = handshake.fmt(addr)
         try:
-            sock = handshake.dial(addr, self.secret, self.rank, peer, self.size,
-                                  self.job, deadline, refusable=True)
+            fd = handshake.dial_fd(addr, self.secret, self.rank, peer, self.size,
+                                   self.tag, deadline, refusable=True,
+                                   after_proof=self.host_frame)
         except (ConnectionRefusedError, handshake.HungUp) as e:
             # The listener lives as long as the rank: it has left, or died.
             # (A listener that fails authentication is a ProtocolError.)
             return self._gone(peer, address, e)
-        if sock is None:
+        if fd is None:
             return None
         try:
+            local = self._hosts_told(fd, peer, address, deadline)
+        except TimeoutError:
+            _tcp.close_now(fd)
+            raise RendezvousError(f"rank {self.rank}: rank {peer} ({address}) did not "
+                                  "finish connecting before the deadline") from None
+        except (OSError, handshake.HungUp) as e:    # it went meanwhile
+            _tcp.close_now(fd)
+            return self._gone(peer, address, e)
+        except BaseException:
+            _tcp.close_now(fd)
+            raise
+        if not local and self.mode == "tcp":
+            return tcp_pair(fd, self.rank, peer, address, dead_s=self.dead_s)
+        sock = socket.socket(fileno=fd)
+        sock.setblocking(True)
+        try:
             return build_pair(sock, address, self.rank, peer, self.mode, self.dead_s,
-                              deadline, self.ring, ours=self.host_frame)
+                              deadline, self.ring, local=local)
         except (ConnectionError, handshake.HungUp) as e:   # it went meanwhile
             return self._gone(peer, address, e)
+
+    def _hosts_told(self, fd, peer, address, deadline):
+        """After the verdict, the peer's host id (shm.local_peers's frame:
+        the listener sends it with the verdict; ours went with our proof):
+        whether the peer shares memory with us."""
+        willing, n = shm.id_length(handshake.read_fd(fd, shm.ID_HEADER_BYTES, deadline,
+                                                     "a host id"),
+                                   self.rank, peer, address)
+        theirs = handshake.read_fd(fd, n, deadline, "a host id") if n else b""
+        return shm.is_local(self.host_frame, theirs, willing,
+                            "tcp" if self.mode == "ibverbs" else self.mode,
+                            self.rank, peer, address)
 
     def _gone(self, peer, address, e):
         """`peer` hung up on our dial: the pair to a peer that left (telling
@@ -338,18 +384,38 @@ class Connector:
 
     # -- the listener's side --------------------------------------------------
 
+    def dial_coming(self, peer, n):
+        """The listener begins (n = 1) or gives up (n = -1) authenticating
+        a dial from `peer` (see pair)."""
+        with self.cond:
+            self._uncome(peer, n)
+
+    def _uncome(self, peer, n=-1, wake=True):
+        left = self.coming.get(peer, 0) + n
+        if left > 0:
+            self.coming[peer] = left
+        else:
+            self.coming.pop(peer, None)
+            if wake:
+                self.cond.notify_all()
+
     def verdict(self, peer):
         """An authenticated dial from `peer` (the listener's thread): True
         to accept it, False to refuse it (we dial the peer too, and it is
-        the higher rank), None if we have left (the dialer names us lost)."""
+        the higher rank), None if we have left (the dialer names us lost).
+        (It is no longer only coming: a pair() waiting for it is woken if
+        it is not accepted; else arrive() wakes it, once.)"""
         with self.cond:
+            self._uncome(peer, wake=False)
             if self.closed:
+                self.cond.notify_all()
                 return None
             st = self.state.get(peer)
             if st is None or (st is _DIALING and peer < self.rank):
                 self.state[peer] = _ACCEPTING
                 self.accepted += 1
                 return True
+            self.cond.notify_all()
         return False
 
     def finish(self, sock, peer, address, local):

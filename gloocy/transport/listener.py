@@ -1,7 +1,13 @@
 """The process's listener for lazy connections (see lazy.py): one thread
 answers every dial of a job's ranks living in the process, a step per
 message, and hands each authenticated connection to the rank's Connector
-(Connector.verdict, finish, arrive, hung_up)."""
+(Connector.verdict, finish, arrive, hung_up).
+
+Its socket calls keep the GIL (_tcp.pyx: accept_now, recv_now, send_now,
+close_now, watch_now): it lets the GIL go only in epoll's wait, so a batch of ready
+dials is answered in one hold of it, however many rank threads the
+process has. Each dial is stepped as far as its bytes go at once (a HELLO
+that came with the connection is answered as it is accepted)."""
 
 import select
 import socket
@@ -13,7 +19,8 @@ import weakref
 from gloocy._quiet import start_quiet
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport import handshake, shm
-from gloocy.transport._tcp import tcp_pair
+from gloocy.transport._tcp import (accept_now, close_now, recv_now, send_now, tcp_pair,
+                                   watch_now)
 
 __all__ = ["Listener"]
 
@@ -29,16 +36,16 @@ _ANSWER_S = 60.0
 class _Dial:
     """A dial the listener is answering: the handshake's bytes so far."""
 
-    __slots__ = ("sock", "fd", "address", "deadline", "step", "need", "buf", "hello",
-                 "nonce", "peer", "dialed", "connector", "willing", "local")
+    __slots__ = ("fd", "address", "deadline", "step", "need", "buf", "hello",
+                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming")
 
-    def __init__(self, sock, address, deadline):
-        self.sock, self.address, self.deadline = sock, address, deadline
-        self.fd = sock.fileno()
+    def __init__(self, fd, address, deadline):
+        self.fd, self.address, self.deadline = fd, address, deadline
         self.step, self.need, self.buf = _Listening.HELLO, handshake.HELLO_BYTES, b""
         self.dialed = None        # the Connector of the rank dialed
         self.connector = None     # ... once it accepted: errors are told to it
         self.willing = self.local = False   # the dialer takes shared memory; we share it
+        self.coming = False       # told to `dialed` as coming (Connector.dial_coming)
 
 
 class _Listening:
@@ -155,27 +162,31 @@ class Listener:
             poller.close()
 
     def _accept(self, poller, dials):
+        listen_fd = self.sock.fileno()
         while not self.closing:
             try:
-                sock, addr = self.sock.accept()
-            except (BlockingIOError, InterruptedError):
-                return
+                got = accept_now(listen_fd)
             except OSError:
                 if self.closing:
                     return
                 time.sleep(0.01)      # out of fds: the dialers retry or time out
                 return
-            sock.setblocking(False)
-            d = _Dial(sock, handshake.fmt(addr), time.monotonic() + self.answer_s)
+            if got is None:
+                return
+            d = _Dial(*got, time.monotonic() + self.answer_s)
             dials[d.fd] = d
-            poller.register(d.fd, select.EPOLLIN)
+            watch_now(poller.fileno(), d.fd, True)
+            self._step(poller, dials, d)      # its HELLO may be here already
 
     def _drop(self, poller, dials, d, why):
         """Give up a dial: a stranger's is closed; one we accepted is told
         to its rank, as the peer hanging up."""
         if dials.pop(d.fd, None) is not None:
-            poller.unregister(d.fd)
-        d.sock.close()
+            watch_now(poller.fileno(), d.fd, False)
+        close_now(d.fd)
+        if d.coming:              # (see Connector.pair)
+            d.coming = False
+            d.dialed.dial_coming(d.peer, -1)
         c, d.connector = d.connector, None
         if c is None:
             return
@@ -188,26 +199,34 @@ class Listener:
         self._arrive(c, d.peer, why)    # (a refusal of shared memory is told as such)
 
     def _step(self, poller, dials, d):
-        try:
-            data = d.sock.recv(d.need - len(d.buf))
-            if not data:
-                raise handshake.HungUp("connection closed during the handshake")
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError as e:
-            return self._drop(poller, dials, d, e)
-        d.buf += data
-        if len(d.buf) < d.need:
-            return
-        got, d.buf = d.buf, b""
-        try:
-            self._on(d, got)
-        except (OSError, ProtocolError, RendezvousError, struct.error) as e:
-            return self._drop(poller, dials, d, e)
-        if d.step is None:        # done: the socket is its pair's, or closed
-            del dials[d.fd]
-            poller.unregister(d.fd)
-            self._hand_over(d)
+        """Read what has come on dial `d`, answering each message complete."""
+        while True:
+            try:
+                data = recv_now(d.fd, d.need - len(d.buf))
+                if data is None:
+                    return            # the rest later
+                if not data:
+                    raise handshake.HungUp("connection closed during the handshake")
+            except (OSError, handshake.HungUp) as e:   # (a HungUp must not end us)
+                return self._drop(poller, dials, d, e)
+            d.buf += data
+            if len(d.buf) < d.need:
+                continue
+            got, d.buf = d.buf, b""
+            try:
+                self._on(d, got)
+            except (OSError, ProtocolError, RendezvousError, struct.error) as e:
+                return self._drop(poller, dials, d, e)
+            if d.step is None:        # done: the socket is its pair's, or closed
+                del dials[d.fd]
+                watch_now(poller.fileno(), d.fd, False)
+                return self._hand_over(d)
+
+    def _send(self, d, data):
+        """Send a handshake message (a few bytes, on a connection whose peer
+        reads: they fit its buffer at once, else it is broken)."""
+        if send_now(d.fd, data) != len(data):
+            raise handshake.HungUp("the dialer does not read")
 
     def _on(self, d, got):
         """The next message of dial `d` has come: answer it."""
@@ -221,20 +240,26 @@ class Listener:
                 raise ProtocolError("a dial for no rank of ours")
             d.hello, d.dialed = got, connector
             d.nonce, answer = handshake.challenge(connector.secret, got)
-            d.sock.sendall(answer)
+            self._send(d, answer)
             d.step, d.need = _Listening.PROOF, handshake.PROOF_BYTES
+            connector.dial_coming(d.peer, 1)    # (verdict or _drop ends it)
+            d.coming = True
         elif d.step == _Listening.PROOF:
             connector = d.dialed
             handshake.check_proof(connector.secret, d.hello, d.nonce, got, d.peer)
+            d.coming = False      # (the verdict ends it)
             verdict = connector.verdict(d.peer)
             if not verdict:       # refused (it waits for our rank's dial) or left
                 if verdict is False:
-                    d.sock.sendall(handshake.REFUSE)
+                    self._send(d, handshake.REFUSE)
+                    for _ in range(128):  # its host id, sent with the proof: read,
+                        if not recv_now(d.fd, 512):   # lest closing reset the
+                            break                     # connection
                 d.step = None     # (_hand_over closes it)
                 return
             d.connector = connector
             d.deadline = time.monotonic() + connector.timeout   # as the dialer's
-            d.sock.sendall(handshake.ACCEPT + connector.host_frame)
+            self._send(d, handshake.ACCEPT + connector.host_frame)
             d.step, d.need = _Listening.HOST, shm.ID_HEADER_BYTES
         elif d.step == _Listening.HOST:
             d.willing, n = shm.id_length(got, d.connector.rank, d.peer, d.address)
@@ -253,17 +278,18 @@ class Listener:
         shared memory and ibverbs in a thread, as they take more messages)."""
         c, local = d.connector, d.local
         if c is None:             # refused
-            d.sock.close()
+            close_now(d.fd)
             return
         d.connector = None
         if local or c.mode in ("auto", "ibverbs"):
+            sock = socket.socket(fileno=d.fd)
             start_quiet(threading.Thread(target=c.finish, daemon=True,
-                                         args=(d.sock, d.peer, d.address, local)))
+                                         args=(sock, d.peer, d.address, local)))
             return
         try:
-            got = tcp_pair(d.sock, c.rank, d.peer, d.address, dead_s=c.dead_s)
+            got = tcp_pair(d.fd, c.rank, d.peer, d.address, dead_s=c.dead_s)
         except OSError as e:
-            d.sock.close()
+            close_now(d.fd)
             got = c.hung_up(d.peer, d.address, e)
         self._arrive(c, d.peer, got)
 

@@ -4,6 +4,7 @@ per rank; GLOOCY_CONNECT=eager keeps the full mesh."""
 
 import math
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -322,3 +323,78 @@ def test_unconnected_slots_share_one_stand_in_and_every_post_connects_them():
         assert conn, r
     assert results[n - 1][2] == 7
     assert n - 1 in results[0][4] and 0 in results[n - 1][4]
+
+
+def test_a_strangers_hello_delays_no_connection_for_long(monkeypatch):
+    """A rank waits for a peer's dial its listener is answering rather than
+    dial too; a stranger who sends a HELLO in that peer's name (knowing the
+    job's name, not its secret) and then stays silent holds nothing up
+    beyond that short wait: the rank dials, and its listener never takes
+    the stranger's connection. (Rank 0 stays away from rank 1 until rank
+    1's send is through: only rank 1's own dial can connect them, long
+    before the listener would drop the silent stranger.)"""
+    import hashlib
+    import os
+    import socket
+    import struct
+
+    monkeypatch.setenv("GLOOCY_TRANSPORT", "tcp")
+    size, job, secret = 2, "hinted", b"h" * 32
+    server = HashStore(timeout=30.0)
+    stores = [server.client() for _ in range(size)]
+    comms, errors, got = [None] * size, [], []
+    joined, sent = threading.Barrier(size + 1), threading.Event()
+    stranger = None
+
+    def rank_main(r):
+        try:
+            comms[r] = gloocy.connect(r, size, stores[r], job=job, secret=secret,
+                                      timeout=30.0)
+            joined.wait(30)           # the stranger knocks meanwhile
+            joined.wait(30)
+            if r == 1:
+                comms[1].Send(np.arange(4.0), dest=0)
+                sent.set()
+            else:
+                assert sent.wait(20), "rank 1's send did not get through"
+                x = np.empty(4)
+                comms[0].Recv(x, source=1)
+                got.append(x)
+        except BaseException as e:    # noqa: B036 -- shown below
+            errors.append(e)
+            joined.abort()
+
+    threads = [threading.Thread(target=rank_main, args=(r,)) for r in range(size)]
+    for t in threads:
+        t.start()
+    try:
+        joined.wait(30)
+        host, _, port = stores[0].get(f"{job}/tcp/1", timeout=10).decode().rpartition(":")
+        stranger = socket.create_connection((host, int(port)), timeout=10)
+        tag = hashlib.sha256(job.encode()).digest()[:16]
+        stranger.sendall(struct.pack("<8sIiiI16s32s", b"GLCYHELO", 1, 0, 1, size, tag,
+                                     os.urandom(32)))
+        challenge = b""
+        while len(challenge) < 64:    # answered: the listener took it as rank 0's
+            challenge += stranger.recv(64 - len(challenge))
+        joined.wait(30)
+        for t in threads:
+            t.join(60)
+        assert not errors, errors
+        np.testing.assert_array_equal(got[0], np.arange(4.0))
+        c1 = comms[1]._ctx.links.connector
+        assert (c1.dialed, c1.accepted) == (1, 0)
+        # The stranger hangs up mid-handshake: dropped; the listener goes on.
+        stranger.close()
+        stranger = None
+        time.sleep(0.5)
+        assert c1.listener.thread.is_alive()
+    finally:
+        if stranger is not None:
+            stranger.close()
+        for comm in comms:
+            if comm is not None:
+                comm.Free()
+        for s in stores:
+            s.close()
+        server.close()
