@@ -9,8 +9,9 @@ ctypedef struct NodeHead:
     uint64_t chunk                    # bytes of one rank's slot
     uint64_t cma_min                  # bytes from which calls copy once (_cma.pxi)
     uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
+    uint64_t exchange_cma_min         # ... alltoall(v), reduce_scatter
     uint32_t nranks
-    char _pad[36]
+    char _pad[28]
 
 ctypedef struct NodeCtl:              # one rank's
     uint64_t phase                    # last phase it arrived at
@@ -59,6 +60,11 @@ cdef enum:
     # 15, 256 KiB 36 vs 20, 1 MiB 108 vs 50; at N = 4, 256 KiB 41 vs 63,
     # 1 MiB 195 vs 214.
     NODE_BCAST_CMA_MIN = 128 << 10
+    # alltoall(v) and reduce_scatter copy once only where ranks outnumber
+    # CPUs (from NODE_CMA_MIN); where each has a CPU, every rank copies
+    # anyway, and one process_vm_readv costs 3.5-4.2 memcpys here
+    # (bench/cma_rate.py) where the slots cost two: so never, by default
+    # (exchange_cma_min_bytes).
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
@@ -79,6 +85,7 @@ cdef class Node:
     cdef readonly int64_t cma_min     # bytes from which calls use them (the
                                       # segment's: alike on every rank)
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
+    cdef readonly int64_t exchange_cma_min  # ... alltoall(v), reduce_scatter do
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef readonly bint spread         # keep local ranks on CPUs of their own
                                       # (node_spread; GLOOCY_SPREAD=1)

@@ -104,6 +104,18 @@ def bcast_cma_min_bytes(int size):
     return NODE_BCAST_CMA_MIN if size <= usable_cpus() else NODE_CMA_MIN
 
 
+def exchange_cma_min_bytes(int size):
+    """From how many bytes an alltoall(v) or reduce_scatter among `size`
+    ranks of this host copies once: GLOOCY_CMA_MIN_BYTES if set, else
+    NODE_CMA_MIN where the ranks outnumber the CPUs, never (2**62) where
+    each has one (see NODE_CMA_MIN in _node.pxd)."""
+    import os
+    from gloocy.waiting import usable_cpus
+    if os.environ.get("GLOOCY_CMA_MIN_BYTES", ""):
+        return cma_min_bytes()
+    return (1 << 62) if size <= usable_cpus() else NODE_CMA_MIN
+
+
 def new_node_segment(int size, int64_t chunk):
     """A memfd holding a fresh node segment for `size` ranks with slots of
     `chunk` bytes (its header written); the caller passes it on."""
@@ -118,6 +130,7 @@ def new_node_segment(int size, int64_t chunk):
         head.chunk = chunk
         head.cma_min = cma_min_bytes()
         head.bcast_cma_min = bcast_cma_min_bytes(size)
+        head.exchange_cma_min = exchange_cma_min_bytes(size)
         head.nranks = size
         os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
     except BaseException:
@@ -149,6 +162,7 @@ cdef class Node:
         self.cma_willing = os.environ.get("GLOOCY_CMA", "1") != "0"
         self.cma_min = <int64_t>self.head.cma_min
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
+        self.exchange_cma_min = <int64_t>self.head.exchange_cma_min
         from gloocy.waiting import usable_cpus
         self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
                        and size <= usable_cpus())

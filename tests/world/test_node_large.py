@@ -254,6 +254,44 @@ def test_single_copy_alltoall_reads_only_what_the_slots_did_not_bring(n, in_plac
     assert calls == sum(b * (n - 1) >= 8192 for b in A2A_BLOCKS), calls
 
 
+def r_exchanges(comm, nbytes):
+    """An Alltoall of `nbytes` a block, then a Reduce_scatter_block of
+    `nbytes` float64 a block, each against its oracle (the senders' blocks,
+    NumPy's sum): ([right, right], single copies after each)."""
+    ok_a2a, after_a2a = r_alltoallv(comm, [[nbytes] * comm.size] * comm.size, False)
+    count = nbytes // 8
+    inputs = [np.arange(count * comm.size, dtype=np.float64) * (s + 1) + s
+              for s in range(comm.size)]
+    want = np.sum(inputs, axis=0)[comm.rank * count:(comm.rank + 1) * count]
+    out = np.full(count, -1.0)
+    comm.Reduce_scatter_block(inputs[comm.rank], out)
+    return [ok_a2a, bool(np.array_equal(out, want))], [after_a2a,
+                                                        comm._ctx.node.cma_calls]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_exchanges_copy_once_only_where_ranks_outnumber_the_cpus(n, monkeypatch):
+    """With the default thresholds, a 4 MiB-a-block alltoall and
+    reduce_scatter go through the slots where every rank has a CPU (each
+    rank copies anyway, and a process_vm_readv costs more than the slots'
+    two memcpys) and copy once where the ranks outnumber the CPUs;
+    GLOOCY_CMA_MIN_BYTES forces single copies either way. The data arrive
+    whole on every path."""
+    from gloocy.waiting import usable_cpus
+    monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
+    nbytes = 4 << 20
+    once = n > usable_cpus()
+    for env, want_calls in (({}, [once, 2 * once]),
+                            ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, [1, 2])):
+        with World(n, env={**SHM, **env,
+                           "GLOOCY_ALGORITHM_ALLTOALL": "shm",
+                           "GLOOCY_ALGORITHM_REDUCE_SCATTER": "shm"}) as w:
+            got = w.run(r_exchanges, nbytes)
+        for right, calls in got:
+            assert right == [True, True], (env, got)
+            assert calls == want_calls, (env, got, usable_cpus())
+
+
 def r_gather_scatter(comm, counts, root):
     """Gatherv of counts[s] bytes from each rank s to `root`, then Scatterv
     of the same blocks back out from it: (gathered right at the root,
