@@ -65,6 +65,14 @@ cdef enum:
     # anyway, and one process_vm_readv costs 3.5-4.2 memcpys here
     # (bench/cma_rate.py) where the slots cost two: so never, by default
     # (exchange_cma_min_bytes).
+    # Where every local rank has a CPU of its own, a node wait looks (spins
+    # 2 us, then yields between looks) at least this long before it sleeps
+    # (GLOOCY_NODE_LOOK_US sets it; where ranks outnumber CPUs, 0). A rank
+    # that sleeps on its futex is woken onto its waker's CPU when the other
+    # CPUs are busy, and both ranks then stay on one CPU: every step a
+    # switch, the bimodal times from round to round. One that keeps looking
+    # stays runnable on its own CPU, as MPICH's spinning ranks do.
+    NODE_LOOK_APART_US = 1000
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
@@ -93,6 +101,9 @@ cdef class Node:
     cdef int64_t moved_ns             # when it last did
     cdef Looks looks                  # how long the next wait looks before it
                                       # sleeps (adapts: see node_spin_budget)
+    cdef readonly int64_t look_floor_ns  # the least a wait looks before it
+                                      # sleeps (GLOOCY_NODE_LOOK_US; see
+                                      # NODE_LOOK_APART_US)
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data

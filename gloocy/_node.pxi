@@ -45,6 +45,10 @@
 # the machine was loaded far more); alone on the machine, both 0.5-2 us.
 # A 10 us floor, or no adapting, did no better; a longer plain spin is
 # worse (a call costs the whole spin when the peer shares our core).
+# Where every rank has a CPU of its own, the look never falls below
+# look_floor_ns (NODE_LOOK_APART_US, _node.pxd): a sleeper is woken onto
+# its waker's CPU when the others are busy, and two ranks on one CPU make
+# every later step a switch.
 
 cdef extern from "_atomics.h" nogil:
     uint64_t ring_load(const uint64_t *p)
@@ -139,6 +143,25 @@ def new_node_segment(int size, int64_t chunk):
     return fd
 
 
+def node_look_floor_us(int size, int cpus, env=None):
+    """The least a node wait among `size` local ranks on `cpus` usable
+    CPUs looks before it sleeps, in us: GLOOCY_NODE_LOOK_US if set, else
+    NODE_LOOK_APART_US where each rank has a CPU, 0 where they outnumber
+    the CPUs (the adapting look alone: see the top of this file)."""
+    import os
+    text = (os.environ if env is None else env).get("GLOOCY_NODE_LOOK_US", "")
+    if text == "":
+        return NODE_LOOK_APART_US if size <= cpus else 0
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"environment variable GLOOCY_NODE_LOOK_US={text!r}: "
+                         "must be a count of microseconds >= 0")
+    return value
+
+
 cdef class Node:
     """The node segment in memfd `fd`, mapped (the caller closes fd)."""
 
@@ -164,10 +187,11 @@ cdef class Node:
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
         self.exchange_cma_min = <int64_t>self.head.exchange_cma_min
         from gloocy.waiting import usable_cpus
-        self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
-                       and size <= usable_cpus())
+        cpus = usable_cpus()
+        self.spread = os.environ.get("GLOOCY_SPREAD", "0") == "1" and size <= cpus
         self.looks.now_ns = (<int64_t>1) << 62  # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
+        self.look_floor_ns = 1000 * node_look_floor_us(size, cpus)
         self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
         self.data = self.base + sizeof(NodeHead) + size * sizeof(NodeCtl)
 
@@ -270,8 +294,10 @@ cdef inline int64_t node_look_ns(Context ctx) noexcept nogil:
 
 cdef inline int64_t node_spin_budget(Context ctx) noexcept nogil:
     """How long the next wait looks: node_look_ns on a probe (see the top
-    of this file), else what the last waits left (at most that)."""
-    return looks_budget(&ctx.node.looks, node_look_ns(ctx))
+    of this file), else what the last waits left (at most that); never
+    less than the node's look_floor_ns (NODE_LOOK_APART_US)."""
+    return max(looks_budget(&ctx.node.looks, node_look_ns(ctx)),
+               ctx.node.look_floor_ns)
 
 
 cdef inline void node_spin_learn(Node nd, int64_t spin_ns, int64_t budget,
