@@ -258,11 +258,12 @@ cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
 
 cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 nogil:
     """node_wait for rank `who` alone (-1: for every rank)."""
-    cdef int64_t budget, start, t, left
+    cdef int64_t adapted, budget, start, t, left
     cdef bint slept = False
     if node_behind(ctx.node, phase, who) < 0:
         return 0                      # nothing to wait for: nothing learnt
-    budget = node_spin_budget(ctx)
+    adapted = node_spin_budget(ctx)
+    budget = max(adapted, ctx.node.look_floor_ns)
     start = now_ns()
     while node_behind(ctx.node, phase, who) >= 0:
         node_progress(ctx)
@@ -282,7 +283,7 @@ cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 
             _check_signals()
         if ctx.links.failed:
             return _raise_links_failed(ctx)
-    node_spin_learn(ctx.node, node_look_ns(ctx), budget, slept)
+    node_spin_learn(ctx.node, node_look_ns(ctx), adapted, slept)
     return 0
 
 
@@ -294,10 +295,10 @@ cdef inline int64_t node_look_ns(Context ctx) noexcept nogil:
 
 cdef inline int64_t node_spin_budget(Context ctx) noexcept nogil:
     """How long the next wait looks: node_look_ns on a probe (see the top
-    of this file), else what the last waits left (at most that); never
-    less than the node's look_floor_ns (NODE_LOOK_APART_US)."""
-    return max(looks_budget(&ctx.node.looks, node_look_ns(ctx)),
-               ctx.node.look_floor_ns)
+    of this file), else what the last waits left (at most that). A wait
+    looks at least the node's look_floor_ns (NODE_LOOK_APART_US) whatever
+    this says; what it learns adapts this alone."""
+    return looks_budget(&ctx.node.looks, node_look_ns(ctx))
 
 
 cdef inline void node_spin_learn(Node nd, int64_t spin_ns, int64_t budget,
