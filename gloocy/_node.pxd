@@ -9,7 +9,7 @@ ctypedef struct NodeHead:
     uint64_t chunk                    # bytes of one rank's slot
     uint64_t cma_min                  # bytes from which calls copy once (_cma.pxi)
     uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
-    uint64_t exchange_cma_min         # ... alltoall(v), reduce_scatter
+    uint64_t reduce_scatter_cma_min   # ... reduce_scatters
     uint32_t nranks
     char _pad[28]
 
@@ -60,19 +60,15 @@ cdef enum:
     # 15, 256 KiB 36 vs 20, 1 MiB 108 vs 50; at N = 4, 256 KiB 41 vs 63,
     # 1 MiB 195 vs 214.
     NODE_BCAST_CMA_MIN = 128 << 10
-    # alltoall(v) and reduce_scatter copy once only where ranks outnumber
-    # CPUs (from NODE_CMA_MIN); where each has a CPU, every rank copies
-    # anyway, and one process_vm_readv costs 3.5-4.2 memcpys here
-    # (bench/cma_rate.py) where the slots cost two: so never, by default
-    # (exchange_cma_min_bytes).
-    # Where every local rank has a CPU of its own, a node wait looks (spins
-    # 2 us, then yields between looks) at least this long before it sleeps
-    # (GLOOCY_NODE_LOOK_US sets it; where ranks outnumber CPUs, 0). A rank
-    # that sleeps on its futex is woken onto its waker's CPU when the other
-    # CPUs are busy, and both ranks then stay on one CPU: every step a
-    # switch, the bimodal times from round to round. One that keeps looking
-    # stays runnable on its own CPU, as MPICH's spinning ranks do.
-    NODE_LOOK_APART_US = 1000
+    # A reduce_scatter copies once only where ranks outnumber CPUs (from
+    # NODE_CMA_MIN); where each has a CPU, never by default
+    # (reduce_scatter_cma_min_bytes): every rank reads and reduces anyway,
+    # and a process_vm_readv costs 3.5-4.2 memcpys here (bench/cma_rate.py)
+    # where a slot costs two. At N = 2 (python bench/cma_threshold.py
+    # --collective alltoall reduce_scatter, three jobs, load 17-20) the
+    # slots took 0.64-0.73x the single copies' time at 1-4 MiB and
+    # 0.83-1.07x at 16-64 MiB; an alltoall's single copies won from 16 MiB
+    # (slots 1.31-1.77x their time), so it keeps NODE_CMA_MIN.
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
@@ -93,7 +89,7 @@ cdef class Node:
     cdef readonly int64_t cma_min     # bytes from which calls use them (the
                                       # segment's: alike on every rank)
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
-    cdef readonly int64_t exchange_cma_min  # ... alltoall(v), reduce_scatter do
+    cdef readonly int64_t reduce_scatter_cma_min  # ... reduce_scatters do
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef readonly bint spread         # keep local ranks on CPUs of their own
                                       # (node_spread; GLOOCY_SPREAD=1)
@@ -102,8 +98,7 @@ cdef class Node:
     cdef Looks looks                  # how long the next wait looks before it
                                       # sleeps (adapts: see node_spin_budget)
     cdef readonly int64_t look_floor_ns  # the least a wait looks before it
-                                      # sleeps (GLOOCY_NODE_LOOK_US; see
-                                      # NODE_LOOK_APART_US)
+                                      # sleeps (GLOOCY_NODE_LOOK_US; 0)
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data

@@ -45,10 +45,7 @@
 # the machine was loaded far more); alone on the machine, both 0.5-2 us.
 # A 10 us floor, or no adapting, did no better; a longer plain spin is
 # worse (a call costs the whole spin when the peer shares our core).
-# Where every rank has a CPU of its own, the look never falls below
-# look_floor_ns (NODE_LOOK_APART_US, _node.pxd): a sleeper is woken onto
-# its waker's CPU when the others are busy, and two ranks on one CPU make
-# every later step a switch.
+# GLOOCY_NODE_LOOK_US sets a floor under the look (node_look_floor_us).
 
 cdef extern from "_atomics.h" nogil:
     uint64_t ring_load(const uint64_t *p)
@@ -108,9 +105,9 @@ def bcast_cma_min_bytes(int size):
     return NODE_BCAST_CMA_MIN if size <= usable_cpus() else NODE_CMA_MIN
 
 
-def exchange_cma_min_bytes(int size):
-    """From how many bytes an alltoall(v) or reduce_scatter among `size`
-    ranks of this host copies once: GLOOCY_CMA_MIN_BYTES if set, else
+def reduce_scatter_cma_min_bytes(int size):
+    """From how many bytes a reduce_scatter among `size` ranks of this host
+    copies once: GLOOCY_CMA_MIN_BYTES if set, else
     NODE_CMA_MIN where the ranks outnumber the CPUs, never (2**62) where
     each has one (see NODE_CMA_MIN in _node.pxd)."""
     import os
@@ -134,7 +131,7 @@ def new_node_segment(int size, int64_t chunk):
         head.chunk = chunk
         head.cma_min = cma_min_bytes()
         head.bcast_cma_min = bcast_cma_min_bytes(size)
-        head.exchange_cma_min = exchange_cma_min_bytes(size)
+        head.reduce_scatter_cma_min = reduce_scatter_cma_min_bytes(size)
         head.nranks = size
         os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
     except BaseException:
@@ -143,15 +140,20 @@ def new_node_segment(int size, int64_t chunk):
     return fd
 
 
-def node_look_floor_us(int size, int cpus, env=None):
-    """The least a node wait among `size` local ranks on `cpus` usable
-    CPUs looks before it sleeps, in us: GLOOCY_NODE_LOOK_US if set, else
-    NODE_LOOK_APART_US where each rank has a CPU, 0 where they outnumber
-    the CPUs (the adapting look alone: see the top of this file)."""
+def node_look_floor_us(env=None):
+    """The least a node wait looks (spins 2 us, then yields between looks)
+    before it sleeps, in us: GLOOCY_NODE_LOOK_US, else 0 (the adapting
+    look alone). A sleeper is woken onto its waker's CPU when the other
+    CPUs are busy, so that both ranks may stay on one CPU; a rank that
+    keeps looking stays runnable where it is, as MPICH's spinning ranks
+    do. It is off by default: at N = 2 with 1000 us, alternating jobs at
+    load 13-20 tied (alltoall of 1-16 MiB back to back), and in two pairs
+    of gloocy-bench runs at load 30-600 allreduce of 4-64 MiB took 1.0-3.1x
+    as long with it as without (bench/results/large-h16/n2-*)."""
     import os
     text = (os.environ if env is None else env).get("GLOOCY_NODE_LOOK_US", "")
     if text == "":
-        return NODE_LOOK_APART_US if size <= cpus else 0
+        return 0
     try:
         value = int(text)
     except ValueError:
@@ -185,13 +187,13 @@ cdef class Node:
         self.cma_willing = os.environ.get("GLOOCY_CMA", "1") != "0"
         self.cma_min = <int64_t>self.head.cma_min
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
-        self.exchange_cma_min = <int64_t>self.head.exchange_cma_min
+        self.reduce_scatter_cma_min = <int64_t>self.head.reduce_scatter_cma_min
         from gloocy.waiting import usable_cpus
         cpus = usable_cpus()
         self.spread = os.environ.get("GLOOCY_SPREAD", "0") == "1" and size <= cpus
         self.looks.now_ns = (<int64_t>1) << 62  # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
-        self.look_floor_ns = 1000 * node_look_floor_us(size, cpus)
+        self.look_floor_ns = 1000 * node_look_floor_us()
         self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
         self.data = self.base + sizeof(NodeHead) + size * sizeof(NodeCtl)
 
@@ -296,8 +298,8 @@ cdef inline int64_t node_look_ns(Context ctx) noexcept nogil:
 cdef inline int64_t node_spin_budget(Context ctx) noexcept nogil:
     """How long the next wait looks: node_look_ns on a probe (see the top
     of this file), else what the last waits left (at most that). A wait
-    looks at least the node's look_floor_ns (NODE_LOOK_APART_US) whatever
-    this says; what it learns adapts this alone."""
+    looks at least the node's look_floor_ns whatever this says; what it
+    learns adapts this alone."""
     return looks_budget(&ctx.node.looks, node_look_ns(ctx))
 
 

@@ -125,7 +125,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             if j != r:
                 _get(recv + roffs[j], theirs[j], rsizes[j], ctx.node.slot(j) + head,
                      lo, lo + room)
-        if (lo == 0 and longest > room and longest >= ctx.node.exchange_cma_min
+        if (lo == 0 and longest > room and longest >= ctx.node.cma_min
                 and ctx.node.cma > 0):
             # The rest by single copy (every rank decides alike: the heads).
             if not _all_willing(ctx.node, 3 + 3 * n):
@@ -328,7 +328,7 @@ cdef int node_reduce_scatter(Context ctx, Coll *c, const char *send,
         longest = max(longest, lens[j])
         total += lens[j]
     memcpy(mine, send + offs[r] * isz, lens[r] * isz)
-    if (total * isz >= ctx.node.exchange_cma_min and ctx.node.cma > 0
+    if (total * isz >= ctx.node.reduce_scatter_cma_min and ctx.node.cma > 0
             and longest * isz > ctx.node.chunk):
         if node_reduce_scatter_cma(ctx, c, send, mine, offs, lens, total, digest):
             return 0
