@@ -60,15 +60,17 @@ cdef enum:
     # 15, 256 KiB 36 vs 20, 1 MiB 108 vs 50; at N = 4, 256 KiB 41 vs 63,
     # 1 MiB 195 vs 214.
     NODE_BCAST_CMA_MIN = 128 << 10
-    # A reduce_scatter copies once only where ranks outnumber CPUs (from
-    # NODE_CMA_MIN); where each has a CPU, never by default
-    # (reduce_scatter_cma_min_bytes): every rank reads and reduces anyway,
-    # and a process_vm_readv costs 3.5-4.2 memcpys here (bench/cma_rate.py)
-    # where a slot costs two. At N = 2 (python bench/cma_threshold.py
-    # --collective alltoall reduce_scatter, three jobs, load 17-20) the
-    # slots took 0.64-0.73x the single copies' time at 1-4 MiB and
-    # 0.83-1.07x at 16-64 MiB; an alltoall's single copies won from 16 MiB
-    # (slots 1.31-1.77x their time), so it keeps NODE_CMA_MIN.
+    # A reduce_scatter copies once from this many bytes of input where
+    # every rank of the host has a CPU (reduce_scatter_cma_min_bytes; where
+    # they outnumber the CPUs, from NODE_CMA_MIN). At N = 2 on the
+    # project's machine (python bench/cma_threshold.py --compare cma, slots
+    # / single copies, median): at load 17-20 the slots won (1 MiB 47 vs 74
+    # us, 4 MiB 250-265 vs 344-387, 16-64 MiB 0.83-1.07x), at load 7-640
+    # they lost (1 MiB 246-258 vs 76-87, 4 MiB 1002-1054 vs 264-418, 16-64
+    # MiB 2.0-2.6x): a slot step waits for the peer each time, and under
+    # other jobs' load each wait may cost a turn of the run queue. MPICH
+    # took 102-105 us at 1 MiB in the same hour.
+    NODE_RS_CMA_MIN = 1 << 20
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),

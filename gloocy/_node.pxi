@@ -106,15 +106,15 @@ def bcast_cma_min_bytes(int size):
 
 
 def reduce_scatter_cma_min_bytes(int size):
-    """From how many bytes a reduce_scatter among `size` ranks of this host
-    copies once: GLOOCY_CMA_MIN_BYTES if set, else
-    NODE_CMA_MIN where the ranks outnumber the CPUs, never (2**62) where
-    each has one (see NODE_CMA_MIN in _node.pxd)."""
+    """From how many bytes of input a reduce_scatter among `size` ranks of
+    this host copies once: GLOOCY_CMA_MIN_BYTES if set, else
+    NODE_RS_CMA_MIN where each rank has a CPU, NODE_CMA_MIN where they
+    outnumber the CPUs."""
     import os
     from gloocy.waiting import usable_cpus
     if os.environ.get("GLOOCY_CMA_MIN_BYTES", ""):
         return cma_min_bytes()
-    return (1 << 62) if size <= usable_cpus() else NODE_CMA_MIN
+    return NODE_RS_CMA_MIN if size <= usable_cpus() else NODE_CMA_MIN
 
 
 def new_node_segment(int size, int64_t chunk):

@@ -254,41 +254,46 @@ def test_single_copy_alltoall_reads_only_what_the_slots_did_not_bring(n, in_plac
     assert calls == sum(b * (n - 1) >= 8192 for b in A2A_BLOCKS), calls
 
 
-def r_exchanges(comm, nbytes):
-    """An Alltoall of `nbytes` a block, then a Reduce_scatter_block of
-    `nbytes` float64 a block, each against its oracle (the senders' blocks,
-    NumPy's sum): ([right, right], single copies after each)."""
-    ok_a2a, after_a2a = r_alltoallv(comm, [[nbytes] * comm.size] * comm.size, False)
-    count = nbytes // 8
-    inputs = [np.arange(count * comm.size, dtype=np.float64) * (s + 1) + s
-              for s in range(comm.size)]
-    want = np.sum(inputs, axis=0)[comm.rank * count:(comm.rank + 1) * count]
-    out = np.full(count, -1.0)
-    comm.Reduce_scatter_block(inputs[comm.rank], out)
-    return [ok_a2a, bool(np.array_equal(out, want))], [after_a2a,
-                                                        comm._ctx.node.cma_calls]
+def r_reduce_scatter_blocks(comm, blocks):
+    """A Reduce_scatter_block of each of `blocks` bytes a block (float64),
+    against NumPy's sum: [(right, single copies so far)]."""
+    got = []
+    for nbytes in blocks:
+        count = nbytes // 8
+        inputs = [np.arange(count * comm.size, dtype=np.float64) * (s + 1) + s
+                  for s in range(comm.size)]
+        want = np.sum(inputs, axis=0)[comm.rank * count:(comm.rank + 1) * count]
+        out = np.full(count, -1.0)
+        comm.Reduce_scatter_block(inputs[comm.rank], out)
+        got.append((bool(np.array_equal(out, want)), comm._ctx.node.cma_calls))
+    return got
+
+
+RS_BLOCKS = [384 << 10, 768 << 10, 4 << 20]
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_reduce_scatter_copies_once_only_where_ranks_outnumber_the_cpus(n, monkeypatch):
-    """With the default thresholds, a reduce_scatter of 4 MiB blocks goes
-    through the slots where every rank has a CPU (each rank reads and
-    reduces anyway, and a process_vm_readv costs more than a slot's two
-    memcpys) and copies once where the ranks outnumber the CPUs, while an
-    alltoall of 4 MiB blocks copies once either way; GLOOCY_CMA_MIN_BYTES
-    forces single copies for both. The data arrive whole on every path."""
+def test_reduce_scatter_copies_once_from_1_mib_where_each_rank_has_a_cpu(n, monkeypatch):
+    """With the default thresholds, a reduce_scatter copies once from 1 MiB
+    of input where every rank of the host has a CPU, from 2 MiB where they
+    outnumber the CPUs (and only when a block is longer than a slot, 256
+    KiB or 1 MiB then); GLOOCY_CMA_MIN_BYTES forces its threshold. The
+    data arrive whole on every path."""
+    from gloocy.transport.shm import chunk_bytes
     from gloocy.waiting import usable_cpus
     monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
-    once = n > usable_cpus()
-    for env, want_calls in (({}, [1, 1 + once]),
-                            ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, [1, 2])):
+    monkeypatch.delenv("GLOOCY_SHM_CHUNK_BYTES", raising=False)
+    chunk = chunk_bytes(n)
+    for env, threshold in (({}, 1 << 20 if n <= usable_cpus() else 2 << 20),
+                           ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, 2 << 20)):
+        once = [b * n >= threshold and b > chunk for b in RS_BLOCKS]
+        want = [int(sum(once[:i + 1])) for i in range(len(once))]
         with World(n, env={**SHM, **env,
-                           "GLOOCY_ALGORITHM_ALLTOALL": "shm",
                            "GLOOCY_ALGORITHM_REDUCE_SCATTER": "shm"}) as w:
-            got = w.run(r_exchanges, 4 << 20)
-        for right, calls in got:
-            assert right == [True, True], (env, got)
-            assert calls == want_calls, (env, got, usable_cpus())
+            got = w.run(r_reduce_scatter_blocks, RS_BLOCKS)
+        for rank_got in got:
+            assert [ok for ok, _ in rank_got] == [True] * len(RS_BLOCKS), (env, got)
+            assert [c for _, c in rank_got] == want, (env, got, chunk, usable_cpus())
 
 
 def r_gather_scatter(comm, counts, root):
