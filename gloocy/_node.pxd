@@ -66,8 +66,8 @@ cdef enum:
     # project's machine (python bench/cma_threshold.py --compare cma, slots
     # / single copies, median): at load 17-20 the slots won (1 MiB 47 vs 74
     # us, 4 MiB 250-265 vs 344-387, 16-64 MiB 0.83-1.07x), at load 7-640
-    # they lost (1 MiB 246-258 vs 76-87, 4 MiB 1002-1054 vs 264-418, 16-64
-    # MiB 2.0-2.6x): a slot step waits for the peer each time, and under
+    # they lost in six jobs (1 MiB 246-258 vs 76-87, 4 MiB 1002-1054 vs
+    # 264-418 but once 608 vs 644, 16-64 MiB 2.0-2.6x): a slot step waits for the peer each time, and under
     # other jobs' load each wait may cost a turn of the run queue. MPICH
     # took 102-105 us at 1 MiB in the same hour.
     NODE_RS_CMA_MIN = 1 << 20
