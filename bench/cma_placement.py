@@ -1,13 +1,16 @@
 """Whether the ranks of a large node call share a CPU, and what it costs:
 alternating jobs with GLOOCY_SPREAD=1 (node_spread moves a rank that finds
 a lower-ranked one on its CPU) and GLOOCY_SPREAD=0 (the scheduler's
-placement as it is).
+placement as it is), or with any other settings of the environment.
 
     python bench/cma_placement.py [-n 2] [--sizes 4M,16M] [--iters 200]
-                                  [--jobs 3]
+                                  [--jobs 3] [--collective alltoall]
+                                  [--settings GLOOCY_SPREAD=1 GLOOCY_SPREAD=0]
 
-Each job times Alltoall at each size (a barrier before each call) and
-notes, per call, whether rank 0 and rank 1 ended it on the same CPU.
+(each of --settings: NAME=VALUE[,NAME=VALUE...], or "-" for none).
+Each job times the collective (Alltoall or Allreduce) at each size (a
+barrier before each call) and notes, per call, whether rank 0 and rank 1
+ended it on the same CPU.
 Printed per job and size: the slowest rank's median in us, the calls that
 ended with ranks 0 and 1 on one CPU, and the medians of those calls and of
 the others.
@@ -24,7 +27,7 @@ def parse_size(text):
     return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
 
 
-def rank_main(sizes, iters):
+def rank_main(sizes, iters, collective, setting):
     import ctypes
     import time
     import numpy as np
@@ -32,16 +35,17 @@ def rank_main(sizes, iters):
 
     libc = ctypes.CDLL(None)
     world = gloocy.init()
+    call = {"alltoall": world.Alltoall, "allreduce": world.Allreduce}[collective]
     for size in sizes:
         s = np.ones(size // 4, np.float32)
         r = np.zeros(size // 4, np.float32)
         for _ in range(3):
-            world.Alltoall(s, r)
+            call(s, r)
         ts, cpus = [], []
         for _ in range(iters):
             world.Barrier()
             t = time.perf_counter()
-            world.Alltoall(s, r)
+            call(s, r)
             ts.append(time.perf_counter() - t)
             cpus.append(libc.sched_getcpu())
         ts = world.allgather(np.array(ts) * 1e6)
@@ -50,7 +54,7 @@ def rank_main(sizes, iters):
             t = np.max(ts, axis=0)
             same = cpus[0] == cpus[1]
             part = [f"{np.median(t[m]):.0f}" if m.any() else "-" for m in (same, ~same)]
-            print(f"| {os.environ.get('GLOOCY_SPREAD', '0')} | {size >> 10} KiB | "
+            print(f"| {setting} | {size >> 10} KiB | "
                   f"{np.median(t):.0f} | {same.sum()}/{len(t)} | {part[0]} | "
                   f"{part[1]} |", flush=True)
 
@@ -61,22 +65,30 @@ def main():
     ap.add_argument("--sizes", default="4M,16M")
     ap.add_argument("--iters", type=int, default=200)
     ap.add_argument("--jobs", type=int, default=3)
+    ap.add_argument("--collective", choices=("alltoall", "allreduce"),
+                    default="alltoall")
+    ap.add_argument("--settings", nargs="+",
+                    default=["GLOOCY_SPREAD=1", "GLOOCY_SPREAD=0"])
     args = ap.parse_args()
-    print(f"load average at start: {os.getloadavg()[0]:.1f}", flush=True)
-    print("| GLOOCY_SPREAD | bytes | median us | calls on one CPU | their median | "
+    print(f"load average at start: {os.getloadavg()[0]:.1f}; {args.collective}",
+          flush=True)
+    print("| setting | bytes | median us | calls on one CPU | their median | "
           "the others' |\n|---|---:|---:|---:|---:|---:|", flush=True)
     for _ in range(args.jobs):
-        for spread in ("1", "0"):
+        for setting in args.settings:
+            env = dict(os.environ, GLOOCY_TRANSPORT="shm")
+            if setting != "-":
+                env.update(kv.split("=", 1) for kv in setting.split(","))
             subprocess.run([sys.executable, "-m", "gloocy.run", "-n", str(args.n),
                             sys.executable, __file__, "--rank", args.sizes,
-                            str(args.iters)],
-                           env=dict(os.environ, GLOOCY_TRANSPORT="shm",
-                                    GLOOCY_SPREAD=spread), check=True)
+                            str(args.iters), args.collective, setting],
+                           env=env, check=True)
     print(f"load average at end: {os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--rank"]:
-        rank_main([parse_size(s) for s in sys.argv[2].split(",")], int(sys.argv[3]))
+        rank_main([parse_size(s) for s in sys.argv[2].split(",")], int(sys.argv[3]),
+                  sys.argv[4], sys.argv[5])
     else:
         main()

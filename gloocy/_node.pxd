@@ -9,8 +9,9 @@ ctypedef struct NodeHead:
     uint64_t chunk                    # bytes of one rank's slot
     uint64_t cma_min                  # bytes from which calls copy once (_cma.pxi)
     uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
+    uint64_t reduce_scatter_cma_min   # ... reduce_scatters
     uint32_t nranks
-    char _pad[36]
+    char _pad[28]
 
 ctypedef struct NodeCtl:              # one rank's
     uint64_t phase                    # last phase it arrived at
@@ -59,6 +60,17 @@ cdef enum:
     # 15, 256 KiB 36 vs 20, 1 MiB 108 vs 50; at N = 4, 256 KiB 41 vs 63,
     # 1 MiB 195 vs 214.
     NODE_BCAST_CMA_MIN = 128 << 10
+    # A reduce_scatter copies once from this many bytes of input where
+    # every rank of the host has a CPU (reduce_scatter_cma_min_bytes; where
+    # they outnumber the CPUs, from NODE_CMA_MIN). At N = 2 on the
+    # project's machine (python bench/cma_threshold.py --compare cma, slots
+    # / single copies, median): at load 17-20 the slots won (1 MiB 47 vs 74
+    # us, 4 MiB 250-265 vs 344-387, 16-64 MiB 0.83-1.07x), at load 7-640
+    # they lost in six jobs (1 MiB 246-258 vs 76-87, 4 MiB 1002-1054 vs
+    # 264-418 but once 608 vs 644, 16-64 MiB 2.0-2.6x): a slot step waits for the peer each time, and under
+    # other jobs' load each wait may cost a turn of the run queue. MPICH
+    # took 102-105 us at 1 MiB in the same hour.
+    NODE_RS_CMA_MIN = 1 << 20
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
@@ -80,6 +92,7 @@ cdef class Node:
     cdef readonly int64_t cma_min     # bytes from which calls use them (the
                                       # segment's: alike on every rank)
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
+    cdef readonly int64_t reduce_scatter_cma_min  # ... reduce_scatters do
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef readonly bint spread         # keep local ranks on CPUs of their own
                                       # (node_spread; GLOOCY_SPREAD=1)
@@ -87,6 +100,8 @@ cdef class Node:
     cdef int64_t moved_ns             # when it last did
     cdef Looks looks                  # how long the next wait looks before it
                                       # sleeps (adapts: see node_spin_budget)
+    cdef readonly int64_t look_floor_ns  # the least a wait looks before it
+                                      # sleeps (GLOOCY_NODE_LOOK_US; 0)
     cdef NodeHead *head
     cdef NodeCtl *ctl
     cdef char *data

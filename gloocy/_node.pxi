@@ -45,6 +45,7 @@
 # the machine was loaded far more); alone on the machine, both 0.5-2 us.
 # A 10 us floor, or no adapting, did no better; a longer plain spin is
 # worse (a call costs the whole spin when the peer shares our core).
+# GLOOCY_NODE_LOOK_US sets a floor under the look (node_look_floor_us).
 
 cdef extern from "_atomics.h" nogil:
     uint64_t ring_load(const uint64_t *p)
@@ -107,6 +108,18 @@ def bcast_cma_min_bytes(int size):
     return NODE_BCAST_CMA_MIN if size <= usable_cpus() else NODE_CMA_MIN
 
 
+def reduce_scatter_cma_min_bytes(int size):
+    """From how many bytes of input a reduce_scatter among `size` ranks of
+    this host copies once: GLOOCY_CMA_MIN_BYTES if set, else
+    NODE_RS_CMA_MIN where each rank has a CPU, NODE_CMA_MIN where they
+    outnumber the CPUs."""
+    import os
+    from gloocy.waiting import usable_cpus
+    if os.environ.get("GLOOCY_CMA_MIN_BYTES", ""):
+        return cma_min_bytes()
+    return NODE_RS_CMA_MIN if size <= usable_cpus() else NODE_CMA_MIN
+
+
 def new_node_segment(int size, int64_t chunk):
     """A memfd holding a fresh node segment for `size` ranks with slots of
     `chunk` bytes (its header written); the caller passes it on."""
@@ -121,12 +134,37 @@ def new_node_segment(int size, int64_t chunk):
         head.chunk = chunk
         head.cma_min = cma_min_bytes()
         head.bcast_cma_min = bcast_cma_min_bytes(size)
+        head.reduce_scatter_cma_min = reduce_scatter_cma_min_bytes(size)
         head.nranks = size
         os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
     except BaseException:
         os.close(fd)
         raise
     return fd
+
+
+def node_look_floor_us(env=None):
+    """The least a node wait looks (spins 2 us, then yields between looks)
+    before it sleeps, in us: GLOOCY_NODE_LOOK_US, else 0 (the adapting
+    look alone). A sleeper is woken onto its waker's CPU when the other
+    CPUs are busy, so that both ranks may stay on one CPU; a rank that
+    keeps looking stays runnable where it is, as MPICH's spinning ranks
+    do. It is off by default: at N = 2 with 1000 us, alternating jobs at
+    load 13-20 tied (alltoall of 1-16 MiB back to back), and in two pairs
+    of gloocy-bench runs at load 30-600 allreduce of 4-64 MiB took 1.0-3.1x
+    as long with it as without (bench/results/large-h16/n2-*)."""
+    import os
+    text = (os.environ if env is None else env).get("GLOOCY_NODE_LOOK_US", "")
+    if text == "":
+        return 0
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise ValueError(f"environment variable GLOOCY_NODE_LOOK_US={text!r}: "
+                         "must be a count of microseconds >= 0")
+    return value
 
 
 cdef class Node:
@@ -152,11 +190,13 @@ cdef class Node:
         self.cma_willing = os.environ.get("GLOOCY_CMA", "1") != "0"
         self.cma_min = <int64_t>self.head.cma_min
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
+        self.reduce_scatter_cma_min = <int64_t>self.head.reduce_scatter_cma_min
         from gloocy.waiting import usable_cpus
-        self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
-                       and size <= usable_cpus())
+        cpus = usable_cpus()
+        self.spread = os.environ.get("GLOOCY_SPREAD", "0") == "1" and size <= cpus
         self.looks.now_ns = (<int64_t>1) << 62  # no wait seen yet: look fully
         self.looks.probe_every = LOOK_PROBE_MIN
+        self.look_floor_ns = 1000 * node_look_floor_us()
         self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
         self.data = self.base + sizeof(NodeHead) + size * sizeof(NodeCtl)
 
@@ -241,11 +281,12 @@ cdef int node_wait(Context ctx, Coll *c, uint64_t phase) except -1 nogil:
 
 cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 nogil:
     """node_wait for rank `who` alone (-1: for every rank)."""
-    cdef int64_t budget, start, t, left
+    cdef int64_t adapted, budget, start, t, left
     cdef bint slept = False
     if node_behind(ctx.node, phase, who) < 0:
         return 0                      # nothing to wait for: nothing learnt
-    budget = node_spin_budget(ctx)
+    adapted = node_spin_budget(ctx)
+    budget = max(adapted, ctx.node.look_floor_ns)
     start = now_ns()
     while node_behind(ctx.node, phase, who) >= 0:
         node_progress(ctx)
@@ -265,7 +306,7 @@ cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 
             _check_signals()
         if ctx.links.failed:
             return _raise_links_failed(ctx)
-    node_spin_learn(ctx.node, node_look_ns(ctx), budget, slept)
+    node_spin_learn(ctx.node, node_look_ns(ctx), adapted, slept)
     return 0
 
 
@@ -285,7 +326,9 @@ cdef inline int64_t node_look_ns(Context ctx) noexcept nogil:
 
 cdef inline int64_t node_spin_budget(Context ctx) noexcept nogil:
     """How long the next wait looks: node_look_ns on a probe (see the top
-    of this file), else what the last waits left (at most that)."""
+    of this file), else what the last waits left (at most that). A wait
+    looks at least the node's look_floor_ns whatever this says; what it
+    learns adapts this alone."""
     return looks_budget(&ctx.node.looks, node_look_ns(ctx))
 
 

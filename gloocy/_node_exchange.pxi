@@ -328,7 +328,7 @@ cdef int node_reduce_scatter(Context ctx, Coll *c, const char *send,
         longest = max(longest, lens[j])
         total += lens[j]
     memcpy(mine, send + offs[r] * isz, lens[r] * isz)
-    if (total * isz >= ctx.node.cma_min and ctx.node.cma > 0
+    if (total * isz >= ctx.node.reduce_scatter_cma_min and ctx.node.cma > 0
             and longest * isz > ctx.node.chunk):
         if node_reduce_scatter_cma(ctx, c, send, mine, offs, lens, total, digest):
             return 0

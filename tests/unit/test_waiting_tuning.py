@@ -65,3 +65,15 @@ def test_the_knobs_force_either_time():
 def test_a_bad_knob_is_named(name, text):
     with pytest.raises(ValueError, match=name):
         wait_tuning(2, cpus=2, env={name: text})
+
+
+# The node segment's floor under a wait's look (gloocy/_node.pxi): none
+# unless GLOOCY_NODE_LOOK_US asks for one.
+def test_the_node_look_floor_is_off_unless_asked_and_a_bad_one_is_named():
+    from gloocy._core import node_look_floor_us
+    assert node_look_floor_us({}) == 0
+    assert node_look_floor_us({"GLOOCY_NODE_LOOK_US": ""}) == 0
+    assert node_look_floor_us({"GLOOCY_NODE_LOOK_US": "1000"}) == 1000
+    for text in ("-1", "1.5", "soon"):
+        with pytest.raises(ValueError, match="GLOOCY_NODE_LOOK_US"):
+            node_look_floor_us({"GLOOCY_NODE_LOOK_US": text})

@@ -254,6 +254,48 @@ def test_single_copy_alltoall_reads_only_what_the_slots_did_not_bring(n, in_plac
     assert calls == sum(b * (n - 1) >= 8192 for b in A2A_BLOCKS), calls
 
 
+def r_reduce_scatter_blocks(comm, blocks):
+    """A Reduce_scatter_block of each of `blocks` bytes a block (float64),
+    against NumPy's sum: [(right, single copies so far)]."""
+    got = []
+    for nbytes in blocks:
+        count = nbytes // 8
+        inputs = [np.arange(count * comm.size, dtype=np.float64) * (s + 1) + s
+                  for s in range(comm.size)]
+        want = np.sum(inputs, axis=0)[comm.rank * count:(comm.rank + 1) * count]
+        out = np.full(count, -1.0)
+        comm.Reduce_scatter_block(inputs[comm.rank], out)
+        got.append((bool(np.array_equal(out, want)), comm._ctx.node.cma_calls))
+    return got
+
+
+RS_BLOCKS = [384 << 10, 768 << 10, 4 << 20]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_reduce_scatter_copies_once_from_1_mib_where_each_rank_has_a_cpu(n, monkeypatch):
+    """With the default thresholds, a reduce_scatter copies once from 1 MiB
+    of input where every rank of the host has a CPU, from 2 MiB where they
+    outnumber the CPUs (and only when a block is longer than a slot, 256
+    KiB or 1 MiB then); GLOOCY_CMA_MIN_BYTES forces its threshold. The
+    data arrive whole on every path."""
+    from gloocy.transport.shm import chunk_bytes
+    from gloocy.waiting import usable_cpus
+    monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
+    monkeypatch.delenv("GLOOCY_SHM_CHUNK_BYTES", raising=False)
+    chunk = chunk_bytes(n)
+    for env, threshold in (({}, 1 << 20 if n <= usable_cpus() else 2 << 20),
+                           ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, 2 << 20)):
+        once = [b * n >= threshold and b > chunk for b in RS_BLOCKS]
+        want = [int(sum(once[:i + 1])) for i in range(len(once))]
+        with World(n, env={**SHM, **env,
+                           "GLOOCY_ALGORITHM_REDUCE_SCATTER": "shm"}) as w:
+            got = w.run(r_reduce_scatter_blocks, RS_BLOCKS)
+        for rank_got in got:
+            assert [ok for ok, _ in rank_got] == [True] * len(RS_BLOCKS), (env, got)
+            assert [c for _, c in rank_got] == want, (env, got, chunk, usable_cpus())
+
+
 def r_gather_scatter(comm, counts, root):
     """Gatherv of counts[s] bytes from each rank s to `root`, then Scatterv
     of the same blocks back out from it: (gathered right at the root,
