@@ -91,6 +91,7 @@ class ThreadWorld(World):
         self._links = None
         self._clients = [None] * size   # each rank's store client, till close()
         self._before = resources()
+        _raise_fd_limit()
         self._store = HashStore(timeout=self.comm_timeout)
         open_worlds.append(self)
         try:
@@ -290,6 +291,19 @@ class ThreadWorld(World):
         if left:
             _base.close_leaks.append(f"{self!r}: after close, this process "
                                      f"holds more than before it: {left}")
+
+
+def _raise_fd_limit():
+    """Raise this process's soft limit on open files to the hard one: each
+    rank thread holds a few fds per peer it talks to, and a world of a
+    thousand ranks passes the usual soft limit of 1,024."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard and soft != resource.RLIM_INFINITY:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+        except (ValueError, OSError):
+            pass              # (the limit stays; a rank that runs out says so)
 
 
 def _transport(transport, env, link_faults):

@@ -1,0 +1,115 @@
+"""Thousands of thread ranks in one process, as gloocy.testing builds them
+(issue 19's scale simulation, the way a user of gloocy.testing runs it):
+
+    PYTHONPATH=. python bench/scale_world.py -n 1024 4096
+
+Each world (the default transport: the ranks share the node segment, pairs
+are made on first use) runs start-up, a barrier, an allreduce of 128 B, a
+bcast, a Split into 64 groups with an allreduce in each, a barrier, and
+close. Prints the seconds of each phase from the test process (a run()
+call: starting a thread per rank included) and inside the ranks (from the
+first rank into the call to the last one out), connections per rank and
+resident memory per rank. bench/scale.py runs ranks over TCP in several
+processes instead.
+"""
+
+import argparse
+import os
+import resource
+import time
+
+import numpy as np
+
+import gloocy
+from gloocy.testing import World
+
+
+def phases(comm, n, split_too):
+    """The calls, timed inside the rank: {phase: (entered, left)}."""
+    r = comm.Get_rank()
+    at = {}
+
+    def timed(name, fn):
+        t = time.monotonic()
+        fn()
+        at[name] = (t, time.monotonic())
+
+    timed("barrier", comm.Barrier)
+    x = np.full(16, r, dtype=np.int64)
+    timed("allreduce", lambda: comm.Allreduce(gloocy.IN_PLACE, x))
+    assert (x == n * (n - 1) // 2).all()
+    y = np.arange(64, dtype=np.int64) if r == 0 else np.zeros(64, np.int64)
+    timed("bcast", lambda: comm.Bcast(y, root=0))
+    assert (y == np.arange(64)).all()
+
+    def split():
+        sub = comm.Split(r % 64, r)
+        z = np.ones(1)
+        sub.Allreduce(gloocy.IN_PLACE, z)
+        assert z[0] == sub.Get_size()
+        sub.Free()
+    if split_too:
+        timed("split 64", split)
+    timed("barrier again", comm.Barrier)
+    return at, len(comm._ctx.links.connected)
+
+
+def pss():
+    """This process's proportional set size (KiB): pages mapped by several
+    ranks (the node segment) counted once, as resident sets do not."""
+    with open("/proc/self/smaps_rollup") as f:
+        for line in f:
+            if line.startswith("Pss:"):
+                return int(line.split()[1])
+    return 0
+
+
+def one(n, timeout, split_too):
+    pss0 = pss()
+    t0 = time.monotonic()
+    w = World(n, timeout=timeout)
+    t1 = time.monotonic()
+    try:
+        got = w.run(phases, n, split_too)
+        t2 = time.monotonic()
+        peak = pss()
+    finally:
+        w.close()
+    t3 = time.monotonic()
+    grew = (peak - pss0) * 1024
+    print(f"## {n} thread ranks in one process (gloocy.testing.World)\n")
+    print(f"- start-up (World({n})): {t1 - t0:.2f} s; run() of the calls below: "
+          f"{t2 - t1:.2f} s; close: {t3 - t2:.2f} s\n")
+    print("| phase | first rank in → last rank out (s) |\n|---|---|")
+    for name in got[0][0]:
+        first = min(at[name][0] for at, _ in got)
+        last = max(at[name][1] for at, _ in got)
+        print(f"| {name} | {last - first:.2f} |")
+    conns = [c for _, c in got]
+    print(f"\n- connections per rank: max {max(conns)}, mean {sum(conns) / n:.1f}")
+    print(f"- memory: {grew / n / 1024:.0f} KiB per rank (the process's "
+          f"proportional set size grew by {grew / 2**20:.0f} MiB: each page "
+          f"counted once, however many ranks map it)\n")
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("-n", type=int, nargs="+", default=[1024])
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--no-split", action="store_true",
+                   help="leave the Split into 64 groups out")
+    args = p.parse_args()
+    # Thousands of rank threads hold tens of thousands of fds: raise the
+    # limit as far as the system lets us (as root, past the hard limit).
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
+    except (ValueError, OSError):
+        pass
+    print(f"- load average before: {os.getloadavg()[0]:.1f}\n")
+    for n in args.n:
+        one(n, args.timeout, not args.no_split)
+    print(f"- load average after: {os.getloadavg()[0]:.1f}")
+
+
+if __name__ == "__main__":
+    main()
