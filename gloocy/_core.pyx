@@ -49,6 +49,7 @@ include "_gather.pxi"
 include "_p2p.pxi"
 include "_node_spread.pxi"    # ... local ranks kept on CPUs of their own
 include "_node.pxi"           # through the node segment (one host)
+include "_node_watch.pxi"     # ... its calls over the pairs beside it
 include "_node_exchange.pxi"
 include "_node_scan.pxi"        # scan, exscan
 include "_cma.pxi"              # single-copy transfers between local ranks

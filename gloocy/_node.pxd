@@ -61,7 +61,7 @@ cdef enum:
     # 1 MiB 195 vs 214.
     NODE_BCAST_CMA_MIN = 128 << 10
     # A reduce_scatter copies once from this many bytes of input where
-    # every rank of the host has a CPU (reduce_scatter_cma_min_bytes; where
+    # every rank of the host has a CPU (cma_min_where_cpus; where
     # they outnumber the CPUs, from NODE_CMA_MIN). At N = 2 on the
     # project's machine (python bench/cma_threshold.py --compare cma, slots
     # / single copies, median): at load 17-20 the slots won (1 MiB 47 vs 74

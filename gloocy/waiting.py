@@ -66,7 +66,9 @@ def usable_cpus():
     return cpus if quota is None else max(1, min(cpus, quota))
 
 
-def _env_us(name, env):
+def env_us(name, env):
+    """The environment variable `name` of `env` as microseconds >= 0, or
+    None when unset."""
     text = env.get(name, "")
     if text == "":
         return None
@@ -87,8 +89,8 @@ def wait_tuning(local_size, cpus=None, env=None):
     env = os.environ if env is None else env
     cpus = usable_cpus() if cpus is None else cpus
     crowded = local_size > cpus
-    spin = _env_us("GLOOCY_SPIN_US", env)
-    yield_us = _env_us("GLOOCY_YIELD_US", env)
+    spin = env_us("GLOOCY_SPIN_US", env)
+    yield_us = env_us("GLOOCY_YIELD_US", env)
     return dict(
         spin_us=(0 if crowded else SPIN_US) if spin is None else spin,
         yield_us=(YIELD_US if crowded else 0) if yield_us is None else yield_us)

@@ -388,9 +388,11 @@ class Connector:
         """The listener begins (n = 1) or gives up (n = -1) authenticating
         a dial from `peer` (see pair)."""
         with self.cond:
-            self._uncome(peer, n)
+            self._count_coming(peer, n)
 
-    def _uncome(self, peer, n=-1, wake=True):
+    def _count_coming(self, peer, n=-1, wake=True):
+        """The listener's dials from `peer` being authenticated, n more (the
+        lock held); when none is left, pair() waiting for one is woken."""
         left = self.coming.get(peer, 0) + n
         if left > 0:
             self.coming[peer] = left
@@ -406,7 +408,7 @@ class Connector:
         (It is no longer only coming: a pair() waiting for it is woken if
         it is not accepted; else arrive() wakes it, once.)"""
         with self.cond:
-            self._uncome(peer, wake=False)
+            self._count_coming(peer, wake=False)
             if self.closed:
                 self.cond.notify_all()
                 return None

@@ -174,12 +174,7 @@ def test_start_up_store_operations_are_o1_per_rank(size, kind, monkeypatch):
             assert after - at_start <= len(peers)
             assert len(peers) <= 2 * math.ceil(math.log2(size)) + 2
     finally:
-        for comm in comms:
-            if comm is not None:
-                comm.Free()
-        for s in stores:
-            s.close()
-        server.close()
+        free_all(comms, stores, server)
     # the last rank to leave cleared the job's keys
     assert server_keys_left(server, "count/") == 0
 
@@ -191,6 +186,17 @@ def in_threads(rank_main, size):
         t.start()
     for t in threads:
         t.join(60)
+
+
+def free_all(comms, stores, server):
+    """A test's end: every rank's communicator freed (those made), every
+    store client and the store closed."""
+    for comm in comms:
+        if comm is not None:
+            comm.Free()
+    for s in stores:
+        s.close()
+    server.close()
 
 
 def server_keys_left(server, prefix):
@@ -283,12 +289,7 @@ def test_ranks_of_a_process_never_look_each_other_up(monkeypatch):
         assert all(connected(c) for c in comms)
         assert [k for k in read if "/tcp/" in k] == []
     finally:
-        for comm in comms:
-            if comm is not None:
-                comm.Free()
-        for s in stores:
-            s.inner.close()
-        server.close()
+        free_all(comms, stores, server)
 
 
 def test_unconnected_slots_share_one_stand_in_and_every_post_connects_them():
@@ -392,9 +393,4 @@ def test_a_strangers_hello_delays_no_connection_for_long(monkeypatch):
     finally:
         if stranger is not None:
             stranger.close()
-        for comm in comms:
-            if comm is not None:
-                comm.Free()
-        for s in stores:
-            s.close()
-        server.close()
+        free_all(comms, stores, server)
