@@ -11,9 +11,7 @@ ctypedef struct NodeHead:
     uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
     uint64_t reduce_scatter_cma_min   # ... reduce_scatters
     uint32_t nranks
-    uint32_t allreduce_lag            # 1: a large allreduce waits once a step
-                                      # (node_allreduce_lagged), 0: twice
-    char _pad[24]
+    char _pad[28]
 
 ctypedef struct NodeCtl:              # one rank's
     uint64_t phase                    # last phase it arrived at
@@ -95,7 +93,6 @@ cdef class Node:
                                       # segment's: alike on every rank)
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly int64_t reduce_scatter_cma_min  # ... reduce_scatters do
-    cdef readonly bint allreduce_lag  # the segment's allreduce_lag
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef readonly bint spread         # keep local ranks on CPUs of their own
                                       # (node_spread; GLOOCY_SPREAD=1)

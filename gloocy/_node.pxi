@@ -125,23 +125,11 @@ def new_node_segment(int size, int64_t chunk):
         head.bcast_cma_min = cma_min_where_cpus(size, NODE_BCAST_CMA_MIN)
         head.reduce_scatter_cma_min = cma_min_where_cpus(size, NODE_RS_CMA_MIN)
         head.nranks = size
-        head.allreduce_lag = allreduce_lag_wanted()
         os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
     except BaseException:
         os.close(fd)
         raise
     return fd
-
-
-def allreduce_lag_wanted():
-    """Whether a large node allreduce waits once a step
-    (node_allreduce_lagged) rather than twice: GLOOCY_NODE_ALLREDUCE_LAG
-    (0 or 1; default 0). The segment's maker's value holds for all ranks."""
-    import os
-    text = os.environ.get("GLOOCY_NODE_ALLREDUCE_LAG", "0")
-    if text not in ("0", "1"):
-        raise ValueError(f"GLOOCY_NODE_ALLREDUCE_LAG={text!r}: must be 0 or 1")
-    return text == "1"
 
 
 def node_look_floor_us(env=None):
@@ -183,7 +171,6 @@ cdef class Node:
         self.cma_min = <int64_t>self.head.cma_min
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
         self.reduce_scatter_cma_min = <int64_t>self.head.reduce_scatter_cma_min
-        self.allreduce_lag = self.head.allreduce_lag != 0
         from gloocy.waiting import usable_cpus
         self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
                        and size <= usable_cpus())
@@ -616,8 +603,6 @@ cdef int node_reduce_to(Context ctx, Coll *c, char *buf, int64_t count,
                 c.fn(buf, ctx.node.slot(j), count)
         ctx.node.step += 1
         return 0
-    if root < 0 and ctx.node.allreduce_lag:
-        return node_allreduce_lagged(ctx, c, buf, count)
     while done < count:
         # This step's elements, cut in one block per rank. Rank r reduces
         # block r: its own data (left in its buffer, never copied to the
@@ -654,68 +639,6 @@ cdef int node_reduce_to(Context ctx, Coll *c, char *buf, int64_t count,
         ctx.node.step += 1
         done += e
     return 0
-
-
-cdef int node_allreduce_lagged(Context ctx, Coll *c, char *buf,
-                               int64_t count) except -1 nogil:
-    """node_reduce_to's allreduce (root -1) with one wait a step where it
-    has two: rank r reduces block r of a step (its own data with the
-    others' slots, in rank order) into its buffer and publishes the result
-    in its slot, in the place of block r, which it never copies in. The
-    others copy that result out in the next step, after its wait, and the
-    last step's after a wait of its own (phase B). Safe because the blocks
-    stay where they are for the whole call: while rank j copies out step
-    t-1's results from the slots of parity t-1, a rank already writing
-    step t+1 there writes only the other blocks' places; and it publishes
-    step t+1's result only after every rank has arrived at t+1, i.e.
-    finished reading step t-1's."""
-    cdef int n = ctx.node.size, r = ctx.node.rank, j
-    cdef int64_t isz = c.itemsize, per_step = max(ctx.node.chunk // isz, 1)
-    cdef int64_t steps = (count + per_step - 1) // per_step
-    cdef int64_t size = (count + steps - 1) // steps       # elements a step
-    cdef int64_t q = (size + n - 1) // n                    # ... a block
-    cdef int64_t done = 0, last = 0, e, lo, hi
-    cdef char *slot
-    lo, hi = r * q, (r + 1) * q
-    while True:
-        node_ready(ctx, c)
-        e = min(count - done, size)
-        slot = ctx.node.slot(r)
-        memcpy(slot, buf + done * isz, min(lo, e) * isz)
-        if e > hi:
-            memcpy(slot + hi * isz, buf + (done + hi) * isz, (e - hi) * isz)
-        node_step_in(ctx, c)
-        if done > 0:
-            _copy_results(ctx.node, buf + last * isz, ctx.node.step - 1, q,
-                          min(count - last, size) * isz, isz)
-        if e > lo:
-            for j in range(n):
-                if j != r:
-                    c.fn(buf + (done + lo) * isz, ctx.node.slot(j) + lo * isz,
-                         min(hi, e) - lo)
-            memcpy(slot + lo * isz, buf + (done + lo) * isz, (min(hi, e) - lo) * isz)
-        if done + e >= count:
-            node_arrive(ctx, phase_b(ctx.node), c)
-            node_wait(ctx, c, phase_b(ctx.node))
-            _copy_results(ctx.node, buf + done * isz, ctx.node.step, q, e * isz, isz)
-            ctx.node.step += 1
-            return 0
-        ctx.node.step += 1
-        last = done
-        done += e
-
-
-cdef void _copy_results(Node nd, char *out, uint64_t step, int64_t q,
-                        int64_t nbytes, int64_t isz) noexcept nogil:
-    """The other ranks' reduced blocks (q elements each) of step `step`,
-    whose elements are `nbytes` long, from their slots to `out`."""
-    cdef int j
-    cdef int64_t lo, hi
-    for j in range(nd.size):
-        lo, hi = min(j * q * isz, nbytes), min((j + 1) * q * isz, nbytes)
-        if j != nd.rank and hi > lo:
-            memcpy(out + lo, nd.data + ((step & 1) * nd.size + j) * nd.chunk + lo,
-                   hi - lo)
 
 
 cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
