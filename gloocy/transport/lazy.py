@@ -36,6 +36,7 @@ import weakref
 
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
+from gloocy.rendezvous.shared_wait import get_once
 from gloocy.transport import _tcp, handshake, ibverbs, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
@@ -61,6 +62,7 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
     connector = Connector(store, rank, size, secret, job, mode, dead_s,
                           timeout, listener)
     node = None
+    pass_on = _nothing
     try:
         address = (advertise or listener.address).encode()
         store.set(f"{job}/tcp/{rank}", address)
@@ -85,7 +87,11 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             go = (int(hosts_store), pid, fd)
             store.set(f"{job}/go", " ".join(map(str, go)).encode())
         else:
-            go = tuple(map(int, _wait_for_go(store, job, rank, size, deadline).split()))
+            # (the rank threads of one process: one asks, the others go in turn)
+            got, pass_on = get_once(
+                store, f"{job}/go", lambda: _wait_for_go(store, job, rank, size, deadline),
+                deadline)
+            go = tuple(map(int, got.split()))
             if go[1]:
                 node = os.open(f"/proc/{go[1]}/fd/{go[2]}", os.O_RDWR | os.O_CLOEXEC)
                 # rank 0 keeps its fd open until every rank has opened it
@@ -101,6 +107,12 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             os.close(node)
         connector.close(False)
         raise
+    finally:
+        pass_on()
+
+
+def _nothing():
+    pass
 
 
 def _wait_for_all(store, job, size, deadline):
