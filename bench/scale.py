@@ -160,10 +160,13 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
 
 
 def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
-    """--stop-after: the phases so far, the connections made, and Free."""
+    """--stop-after: the phases so far, the connections made, and Free
+    once every rank is through (the first ranks' Free, their store
+    operations and goodbyes, would slow the others' last phase)."""
     conns = len(comm._ctx.links.connected)
     c = comm._ctx.links.connector
     dials = dict(dialed=c.dialed, accepted=c.accepted, refused=getattr(c, "refused", 0))
+    comm.Barrier()                      # (untimed)
     s = time.monotonic()
     comm.Free()
     t["free"] = time.monotonic() - s

@@ -1,4 +1,6 @@
-"""One store wait for all the ranks of a process, who then go on in turn.
+"""The rank threads of one process at start-up: their store operations
+one rank at a time, and one store wait for all, after which they go on in
+turn.
 
 When every rank of a job waits for one key (rank 0's go at start-up) and
 hundreds of them are threads of one process (a simulated world), they
@@ -12,20 +14,49 @@ seconds in rendezvous; bench/results/scale/rendezvous-cpu.md).
 So one rank of the process asks the store; the others wait on locks of
 their own (no GIL wanted while they wait) and are let go one at a time,
 each by the one before once it is through the work that follows
-(`pass_on`). Stores other than the TCP store's client (those with no
-`url`) are asked by every rank, as before.
+(`pass_on`). Likewise the store operations that wait for no other rank
+(`one_at_a_time`): the ranks started together queue on a lock, not for
+the GIL. Stores other than the TCP store's client (those with no `url`)
+are used by every rank as before.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections import deque
 
-__all__ = ["get_once"]
+__all__ = ["get_once", "one_at_a_time"]
 
 _lock = threading.Lock()
 _pending = {}       # (store url, key) -> _Turns whose value one rank is fetching
+_turns = {}         # store url -> the lock of one_at_a_time
+
+
+@contextlib.contextmanager
+def one_at_a_time(store, timeout=None):
+    """A context in which one rank thread of this process at a time uses
+    `store` (its url's). Only for operations that wait for no other rank
+    (one that did would hold up the ranks queued behind it). After
+    `timeout` seconds of queueing (default: the store's) a rank goes ahead
+    unqueued."""
+    url = getattr(store, "url", None)
+    if not isinstance(url, str):
+        yield
+        return
+    with _lock:
+        turn = _turns.get(url)
+        if turn is None:
+            turn = _turns[url] = threading.Lock()
+    if timeout is None:
+        timeout = getattr(store, "timeout", None) or 300.0
+    mine = turn.acquire(timeout=timeout)
+    try:
+        yield
+    finally:
+        if mine:
+            turn.release()
 
 
 class _Turns:

@@ -36,7 +36,7 @@ import weakref
 
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
-from gloocy.rendezvous.shared_wait import get_once
+from gloocy.rendezvous.shared_wait import get_once, one_at_a_time
 from gloocy.transport import _tcp, handshake, ibverbs, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
@@ -65,15 +65,16 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
     pass_on = _nothing
     try:
         address = (advertise or listener.address).encode()
-        store.set(f"{job}/tcp/{rank}", address)
         listener.addresses[rank] = address    # (for the ranks of this process)
-        store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
-        if mode in ("auto", "shm"):
-            connector.host_key = (f"{job}/host/"
-                                  + hashlib.sha256(shm.host_identity().encode()).hexdigest()[:32])
-            store.add(connector.host_key, 1)
-        if store.add(f"{job}/joined", 1) == size:
-            store.set(f"{job}/all", b"1")
+        with one_at_a_time(store):        # (the rank threads of a process)
+            store.set(f"{job}/tcp/{rank}", address)
+            store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
+            if mode in ("auto", "shm"):
+                connector.host_key = (f"{job}/host/" + hashlib.sha256(
+                    shm.host_identity().encode()).hexdigest()[:32])
+                store.add(connector.host_key, 1)
+            if store.add(f"{job}/joined", 1) == size:
+                store.set(f"{job}/all", b"1")
         if rank == 0:
             _wait_for_all(store, job, size, deadline)
             local = (connector.host_key is not None
