@@ -123,6 +123,30 @@ def test_barrier_over_tcp_waits_for_everyone(size, algorithm):
         assert min(got[r][k][1] for r in range(size)) >= max(entries), k
 
 
+@pytest.mark.parametrize("size", [6, 8])
+def test_barrier_against_another_collective_is_a_mismatch(size):
+    """One rank calls an allreduce where the others call the barrier: no
+    rank gets through, none hangs, and a MismatchError names both calls."""
+    odd = size - 2
+
+    def call(comm):
+        try:
+            if comm.Get_rank() == odd:
+                comm.Allreduce(gloocy.IN_PLACE, np.ones(4), timeout=10)
+            else:
+                comm.Barrier(timeout=10)
+        except gloocy.GloocyError as e:
+            return type(e).__name__, str(e)
+        return "through", ""
+
+    with World(size, transport="tcp") as w:
+        got = w.run(call, check=False)
+    assert all(name != "through" for name, _ in got), got
+    mismatches = [m for name, m in got if name == "MismatchError"]
+    assert mismatches, got
+    assert all("barrier" in m and "allreduce" in m for m in mismatches), mismatches
+
+
 def test_both_sides_dial_at_once_connect_once():
     """Every rank sends to every other at the same moment: both ends of
     each pair dial; each pair ends up with one connection, data intact."""
@@ -173,6 +197,25 @@ def test_peer_gone_before_it_was_ever_connected_is_named():
         w.kill(3)
         got = w.run(send_to_3, ranks=[0], check=False)
     assert got == [3]
+
+
+@pytest.mark.parametrize("size", [6, 8])
+def test_barrier_names_a_peer_gone_before_it_was_connected(size):
+    """A rank dead before the barrier: every other rank's barrier raises
+    within the deadline, naming it (first-hand or told by a partner)."""
+    def barrier(comm):
+        try:
+            comm.Barrier(timeout=20)
+        except gloocy.GloocyError as e:
+            return type(e).__name__, getattr(e, "rank", None), str(e)
+        return "through", None, ""
+
+    with World(size, comm_timeout=20.0, transport="tcp") as w:
+        w.kill(3)
+        others = [r for r in range(size) if r != 3]
+        got = w.run(barrier, ranks=others, check=False)
+    assert all(name != "through" and "rank 3" in msg for name, _, msg in got), got
+    assert any(name == "PeerLostError" and rank == 3 for name, rank, _ in got), got
 
 
 def test_eager_knob_makes_the_full_mesh():
