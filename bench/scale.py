@@ -3,6 +3,7 @@ processes (issue 19's scale simulation).
 
     PYTHONPATH=. python bench/scale.py -n 1024 --procs 4
     PYTHONPATH=. python bench/scale.py -n 4096 --procs 8
+    PYTHONPATH=. python bench/scale.py -n 4096 --procs 8 --stop-after allreduce
 
 The parent serves a TCP store; each worker process raises its fd limit,
 starts its share of the ranks as threads, and each rank runs, timed by
