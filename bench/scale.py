@@ -3,6 +3,7 @@ processes (issue 19's scale simulation).
 
     PYTHONPATH=. python bench/scale.py -n 1024 --procs 4
     PYTHONPATH=. python bench/scale.py -n 4096 --procs 8
+    PYTHONPATH=. python bench/scale.py -n 4096 --procs 8 --stop-after allreduce
 
 The parent serves a TCP store; each worker process raises its fd limit,
 starts its share of the ranks as threads, and each rank runs, timed by
@@ -36,6 +37,7 @@ import numpy as np
 
 PHASES = ("start-up", "barrier", "allreduce", "allreduce ring", "bcast",
           "split 64", "free")
+PHASE_NAMES = {"start-up": "rendezvous", "barrier": "barrier", "allreduce": "allreduce"}
 
 
 class CountingStore:
@@ -74,8 +76,10 @@ def cpu_through(results, procs, which=0):
     spent = dict.fromkeys(("start-up", "barrier", "allreduce"), 0.0)
     for ranks in procs:
         got = [results[r]["cpu"] for r in ranks if "cpu" in results[r]]
-        if not got or not all(ph in c for c in got for ph in spent):
+        if not got:
             return None
+        spent = {ph: n for ph, n in spent.items()       # (--stop-after)
+                 if all(ph in c for c in got)}
         before = min(c["begin"][which] for c in got)
         for ph in spent:
             end = max(c[ph][which] for c in got)
@@ -84,7 +88,7 @@ def cpu_through(results, procs, which=0):
     return spent
 
 
-def rank_main(rank, size, url, secret, job, out, timeout):
+def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
     import gloocy
     from gloocy import rendezvous
 
@@ -102,6 +106,8 @@ def rank_main(rank, size, url, secret, job, out, timeout):
         cpu["start-up"] = process_cpu()
         t["start-up"] = at["start-up"] - t0
         startup_ops = store.ops
+        if stop_after == "start-up":
+            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
 
         def phase(name, fn):
             s = time.monotonic()
@@ -111,10 +117,14 @@ def rank_main(rank, size, url, secret, job, out, timeout):
             t[name] = at[name] - s
 
         phase("barrier", comm.Barrier)
+        if stop_after == "barrier":
+            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
         x = np.full(16, rank, dtype=np.int64)
         # the algorithm gloocy picks for 128 B (recursive doubling), then ring
         phase("allreduce", lambda: comm.Allreduce(gloocy.IN_PLACE, x))
         assert (x == size * (size - 1) // 2).all()
+        if stop_after == "allreduce":
+            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
         x[:] = rank
         phase("allreduce ring", lambda: comm.Allreduce(gloocy.IN_PLACE, x,
                                                        algorithm="ring"))
@@ -150,6 +160,21 @@ def rank_main(rank, size, url, secret, job, out, timeout):
             store.close()
 
 
+def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
+    """--stop-after: the phases so far, the connections made, and Free
+    once every rank is through (the first ranks' Free, their store
+    operations and goodbyes, would slow the others' last phase)."""
+    conns = len(comm._ctx.links.connected)
+    c = comm._ctx.links.connector
+    dials = dict(dialed=c.dialed, accepted=c.accepted, refused=getattr(c, "refused", 0))
+    comm.Barrier()                      # (untimed)
+    s = time.monotonic()
+    comm.Free()
+    t["free"] = time.monotonic() - s
+    out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns, dials=dials,
+                     startup_ops=startup_ops, ops=store.ops)
+
+
 def worker(args):
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
@@ -161,7 +186,7 @@ def worker(args):
     out = {}
     threads = [threading.Thread(target=rank_main, daemon=True,
                                 args=(r, args.n, args.store, bytes.fromhex(args.secret),
-                                      args.job, out, args.timeout))
+                                      args.job, out, args.timeout, args.stop_after))
                for r in ranks]
     for th in threads:
         th.start()
@@ -238,6 +263,9 @@ def main():
                    help="the workers' sys.setswitchinterval (seconds; 0: "
                         "Python's default, 0.005): how soon a thread waiting "
                         "for the GIL takes it from a running one (diagnostic)")
+    p.add_argument("--stop-after", choices=PHASES[:3], default=None,
+                   help="end every rank (Free) after this phase: a short run "
+                        "measuring rendezvous, or it and the barrier, alone")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -264,7 +292,8 @@ def main():
              "--first", str(first), "--count", str(min(per, args.n - first)),
              "--store", server.url, "--secret", secret.hex(), "--job", job,
              "--timeout", str(args.timeout),
-             "--switch-interval", str(args.switch_interval)],
+             "--switch-interval", str(args.switch_interval)]
+            + (["--stop-after", args.stop_after] if args.stop_after else []),
             stdout=subprocess.PIPE))
     results, rss = {}, 0
     for proc in procs:
@@ -293,29 +322,30 @@ def main():
         return 1
     ok = list(results.values())
     bound = 2 * math.ceil(math.log2(args.n)) + 2
-    slowest = {ph: max(v["t"][ph] for v in ok) for ph in PHASES}
+    ran = [ph for ph in PHASES if all(ph in v["t"] for v in ok)]
+    slowest = {ph: max(v["t"][ph] for v in ok) for ph in ran}
     conns = [v["conns"] for v in ok]
     ops = [v["ops"] for v in ok]
     sops = [v["startup_ops"] for v in ok]
     print(f"## {args.n} ranks as threads in {len(procs)} processes "
           f"(TCP; loaded 2-core machine)\n")
     print("| phase | seconds (slowest rank) |\n|---|---|")
-    for ph in PHASES:
+    for ph in ran:
         print(f"| {ph} | {slowest[ph]:.2f} |")
     print(f"| whole run, processes included | {wall:.2f} |\n")
     print(through(ok) + "\n")
     spent = cpu_through(results, ranges)
     if spent is not None:
         made = sum(conns) / 2
-        used = spent["barrier"] + spent["allreduce"]
-        print("- CPU seconds of the worker processes (all their threads): "
-              f"rendezvous {spent['start-up']:.2f}, barrier {spent['barrier']:.2f}, "
-              f"allreduce {spent['allreduce']:.2f}; barrier + allreduce per "
-              f"connection made {1e6 * used / made:.0f} µs")
+        used = spent.get("barrier", 0) + spent.get("allreduce", 0)
         sw = cpu_through(results, ranges, 1)
-        print(f"- context switches of the worker processes: barrier + allreduce "
-              f"{sw['barrier'] + sw['allreduce']:.0f}, per connection made "
-              f"{(sw['barrier'] + sw['allreduce']) / made:.1f}")
+        print("- CPU seconds of the worker processes (all their threads): "
+              + ", ".join(f"{PHASE_NAMES[ph]} {n:.2f}" for ph, n in spent.items())
+              + (f"; per connection made {1e6 * used / made:.0f} µs" if made else ""))
+        print("- context switches of the worker processes: "
+              + ", ".join(f"{PHASE_NAMES[ph]} {n:.0f}" for ph, n in sw.items())
+              + (f"; per connection made {(sw.get('barrier', 0) + sw.get('allreduce', 0)) / made:.1f}"
+                 if made else ""))
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "

@@ -98,8 +98,10 @@ ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT,
 SCAN_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                    "shm": ALGO_SHM}
 # barrier (no algorithm= keyword: GLOOCY_ALGORITHM_BARRIER only):
-# "dissemination" is the one over the pairs, even with a node segment.
-BARRIER_ALGORITHMS = {"auto": ALGO_AUTO, "dissemination": ALGO_DISSEMINATION,
+# "recursive_doubling" (auto's over the pairs: the allreduce's partners) and
+# "dissemination" run over the pairs, even with a node segment.
+BARRIER_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
+                      "dissemination": ALGO_DISSEMINATION,
                       "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 ALGORITHMS = ALLREDUCE_ALGORITHMS      # the name before there were others
 ALGORITHM_TABLES = {"allreduce": ALLREDUCE_ALGORITHMS,

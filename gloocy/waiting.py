@@ -62,8 +62,22 @@ def usable_cpus():
     """CPUs this process may run on: its affinity mask, capped by its
     cgroup's CPU quota."""
     cpus = len(os.sched_getaffinity(0))
-    quota = cgroup_cpu_limit()
+    quota = _process_cpu_limit()
     return cpus if quota is None else max(1, min(cpus, quota))
+
+
+_limits = {}    # pid -> cgroup_cpu_limit()
+
+
+def _process_cpu_limit():
+    """cgroup_cpu_limit(), read once per process: a world of thousands of
+    rank threads would otherwise read the cgroup files once per rank, each
+    read letting the GIL go to the others (a pid's entry: a forked child
+    reads its own)."""
+    pid = os.getpid()
+    if pid not in _limits:
+        _limits[pid] = cgroup_cpu_limit()
+    return _limits[pid]
 
 
 def env_us(name, env):

@@ -35,6 +35,7 @@ import time
 from collections.abc import Sequence
 
 from ..errors import RendezvousError, RendezvousTimeout
+from .shared_wait import one_at_a_time
 from .store import DEFAULT_TIMEOUT, Store, _check_timeout
 
 __all__ = ["TCPStore", "MAX_FRAME"]
@@ -181,7 +182,9 @@ class TCPStore(Store):
         self._closed = False
         ct = self.timeout if connect_timeout is None else _check_timeout(
             connect_timeout, "connect_timeout")
-        with self._lock:
+        # (one at a time with the other clients of this process to the same
+        # store, as hundreds of rank threads start: see shared_wait)
+        with one_at_a_time(self, ct), self._lock:
             self._connect(time.monotonic() + ct)
 
     def __repr__(self) -> str:

@@ -18,6 +18,7 @@ from typing import NamedTuple
 from gloocy._core import UNCONNECTED, new_node_segment
 from gloocy.errors import RendezvousError
 from gloocy.rendezvous.address import listen_port_and_advertised
+from gloocy.rendezvous.shared_wait import one_at_a_time
 from gloocy.transport import ibverbs, lazy, shm
 from gloocy.transport._tcp import TcpPair, tcp_pair
 from gloocy.transport.handshake import connect_sockets
@@ -46,7 +47,9 @@ def connect_lazy(store, rank, size, secret, *, host="127.0.0.1", job="",
     which needs `store` until it is closed). `hosts_store`: this rank
     serves the store (it then leaves last)."""
     mode, dead_s = _settings(transport, rank)
-    _check_membership(store, rank, size, job, timeout, "lazy")
+    with one_at_a_time(store):        # (the rank threads of a process)
+        _claim(store, rank, size, job, "lazy")
+    _check_size(store, rank, size, job, timeout, "lazy")
     connector, node = lazy.start(store, rank, size, secret, host=host, job=job,
                                  timeout=timeout, mode=mode, dead_s=dead_s,
                                  hosts_store=hosts_store, **_listen())
@@ -198,11 +201,22 @@ def _rdma_peers(socks, local, rank, mode, deadline):
 def _check_membership(store, rank, size, job, timeout, how):
     """Each rank is claimed once, and every rank has rank 0's world size
     and way of connecting (`how`: GLOOCY_CONNECT)."""
+    _claim(store, rank, size, job, how)
+    _check_size(store, rank, size, job, timeout, how)
+
+
+def _claim(store, rank, size, job, how):
+    """Claim `rank` (once only); rank 0 says the world's size and `how`."""
     if store.add(f"{job}/claim/{rank}", 1) != 1:
         raise RendezvousError(f"rank {rank}: another process already joined "
                               f"job {job!r} as rank {rank}")
     if rank == 0:
         store.set(f"{job}/size", f"{size} {how}".encode())
+
+
+def _check_size(store, rank, size, job, timeout, how):
+    """Another rank: whether rank 0's size and `how` are ours."""
+    if rank == 0:
         return
     theirs, _, their_how = store.get(f"{job}/size", timeout=timeout).decode().partition(" ")
     if int(theirs) != size:

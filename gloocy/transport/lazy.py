@@ -36,6 +36,7 @@ import weakref
 
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
+from gloocy.rendezvous.shared_wait import get_once, one_at_a_time
 from gloocy.transport import _tcp, handshake, ibverbs, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
@@ -61,17 +62,19 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
     connector = Connector(store, rank, size, secret, job, mode, dead_s,
                           timeout, listener)
     node = None
+    pass_on = _nothing
     try:
         address = (advertise or listener.address).encode()
-        store.set(f"{job}/tcp/{rank}", address)
         listener.addresses[rank] = address    # (for the ranks of this process)
-        store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
-        if mode in ("auto", "shm"):
-            connector.host_key = (f"{job}/host/"
-                                  + hashlib.sha256(shm.host_identity().encode()).hexdigest()[:32])
-            store.add(connector.host_key, 1)
-        if store.add(f"{job}/joined", 1) == size:
-            store.set(f"{job}/all", b"1")
+        with one_at_a_time(store):        # (the rank threads of a process)
+            store.set(f"{job}/tcp/{rank}", address)
+            store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
+            if mode in ("auto", "shm"):
+                connector.host_key = (f"{job}/host/" + hashlib.sha256(
+                    shm.host_identity().encode()).hexdigest()[:32])
+                store.add(connector.host_key, 1)
+            if store.add(f"{job}/joined", 1) == size:
+                store.set(f"{job}/all", b"1")
         if rank == 0:
             _wait_for_all(store, job, size, deadline)
             local = (connector.host_key is not None
@@ -85,7 +88,11 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             go = (int(hosts_store), pid, fd)
             store.set(f"{job}/go", " ".join(map(str, go)).encode())
         else:
-            go = tuple(map(int, _wait_for_go(store, job, rank, size, deadline).split()))
+            # (the rank threads of one process: one asks, the others go in turn)
+            got, pass_on = get_once(
+                store, f"{job}/go", lambda: _wait_for_go(store, job, rank, size, deadline),
+                deadline)
+            go = tuple(map(int, got.split()))
             if go[1]:
                 node = os.open(f"/proc/{go[1]}/fd/{go[2]}", os.O_RDWR | os.O_CLOEXEC)
                 # rank 0 keeps its fd open until every rank has opened it
@@ -101,6 +108,12 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             os.close(node)
         connector.close(False)
         raise
+    finally:
+        pass_on()
+
+
+def _nothing():
+    pass
 
 
 def _wait_for_all(store, job, size, deadline):

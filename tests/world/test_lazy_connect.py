@@ -20,13 +20,28 @@ def connected(comm):
     return comm._ctx.links.connected
 
 
+def barrier_peers(rank, size):
+    """Whom the barrier of `size` touches from `rank` (recursive doubling):
+    with p the largest power of two <= size and rem = size - p, ranks
+    below 2*rem pair up (2i with 2i+1) and the odd one of each pair stands
+    for both as rank i of p; ranks from 2*rem stand as rank - rem; each
+    stand-in meets those whose number differs from its own in one bit."""
+    p = 1 << (size.bit_length() - 1)
+    rem = size - p
+    if rank < 2 * rem and rank % 2 == 0:
+        return {rank + 1}
+    me = rank // 2 if rank < 2 * rem else rank - rem
+    peers = {rank - 1} if rank < 2 * rem else set()
+    for bit in range(p.bit_length() - 1):
+        other = me ^ (1 << bit)
+        peers.add(2 * other + 1 if other < rem else other + rem)
+    return peers
+
+
 def dissemination_peers(rank, size):
     """Whom a dissemination barrier of `size` touches from `rank`."""
-    peers, k = set(), 1
-    while k < size:
-        peers |= {(rank + k) % size, (rank - k) % size}
-        k <<= 1
-    return peers
+    return {(rank + s * k) % size for k in (1 << b for b in range(size.bit_length()))
+            if k < size for s in (1, -1)}
 
 
 def test_nothing_is_connected_at_start_up():
@@ -57,7 +72,79 @@ def test_barrier_connects_its_own_peers_only(kind):
         if kind == "shm":      # all on one host: the node segment does it
             assert got == [[]] * size
         else:
-            assert got == [sorted(dissemination_peers(r, size)) for r in range(size)]
+            assert got == [sorted(barrier_peers(r, size)) for r in range(size)]
+
+
+@pytest.mark.parametrize("size", [5, 6, 8, 12])
+def test_barrier_and_allreduce_share_their_peers(size):
+    """The barrier connects to no peer the allreduce (recursive doubling,
+    128 B) would not: after both, each rank has the barrier's connections."""
+    def both(comm):
+        comm.Barrier()
+        after_barrier = list(connected(comm))
+        x = np.full(16, comm.Get_rank(), dtype=np.int64)
+        comm.Allreduce(gloocy.IN_PLACE, x)
+        assert (x == size * (size - 1) // 2).all()
+        return after_barrier, list(connected(comm))
+
+    with World(size, transport="tcp") as w:
+        got = w.run(both)
+    assert [b for b, _ in got] == [a for _, a in got]
+    assert [b for b, _ in got] == [sorted(barrier_peers(r, size)) for r in range(size)]
+
+
+@pytest.mark.parametrize("algorithm", ["recursive_doubling", "dissemination"])
+@pytest.mark.parametrize("size", [2, 3, 5, 6, 7, 8, 9, 13, 16])
+def test_barrier_over_tcp_waits_for_everyone(size, algorithm):
+    """Nobody leaves the barrier before the last rank entered it, in
+    rounds where a different rank is late each time (over the pairs:
+    GLOOCY_ALGORITHM_BARRIER picks the algorithm)."""
+    rounds, delay = 3, 0.05
+
+    def timed(comm):
+        times = []
+        for k in range(rounds):
+            if comm.Get_rank() == (3 * k + 1) % size:
+                time.sleep(delay)
+            entered = time.monotonic()
+            comm.Barrier()
+            times.append((entered, time.monotonic()))
+        return times, connected(comm)
+
+    with World(size, transport="tcp",
+               env={"GLOOCY_ALGORITHM_BARRIER": algorithm}) as w:
+        got, conns = zip(*w.run(timed))
+    peers = barrier_peers if algorithm == "recursive_doubling" else dissemination_peers
+    assert list(conns) == [sorted(peers(r, size)) for r in range(size)]
+    for k in range(rounds):
+        entries = [got[r][k][0] for r in range(size)]
+        late = (3 * k + 1) % size
+        assert entries[late] - min(entries) >= delay / 2   # (the check has teeth)
+        assert min(got[r][k][1] for r in range(size)) >= max(entries), k
+
+
+@pytest.mark.parametrize("size", [6, 8])
+def test_barrier_against_another_collective_is_a_mismatch(size):
+    """One rank calls an allreduce where the others call the barrier: no
+    rank gets through, none hangs, and a MismatchError names both calls."""
+    odd = size - 2
+
+    def call(comm):
+        try:
+            if comm.Get_rank() == odd:
+                comm.Allreduce(gloocy.IN_PLACE, np.ones(4), timeout=10)
+            else:
+                comm.Barrier(timeout=10)
+        except gloocy.GloocyError as e:
+            return type(e).__name__, str(e)
+        return "through", ""
+
+    with World(size, transport="tcp") as w:
+        got = w.run(call, check=False)
+    assert all(name != "through" for name, _ in got), got
+    mismatches = [m for name, m in got if name == "MismatchError"]
+    assert mismatches, got
+    assert all("barrier" in m and "allreduce" in m for m in mismatches), mismatches
 
 
 def test_both_sides_dial_at_once_connect_once():
@@ -110,6 +197,25 @@ def test_peer_gone_before_it_was_ever_connected_is_named():
         w.kill(3)
         got = w.run(send_to_3, ranks=[0], check=False)
     assert got == [3]
+
+
+@pytest.mark.parametrize("size", [6, 8])
+def test_barrier_names_a_peer_gone_before_it_was_connected(size):
+    """A rank dead before the barrier: every other rank's barrier raises
+    within the deadline, naming it (first-hand or told by a partner)."""
+    def barrier(comm):
+        try:
+            comm.Barrier(timeout=20)
+        except gloocy.GloocyError as e:
+            return type(e).__name__, getattr(e, "rank", None), str(e)
+        return "through", None, ""
+
+    with World(size, comm_timeout=20.0, transport="tcp") as w:
+        w.kill(3)
+        others = [r for r in range(size) if r != 3]
+        got = w.run(barrier, ranks=others, check=False)
+    assert all(name != "through" and "rank 3" in msg for name, _, msg in got), got
+    assert any(name == "PeerLostError" and rank == 3 for name, rank, _ in got), got
 
 
 def test_eager_knob_makes_the_full_mesh():
@@ -245,7 +351,7 @@ def test_dials_are_answered_without_a_thread_each(monkeypatch):
         monkeypatch.setattr(threading.Thread, "start", start)
         got = w.run(lambda comm: (comm.Barrier(), connected(comm))[1])
         monkeypatch.undo()
-    assert sum(map(len, got)) == 12 * len(dissemination_peers(0, 12))
+    assert sum(map(len, got)) == sum(len(barrier_peers(r, 12)) for r in range(12))
     lazy = [t for t in started
             if getattr(t, "__module__", "") == "gloocy.transport.lazy"]
     assert lazy == []
