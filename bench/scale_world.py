@@ -5,12 +5,14 @@
 
 Each world (the default transport: the ranks share the node segment, pairs
 are made on first use) runs start-up, a barrier, an allreduce of 128 B, a
-bcast, a Split into 64 groups with an allreduce in each, a barrier, and
+bcast, a Split into 64 groups with an allreduce and a bcast in each, a
+barrier, and
 close. Prints the seconds of each phase from the test process (a run()
 call: starting a thread per rank included) and inside the ranks (from the
 first rank into the call to the last one out), connections per rank and
-resident memory per rank. bench/scale.py runs ranks over TCP in several
-processes instead.
+the process's open fds and proportional set size per rank after each
+phase (counted from before World(n)). bench/scale.py runs ranks over TCP
+in several processes instead.
 """
 
 import argparse
@@ -25,14 +27,21 @@ from gloocy.testing import World
 
 
 def phases(comm, n, split_too):
-    """The calls, timed inside the rank: {phase: (entered, left)}."""
+    """The calls, timed inside the rank: ({phase: (entered, left)},
+    connections, {phase: (fds, PSS KiB)} at rank 0). After each phase an
+    untimed barrier, then rank 0 counts the process's open fds and its
+    proportional set size, so each phase starts with every rank out of
+    the one before."""
     r = comm.Get_rank()
-    at = {}
+    at, held = {}, {}
 
     def timed(name, fn):
         t = time.monotonic()
         fn()
         at[name] = (t, time.monotonic())
+        comm.Barrier()
+        if r == 0:
+            held[name] = (len(os.listdir("/proc/self/fd")), pss())
 
     timed("barrier", comm.Barrier)
     x = np.full(16, r, dtype=np.int64)
@@ -47,11 +56,15 @@ def phases(comm, n, split_too):
         z = np.ones(1)
         sub.Allreduce(gloocy.IN_PLACE, z)
         assert z[0] == sub.Get_size()
+        last = sub.Get_size() - 1
+        w = np.arange(8) if sub.Get_rank() == last else np.zeros(8, np.int64)
+        sub.Bcast(w, root=last)
+        assert (w == np.arange(8)).all()
         sub.Free()
     if split_too:
         timed("split 64", split)
     timed("barrier again", comm.Barrier)
-    return at, len(comm._ctx.links.connected)
+    return at, len(comm._ctx.links.connected), held
 
 
 def pss():
@@ -65,10 +78,11 @@ def pss():
 
 
 def one(n, timeout, split_too):
-    pss0 = pss()
+    pss0, fds0 = pss(), len(os.listdir("/proc/self/fd"))
     t0 = time.monotonic()
     w = World(n, timeout=timeout)
     t1 = time.monotonic()
+    up = (len(os.listdir("/proc/self/fd")) - fds0) / n, (pss() - pss0) / n
     try:
         got = w.run(phases, n, split_too)
         t2 = time.monotonic()
@@ -79,13 +93,18 @@ def one(n, timeout, split_too):
     grew = (peak - pss0) * 1024
     print(f"## {n} thread ranks in one process (gloocy.testing.World)\n")
     print(f"- start-up (World({n})): {t1 - t0:.2f} s; run() of the calls below: "
-          f"{t2 - t1:.2f} s; close: {t3 - t2:.2f} s\n")
-    print("| phase | first rank in → last rank out (s) |\n|---|---|")
+          f"{t2 - t1:.2f} s; close: {t3 - t2:.2f} s; after start-up: "
+          f"{up[0]:.2f} fds and {up[1]:.0f} KiB (PSS) per rank\n")
+    held = got[0][2]
+    print("| phase | first rank in → last rank out (s) | fds per rank after "
+          "| PSS per rank after (KiB) |\n|---|---|---|---|")
     for name in got[0][0]:
-        first = min(at[name][0] for at, _ in got)
-        last = max(at[name][1] for at, _ in got)
-        print(f"| {name} | {last - first:.2f} |")
-    conns = [c for _, c in got]
+        first = min(at[name][0] for at, _, _ in got)
+        last = max(at[name][1] for at, _, _ in got)
+        fds, kib = held[name]
+        print(f"| {name} | {last - first:.2f} | {(fds - fds0) / n:.2f} "
+              f"| {(kib - pss0) / n:.0f} |")
+    conns = [c for _, c, _ in got]
     print(f"\n- connections per rank: max {max(conns)}, mean {sum(conns) / n:.1f}")
     print(f"- memory: {grew / n / 1024:.0f} KiB per rank (the process's "
           f"proportional set size grew by {grew / 2**20:.0f} MiB: each page "

@@ -47,7 +47,8 @@ cdef object call_bcast(Context ctx, object buf, int root, object timeout,
     ctx.begin(&c, KIND_BCAST, OP_NONE, DT_BYTES, root, b.nbytes, timeout)
     try:
         algo = node_choice(ctx, algo, b.nbytes, NODE_BCAST_MIN if ctx.node is None
-                           else node_bcast_min(ctx.node.bcast_cma_min))
+                           else node_bcast_min(ctx.node.bcast_cma_min,
+                                                ctx.size))
         if algo == ALGO_SHM:
             ctx.last_algorithm = "shm"
             with nogil:

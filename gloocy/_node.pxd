@@ -46,6 +46,14 @@ cdef enum:
     # tree up to 64 KiB, where the segment lost to loopback TCP in 1 of 2
     # runs (101 vs 31 us).
     NODE_BCAST_MIN = 128 << 10
+    # ... but only up to this many ranks in the segment: past it every
+    # bcast goes through the segment. The tree's pairs are N - 1 on the
+    # host, each two rings and two sockets set up through a listener; in
+    # one process of 4,096 rank threads (gloocy.testing) that was 56 s for
+    # a first bcast of 512 B, against one step of the segment. Once made,
+    # at 32-128 thread ranks of one process (512 B, load ~20) the tree and
+    # the segment took 0.1-1.1 ms a call each, neither ahead throughout.
+    NODE_BCAST_TREE_MAX_RANKS = 32
     # bcast, allgather, alltoall from this many bytes: single copy
     # (_cma.pxi) where the kernel allows it. At N = 2 on the project's
     # machine (busy: minimum of 15 runs, slots vs single copy): 256 KiB 15

@@ -12,6 +12,13 @@
 # Where a member cannot open it, every member goes on without a segment
 # (the pair algorithms), agreed by one allreduce. Both calls name their
 # algorithm: a bad GLOOCY_ALGORITHM_* must fail the user's call, not Dup.
+#
+# With connections made on first use and every rank of the job on our host,
+# the offer and the agreement go through the job's store instead (a few
+# operations per member, _share_by_store): over pairs, a binomial tree and
+# a recursive doubling would connect about 3 pairs per member, which for a
+# Split of 4,096 rank threads of one process into 64 groups was ~12,000
+# shared-memory pairs (two sockets and two mappings each) in that process.
 
 from array import array as _array
 
@@ -29,7 +36,7 @@ def share_node_segment(Context ctx, timeout=None):
         local = all(isinstance(p, ShmPair) for i, p in enumerate(ctx._pairs)
                     if i != ctx.rank)
     elif connector.all_local:             # every rank of the job on our host
-        local = True
+        return _share_by_store(ctx, connector, ctx.seconds(timeout))
     else:
         local = _members_share_a_host(ctx, connector, timeout)
     info = _array("q", [0, -1, 0])        # maker's pid, its fd, slot bytes
@@ -58,6 +65,68 @@ def share_node_segment(Context ctx, timeout=None):
     if ok[0]:
         ctx.node = node
     return ctx.node is not None
+
+
+def _share_by_store(Context ctx, connector, double timeout):
+    """share_node_segment where every member is on our host, through the
+    store: member 0 offers the segment (its pid and fd; 0 0 0 if it could
+    not make one) under a key of this communicator; each member opens it
+    and counts itself in, with 1 if it could and 2**32 if not; the member
+    that completes the count writes the verdict; the last one to read the
+    verdict deletes the keys. No pair is connected."""
+    import os
+    import time
+    from gloocy.transport import shm
+    store = connector.store
+    key = f"{connector.job}/node/{ctx.comm_id}/{ctx._world[0]}"
+    deadline = time.monotonic() + timeout
+    fd = -1
+    cdef Node node = None
+    cdef int64_t pid = 0, theirs = -1, chunk = 0
+    try:
+        if ctx.rank == 0:
+            try:
+                chunk = shm.chunk_bytes(ctx.size)
+                fd = new_node_segment(ctx.size, chunk)
+                pid = os.getpid()
+            except (OSError, ValueError):
+                fd = -1
+            store.set(f"{key}/offer", f"{pid} {fd} {chunk}".encode())
+        else:
+            pid, theirs, chunk = map(int, _store_wait(
+                store, f"{key}/offer", deadline, ctx, "member 0's offer").split())
+        if pid > 0:
+            try:
+                node = _open_shared_node(ctx, fd, pid, theirs)
+            except (OSError, ValueError):
+                node = None
+        counted = store.add(f"{key}/count", 1 if node is not None else 1 << 32)
+        if counted & 0xFFFFFFFF == ctx.size:
+            store.set(f"{key}/verdict", b"1" if counted >> 32 == 0 else b"0")
+        ok = _store_wait(store, f"{key}/verdict", deadline, ctx,
+                         "the count of members that opened it") == b"1"
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if store.add(f"{key}/read", 1) == ctx.size:
+        for part in ("offer", "count", "verdict", "read"):
+            store.delete(f"{key}/{part}")
+    if ok:
+        ctx.node = node
+    return ctx.node is not None
+
+
+def _store_wait(store, key, double deadline, Context ctx, what):
+    """store.get until the deadline, naming what we waited for."""
+    import time
+    from gloocy.errors import RendezvousTimeout
+    try:
+        return store.get(key, timeout=max(deadline - time.monotonic(), 0.001))
+    except RendezvousTimeout:
+        raise RendezvousTimeout(
+            f"rank {ctx.rank} of communicator {ctx.comm_id}: {what} for its "
+            "node segment did not come before the deadline (a member "
+            "missing, or stopped)") from None
 
 
 def _members_share_a_host(Context ctx, connector, timeout):

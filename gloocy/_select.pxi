@@ -234,6 +234,7 @@ ALGORITHM_THRESHOLDS = {
     "reduce_ring_min": AUTO_REDUCE_RING_MIN,
     "node_reduce_min": NODE_REDUCE_MIN,     # with a node segment (_node_exchange.pxi)
     "node_bcast_min": NODE_BCAST_MIN,       # ... (_node.pxd)
+    "node_bcast_tree_max_ranks": NODE_BCAST_TREE_MAX_RANKS,  # ... (_node.pxd)
     "two_level_reduce_min": AUTO_TWO_LEVEL_REDUCE_MIN,  # several hosts
     "two_level_blocks_min": AUTO_TWO_LEVEL_BLOCKS_MIN,
     "two_level_bcast_min": AUTO_TWO_LEVEL_BCAST_MIN,
@@ -243,10 +244,12 @@ ALGORITHM_THRESHOLDS = {
 }
 
 
-cdef inline int64_t node_bcast_min(int64_t cma_min) noexcept nogil:
+cdef inline int64_t node_bcast_min(int64_t cma_min, int size) noexcept nogil:
     """A bcast goes through the node segment from this many bytes ("auto"):
     NODE_BCAST_MIN, or the segment's single-copy threshold for bcasts
-    (`cma_min`) if lower."""
+    (`cma_min`) if lower; always past NODE_BCAST_TREE_MAX_RANKS ranks."""
+    if size > NODE_BCAST_TREE_MAX_RANKS:
+        return 0
     return min(<int64_t>NODE_BCAST_MIN, cma_min)
 
 
@@ -273,7 +276,7 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
         if collective in ("allreduce", "allgather", "alltoall",
                           "reduce_scatter") or (
                 collective == "reduce" and nbytes >= NODE_REDUCE_MIN) or (
-                collective == "bcast" and nbytes >= node_bcast_min(cma_min)):
+                collective == "bcast" and nbytes >= node_bcast_min(cma_min, size)):
             return "shm"
     if collective in ("gather", "scatter", "alltoall"):
         return "direct"

@@ -9,6 +9,8 @@ that socket. The TCP connection is then closed, and the Unix socket stays
 for wake-ups (see _shm.pyx). Nothing is ever created in /dev/shm.
 """
 
+import contextlib
+import errno
 import hmac
 import os
 import secrets
@@ -43,6 +45,7 @@ DEFAULT_RING = 1 << 18        # small rings stay in cache (measured: bench/READM
 RING_BUDGET = 4 << 20
 MIN_RING = 4096
 FULL_PAIRS = 8
+_WHY_MAX = 512                       # an offer's error, sent in its place (ring 0)
 _FULL = struct.Struct("<?")          # the higher rank: it can take a full ring
 _full_taken = 0                      # this process's pairs given full rings
 _full_lock = threading.Lock()
@@ -247,11 +250,14 @@ def _offer(sock, peer, deadline, ring, node):
         os.ftruncate(memfd, segment_bytes(ring))
         socket.send_fds(conn, [_RING.pack(ring, full)],
                         [memfd] if node is None else [memfd, node])
-    except BaseException:
+    except BaseException as e:
         if full:
             _give_back_full()
         if memfd is not None:
             os.close(memfd)
+        if isinstance(e, OSError):      # tell the taker why (a ring of 0)
+            with contextlib.suppress(OSError):
+                conn.sendall(_RING.pack(0, False) + str(e).encode()[:_WHY_MAX])
         conn.close()
         raise
     return conn, memfd, ring
@@ -266,7 +272,7 @@ def _take(sock, peer, deadline):
         spare = _take_full()          # offered; given back unless used
         try:
             conn.sendall(token + _FULL.pack(spare))
-            msg, fds, _, _ = socket.recv_fds(conn, _RING.size, 2)
+            msg, fds, flags, _ = socket.recv_fds(conn, _RING.size, 2)
         except BaseException:
             if spare:
                 _give_back_full()
@@ -275,6 +281,17 @@ def _take(sock, peer, deadline):
         if spare and not used:
             _give_back_full()
         try:
+            if flags & socket.MSG_CTRUNC:
+                raise OSError(errno.EMFILE, "the peer's shared segment was dropped "
+                              "on arrival: this process has no file descriptor "
+                              "left for it (raise the open-file limit)")
+            if len(msg) == _RING.size and _RING.unpack(msg)[0] == 0 and not fds:
+                why = conn.recv(_WHY_MAX).decode(errors="replace")
+                raise ProtocolError(f"the peer could not make its shared segment: {why}")
+            if not msg:
+                raise ProtocolError("the peer hung up before sending its shared "
+                                    "segment (it could not make or send one: its "
+                                    "own error says why)")
             if len(fds) not in (1, 2) or len(msg) != _RING.size:
                 raise ProtocolError("the peer sent no shared segment")
             ring, _ = _RING.unpack(msg)

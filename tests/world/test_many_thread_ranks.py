@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import gloocy
+from gloocy import _core
 from conftest import long_runs
 from gloocy.errors import PeerLostError
 from gloocy.testing import World
@@ -53,6 +54,72 @@ def test_collectives_of_many_thread_ranks(world):
         members = list(range(r % 8, n, 8))
         assert z == sum(members)
         assert where == len(members) - 1 - members.index(r)
+
+
+def test_small_bcasts_go_through_the_segment(world):
+    """Past NODE_BCAST_TREE_MAX_RANKS a bcast of a few bytes goes through
+    the node segment: no pair is connected for it (a binomial tree would
+    connect N - 1 pairs in this process), as auto_algorithm says."""
+    n = SIZE
+    roots = (0, n // 2 + 1, n - 1)
+    sizes = (1, 64, 4096)                 # bytes
+
+    def run(comm):
+        r = comm.Get_rank()
+        before = len(comm._ctx.links.connected)
+        got, algos = [], set()
+        for root in roots:
+            for nbytes in sizes:
+                y = (np.arange(nbytes, dtype=np.uint8) ^ (root & 0xFF)
+                     if r == root else np.zeros(nbytes, np.uint8))
+                comm.Bcast(y, root=root)
+                algos.add(comm._ctx.last_algorithm)
+                got.append(y)
+        return got, algos, len(comm._ctx.links.connected) - before
+
+    assert _core.auto_algorithm("bcast", n, 1, node=True) == "shm"
+    for got, algos, made in world.run(run):
+        assert algos == {"shm"}
+        assert made == 0
+        want = [np.arange(nbytes, dtype=np.uint8) ^ (root & 0xFF)
+                for root in roots for nbytes in sizes]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_split_into_64_groups(world):
+    """A Split into 64 groups, each of which runs an allreduce and a bcast.
+    Groups of more than 32 (4,096 ranks under --long: 64 each) share a node
+    segment of their own, offered through the store: no pair connected."""
+    n = SIZE
+    groups = 64
+
+    def run(comm):
+        r = comm.Get_rank()
+        before = len(comm._ctx.links.connected)
+        sub = comm.Split(r % groups, r)
+        x = np.array([r, 1], dtype=np.int64)
+        sub.Allreduce(gloocy.IN_PLACE, x)
+        last = sub.Get_size() - 1
+        y = (np.arange(32, dtype=np.float64) * (r % groups) if sub.Get_rank() == last
+             else np.zeros(32))
+        sub.Bcast(y, root=last)
+        segment = sub._ctx.node is not None
+        made = len(comm._ctx.links.connected) - before
+        where = sub.Get_size(), sub.Get_rank()
+        sub.Free()
+        comm.Barrier()
+        return x, y, where, segment, made
+
+    members = {g: np.arange(g, n, groups) for g in range(groups)}
+    for r, (x, y, (size, rank), segment, made) in enumerate(world.run(run)):
+        mine = members[r % groups]
+        assert x.tolist() == [int(mine.sum()), len(mine)]
+        np.testing.assert_array_equal(y, np.arange(32) * (r % groups))
+        assert (size, rank) == (len(mine), int(np.flatnonzero(mine == r)[0]))
+        assert segment                     # every rank of the job on this host
+        if len(mine) > 32:
+            assert made == 0
 
 
 def test_a_rank_lost_among_many_is_named(world):
