@@ -35,8 +35,10 @@ cdef tuple _split(Context ctx, color, key, timeout):
     ctx.allgatherv(mine, table, [mine.nbytes] * ctx.size, None, timeout, None)
     if color == UNDEFINED:
         return None
-    members = sorted((r for r in range(ctx.size) if table[r, 0] == color),
-                     key=lambda r: (table[r, 1], r))
+    # (in NumPy: with thousands of ranks a loop over the table in Python,
+    # in every rank at once, would be the call's cost)
+    same = np.flatnonzero(table[:, 0] == color)
+    members = same[np.argsort(table[same, 1], kind="stable")].tolist()
     # Unused by every member: the largest next id of all.
     return members, int(table[:, 2].max())
 

@@ -13,12 +13,17 @@
 # (the pair algorithms), agreed by one allreduce. Both calls name their
 # algorithm: a bad GLOOCY_ALGORITHM_* must fail the user's call, not Dup.
 #
-# With connections made on first use and every rank of the job on our host,
-# the offer and the agreement go through the job's store instead (a few
-# operations per member, _share_by_store): over pairs, a binomial tree and
-# a recursive doubling would connect about 3 pairs per member, which for a
-# Split of 4,096 rank threads of one process into 64 groups was ~12,000
-# shared-memory pairs (two sockets and two mappings each) in that process.
+# With connections made on first use, every rank of the job on our host and
+# more than NODE_BCAST_TREE_MAX_RANKS members, the offer and the agreement
+# go through the job's store instead (a few operations per member,
+# _share_by_store): over pairs, a binomial tree and a recursive doubling
+# would connect about 3 pairs per member, which for a Split of 4,096 rank
+# threads of one process into 64 groups was ~12,000 shared-memory pairs
+# (two sockets and two mappings each) in that process. Not for smaller
+# communicators: a store's client serves one request at a time, so a member
+# waiting in it would hold up the store calls of the other communicators
+# its process sets up at the same time (Dups from several threads), and a
+# collective called by one member alone would end at the store's wait.
 
 from array import array as _array
 
@@ -36,7 +41,9 @@ def share_node_segment(Context ctx, timeout=None):
         local = all(isinstance(p, ShmPair) for i, p in enumerate(ctx._pairs)
                     if i != ctx.rank)
     elif connector.all_local:             # every rank of the job on our host
-        return _share_by_store(ctx, connector, ctx.seconds(timeout))
+        if ctx.size > NODE_BCAST_TREE_MAX_RANKS:
+            return _share_by_store(ctx, connector, ctx.seconds(timeout))
+        local = True
     else:
         local = _members_share_a_host(ctx, connector, timeout)
     info = _array("q", [0, -1, 0])        # maker's pid, its fd, slot bytes
