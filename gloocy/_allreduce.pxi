@@ -74,7 +74,7 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
                                       int64_t count) except -1 nogil:
     """log2(n) exchanges of the whole buffer. For n not a power of two, the
     first 2*rem ranks fold pairwise into one (even into odd) before and get
-    the result back after."""
+    the result back after. With count 0, the flat barrier."""
     cdef int n = ctx.size, r = ctx.rank
     cdef int p = 1, rem, newrank, mask, peer, pn
     cdef uint64_t level = 1
@@ -93,7 +93,8 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
             return 0
         post_recv(ctx, c, &xs[0], r - 1, 0, tmp, nbytes)
         wait_xfer(ctx, c, &xs[0])
-        _reduce_ordered(c, buf, tmp, count, nbytes, True)
+        if count:           # (none: the barrier)
+            _reduce_ordered(c, buf, tmp, count, nbytes, True)
         newrank = r // 2
     else:
         newrank = r - rem
@@ -104,7 +105,8 @@ cdef int allreduce_recursive_doubling(Context ctx, Coll *c, char *buf,
         post_send(ctx, c, &xs[1], peer, level, buf, nbytes)
         post_recv(ctx, c, &xs[0], peer, level, tmp, nbytes)
         waitall(ctx, c, xs, 2)
-        _reduce_ordered(c, buf, tmp, count, nbytes, peer < r)
+        if count:
+            _reduce_ordered(c, buf, tmp, count, nbytes, peer < r)
         mask <<= 1
         level += 1
     if r < 2 * rem:

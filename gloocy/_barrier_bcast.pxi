@@ -1,6 +1,7 @@
 # Barrier and broadcast: Context.barrier and Context.bcast (call_*), and
-# their algorithms: a barrier by recursive doubling (or dissemination); a pipelined binomial tree and
-# scatter + ring allgather for bcast (the node segment's are in _node.pxi).
+# their algorithms: a barrier by recursive doubling (an allreduce of
+# nothing) or dissemination; a pipelined binomial tree and scatter + ring
+# allgather for bcast (the node segment's are in _node.pxi).
 
 
 cdef enum:
@@ -72,46 +73,11 @@ cdef object call_bcast(Context ctx, object buf, int root, object timeout,
 cdef int run_barrier(Context ctx, Coll *c, int algo=ALGO_AUTO) except -1 nogil:
     if algo == ALGO_DISSEMINATION:
         return barrier_dissemination(ctx, c)
-    return barrier_recursive_doubling(ctx, c)
-
-
-cdef int barrier_recursive_doubling(Context ctx, Coll *c) except -1 nogil:
-    """Empty messages over the allreduce's partners (recursive doubling:
-    rank XOR 2^k, the first 2*rem ranks of a world that is not a power of
-    two folded pairwise, even into odd, as allreduce_recursive_doubling
-    does): with pairs connected on first use, a barrier then an allreduce
-    make one set of connections, not two (dissemination's rank +- 2^k)."""
-    cdef Xfer xs[2]
-    cdef int n = ctx.size, r = ctx.rank
-    cdef int p = 1, rem, newrank, mask, peer, pn
-    cdef uint64_t level = 1
-    while p * 2 <= n:
-        p *= 2
-    rem = n - p
-    if r < 2 * rem:
-        if r % 2 == 0:              # folded: in, then wait for the way out
-            post_send(ctx, c, &xs[0], r + 1, 0, NULL, 0)
-            post_recv(ctx, c, &xs[1], r + 1, TAG_FOLD_OUT, NULL, 0)
-            waitall(ctx, c, xs, 2)
-            return 0
-        post_recv(ctx, c, &xs[0], r - 1, 0, NULL, 0)
-        wait_xfer(ctx, c, &xs[0])
-        newrank = r // 2
-    else:
-        newrank = r - rem
-    mask = 1
-    while mask < p:
-        pn = newrank ^ mask
-        peer = pn * 2 + 1 if pn < rem else pn + rem
-        post_send(ctx, c, &xs[1], peer, level, NULL, 0)
-        post_recv(ctx, c, &xs[0], peer, level, NULL, 0)
-        waitall(ctx, c, xs, 2)
-        mask <<= 1
-        level += 1
-    if r < 2 * rem:
-        post_send(ctx, c, &xs[0], r - 1, TAG_FOLD_OUT, NULL, 0)
-        wait_xfer(ctx, c, &xs[0])
-    return 0
+    # An allreduce of nothing: its partners (rank XOR 2^k, the first 2*rem
+    # ranks of a world that is not a power of two folded pairwise): with
+    # pairs connected on first use, a barrier then an allreduce make one set
+    # of connections, not two (dissemination's rank +- 2^k).
+    return allreduce_recursive_doubling(ctx, c, NULL, 0)
 
 
 cdef int barrier_dissemination(Context ctx, Coll *c) except -1 nogil:

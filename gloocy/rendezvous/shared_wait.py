@@ -27,7 +27,7 @@ import threading
 import time
 from collections import deque
 
-__all__ = ["get_once", "one_at_a_time"]
+__all__ = ["get_once", "nothing_to_pass", "one_at_a_time"]
 
 _lock = threading.Lock()
 _pending = {}       # (store url, key) -> _Turns whose value one rank is fetching
@@ -67,8 +67,8 @@ class _Turns:
         self.waiting = deque()    # the locks of the ranks waiting, first come first
 
 
-def _nothing():
-    pass
+def nothing_to_pass():
+    """The pass_on() of a rank no other waits behind."""
 
 
 def get_once(store, key, fetch, deadline):
@@ -80,7 +80,7 @@ def get_once(store, key, fetch, deadline):
     failure)."""
     url = getattr(store, "url", None)
     if not isinstance(url, str):
-        return fetch(), _nothing
+        return fetch(), nothing_to_pass
     k = (url, key)
     with _lock:
         turns = _pending.get(k)
@@ -112,7 +112,7 @@ def get_once(store, key, fetch, deadline):
             except ValueError:        # let go just now: ours is the turn
                 handed = True
         if not handed:
-            return fetch(), _nothing
+            return fetch(), nothing_to_pass
         mine.acquire()
     if turns.value is not None:
         return turns.value, pass_on

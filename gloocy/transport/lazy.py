@@ -36,7 +36,7 @@ import weakref
 
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
-from gloocy.rendezvous.shared_wait import get_once, one_at_a_time
+from gloocy.rendezvous.shared_wait import get_once, nothing_to_pass, one_at_a_time
 from gloocy.transport import _tcp, handshake, ibverbs, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
@@ -62,7 +62,7 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
     connector = Connector(store, rank, size, secret, job, mode, dead_s,
                           timeout, listener)
     node = None
-    pass_on = _nothing
+    pass_on = nothing_to_pass
     try:
         address = (advertise or listener.address).encode()
         listener.addresses[rank] = address    # (for the ranks of this process)
@@ -110,10 +110,6 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         raise
     finally:
         pass_on()
-
-
-def _nothing():
-    pass
 
 
 def _wait_for_all(store, job, size, deadline):
