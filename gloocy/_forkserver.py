@@ -145,7 +145,10 @@ class ForkServer:
                 del sys.path[0]                 # the launcher's directory, not a rank's
             server = os.getpid()
             try:
-                _serve(theirs.fileno())
+                # _serve's socket owns the descriptor from here: `theirs`,
+                # left owning it too, would close it again as a rank's
+                # program ends, by then another file of the rank's own.
+                _serve(theirs.detach())
             except BaseException as e:
                 if os.getpid() != server:
                     raise                       # a rank's end: the interpreter's own exit

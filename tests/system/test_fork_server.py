@@ -131,6 +131,22 @@ EXITS = {
         sys.stdout = open(sys.stdout.fileno(), "w", closefd=False)  # buffered
         sys.stdout.write("no newline, not flushed")
         """,
+    # The descriptors a program opened are its own until it is gone: none is
+    # closed under it as it ends (its atexit handlers, gloocy's goodbye
+    # among them, still use them).
+    "files open in atexit": """
+        import atexit, os, tempfile
+        files = [tempfile.TemporaryFile() for _ in range(8)]
+        inodes = [os.fstat(f.fileno()).st_ino for f in files]
+        def check():
+            def same(f, ino):
+                try:
+                    return os.fstat(f.fileno()).st_ino == ino
+                except OSError as e:
+                    return e.strerror
+            print("open in atexit:", [same(f, ino) for f, ino in zip(files, inodes)])
+        atexit.register(check)
+        """,
 }
 
 
