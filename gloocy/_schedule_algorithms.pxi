@@ -1,7 +1,7 @@
 # The nonblocking collectives' algorithms, written as schedules of steps
 # (see _schedule.pxi): each start_<name> checks its arguments as the
 # blocking call_<name> does, writes its steps down, then launches them.
-# Few rounds each: dissemination barrier, binomial trees (bcast, reduce),
+# Few rounds each: recursive doubling (barrier), binomial trees (bcast, reduce),
 # recursive doubling or the ring (allreduce), direct exchanges (gather,
 # scatter, allgather, alltoall), reduce to rank 0 + scatter
 # (reduce_scatter), Hillis-Steele (scan). User ops run the same ones, in
@@ -9,17 +9,12 @@
 
 
 cdef NbcHandle start_barrier(Context ctx):
-    """Dissemination: in round k every rank signals rank+2^k and hears from
-    rank-2^k."""
+    """Recursive doubling of nothing, as the blocking barrier: the
+    allreduce's partners (a connection fewer a round than dissemination's
+    two, and the same peers as Barrier's and Iallreduce's)."""
     cdef NbcHandle h = _handle(ctx, None)
-    cdef int n = ctx.size, r = ctx.rank, k = 1
-    cdef uint64_t tag = 0
-    while k < n:
-        h.send((r + k) % n, tag, NULL, 0)
-        h.recv((r - k + n) % n, tag, NULL, 0)
-        h.fence()
-        k <<= 1
-        tag += 1
+    if ctx.size > 1:
+        _allreduce_doubling(h, ctx, NULL, 0, 1)
     h.launch(KIND_BARRIER, OP_NONE, DT_BYTES, -1, 0, NULL)
     return h
 
@@ -135,7 +130,7 @@ cdef int _allreduce_doubling(NbcHandle h, Context ctx, char *buf,
     cdef int n = ctx.size, r = ctx.rank, p = 1, rem, newrank, mask, pn, peer
     cdef int64_t nbytes = count * isz
     cdef uint64_t level = 1
-    cdef char *tmp = h.alloc(nbytes)
+    cdef char *tmp = h.alloc(nbytes) if nbytes else NULL   # (none: the barrier)
     while p * 2 <= n:
         p *= 2
     rem = n - p
@@ -147,7 +142,8 @@ cdef int _allreduce_doubling(NbcHandle h, Context ctx, char *buf,
             return 0
         h.recv(r - 1, 0, tmp, nbytes)
         h.fence()
-        h.reduce(buf, tmp, count, True)
+        if count:
+            h.reduce(buf, tmp, count, True)
         newrank = r // 2
     else:
         newrank = r - rem
@@ -158,7 +154,8 @@ cdef int _allreduce_doubling(NbcHandle h, Context ctx, char *buf,
         h.send(peer, level, buf, nbytes)
         h.recv(peer, level, tmp, nbytes)
         h.fence()
-        h.reduce(buf, tmp, count, peer < r)
+        if count:
+            h.reduce(buf, tmp, count, peer < r)
         mask <<= 1
         level += 1
     if r < 2 * rem:

@@ -7,6 +7,7 @@ in the core (non-commutative, and one that raises). And a peer killed
 while an Iallreduce is outstanding is named by the survivors' Wait.
 """
 
+import os
 import threading
 import time
 
@@ -138,6 +139,27 @@ def test_outstanding_collectives_finish_in_any_order(world, size, k):
     for r, got in enumerate(results):
         for salt, name, buf in got:
             assert buf == expect(name, size, r, k, salt), (r, salt, name)
+
+
+def r_ibarrier_waits_for_all(comm, where, rounds):
+    """Each round, every rank marks its arrival (a file), late by its rank,
+    then Ibarrier; once its Wait returns every rank's mark must be there."""
+    seen = []
+    for k in range(rounds):
+        time.sleep(0.02 * comm.rank)
+        open(f"{where}/{k}.{comm.rank}", "w").close()
+        req = comm.Ibarrier()
+        req.Wait()
+        seen.append(sum(name.startswith(f"{k}.") for name in os.listdir(where)))
+    return seen
+
+
+@pytest.mark.parametrize("size", [2, 3, 5, 6])
+def test_ibarrier_returns_only_once_every_rank_has_come(world, size, tmp_path):
+    # (6: two ranks fold into their partners first, as in recursive doubling)
+    where = tmp_path / "arrived"
+    where.mkdir()
+    assert world(size).run(r_ibarrier_waits_for_all, str(where), 3) == [[size] * 3] * size
 
 
 def digits(invec, inoutvec):
