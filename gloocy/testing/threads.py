@@ -20,6 +20,10 @@ shared memory, about 35 over TCP.
 - What a rank prints (``print``, ``sys.stdout``/``sys.stderr`` writes) while
   it runs is captured per rank: shown with its traceback and in
   ``world.log(rank)``.
+- While a world of more than 64 ranks runs a call, the process's GIL
+  switch interval (sys.getswitchinterval) is scaled by ranks / 64, then put
+  back: thousands of rank threads waiting for the GIL at 5 ms each would
+  spend the CPUs asking for it (see _patient_gil).
 - `env` is put in os.environ while the ranks connect (where gloocy reads its
   tuning knobs), then taken away again: worlds are built one at a time.
 - `comm_timeout` (default: `timeout`) is every communicator's deadline. At a
