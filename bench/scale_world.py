@@ -4,8 +4,8 @@
     PYTHONPATH=. python bench/scale_world.py -n 1024 4096
 
 Each world (the default transport: the ranks share the node segment, pairs
-are made on first use) runs start-up, a barrier, an allreduce of 128 B, a
-bcast, a Split into 64 groups with an allreduce and a bcast in each, a
+are made on first use) runs start-up, a barrier, an allreduce of 128 B (through
+the segment, then forced to the ring and to recursive doubling), a bcast, a Split into 64 groups with an allreduce and a bcast in each, a
 barrier, and
 close. Prints the seconds of each phase from the test process (a run()
 call: starting a thread per rank included) and inside the ranks (from the
@@ -26,7 +26,27 @@ import gloocy
 from gloocy.testing import World
 
 
-def phases(comm, n, split_too):
+# The allreduce again, forced to each of these algorithms (pairs made on
+# first use: 2 a rank for the ring, log2 N for recursive doubling).
+ALLREDUCE_FORCED = ("ring", "recursive_doubling")
+
+
+def forced_that_fit(n):
+    """(ALLREDUCE_FORCED but those whose pairs would not fit in this
+    process's fds, a line on each left out). A shared-memory pair holds a
+    socket at each end: in one process of n rank threads, about n fds per
+    pair a rank connects."""
+    import resource
+    limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    pairs = {"ring": 2, "recursive_doubling": (n - 1).bit_length() + 1}
+    fit = [a for a in ALLREDUCE_FORCED if pairs[a] * n < 0.9 * limit]
+    notes = [f"- allreduce {a} left out: about {pairs[a] * n} fds ({pairs[a]} "
+             f"pairs a rank), over this process's limit of {limit}\n"
+             for a in ALLREDUCE_FORCED if a not in fit]
+    return fit, notes
+
+
+def phases(comm, n, split_too, forced):
     """The calls, timed inside the rank: ({phase: (entered, left)},
     connections, {phase: (fds, PSS KiB)} at rank 0). After each phase an
     untimed barrier, then rank 0 counts the process's open fds and its
@@ -47,6 +67,11 @@ def phases(comm, n, split_too):
     x = np.full(16, r, dtype=np.int64)
     timed("allreduce", lambda: comm.Allreduce(gloocy.IN_PLACE, x))
     assert (x == n * (n - 1) // 2).all()
+    for algo in forced:                   # over the pairs, not the segment
+        x = np.full(16, r, dtype=np.int64)
+        timed(f"allreduce {algo}", lambda: comm.Allreduce(
+            gloocy.IN_PLACE, x, algorithm=algo))
+        assert (x == n * (n - 1) // 2).all()
     y = np.arange(64, dtype=np.int64) if r == 0 else np.zeros(64, np.int64)
     timed("bcast", lambda: comm.Bcast(y, root=0))
     assert (y == np.arange(64)).all()
@@ -78,13 +103,14 @@ def pss():
 
 
 def one(n, timeout, split_too):
+    forced, notes = forced_that_fit(n)
     pss0, fds0 = pss(), len(os.listdir("/proc/self/fd"))
     t0 = time.monotonic()
     w = World(n, timeout=timeout)
     t1 = time.monotonic()
     up = (len(os.listdir("/proc/self/fd")) - fds0) / n, (pss() - pss0) / n
     try:
-        got = w.run(phases, n, split_too)
+        got = w.run(phases, n, split_too, forced)
         t2 = time.monotonic()
         peak = pss()
     finally:
@@ -95,6 +121,7 @@ def one(n, timeout, split_too):
     print(f"- start-up (World({n})): {t1 - t0:.2f} s; run() of the calls below: "
           f"{t2 - t1:.2f} s; close: {t3 - t2:.2f} s; after start-up: "
           f"{up[0]:.2f} fds and {up[1]:.0f} KiB (PSS) per rank\n")
+    print("".join(notes), end="\n" if notes else "")
     held = got[0][2]
     print("| phase | first rank in → last rank out (s) | fds per rank after "
           "| PSS per rank after (KiB) |\n|---|---|---|---|")
@@ -123,7 +150,8 @@ def main():
     try:
         resource.setrlimit(resource.RLIMIT_NOFILE, (1 << 20, 1 << 20))
     except (ValueError, OSError):
-        pass
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     print(f"- load average before: {os.getloadavg()[0]:.1f}\n")
     for n in args.n:
         one(n, args.timeout, not args.no_split)

@@ -89,6 +89,8 @@ cdef enum:
 cdef class Node:
     cdef char *base
     cdef size_t nbytes
+    cdef object map_key               # (st_dev, st_ino): the mapping this
+                                      # process's Nodes of the segment share
     cdef int rank
     cdef int size
     cdef int64_t chunk

@@ -147,19 +147,52 @@ def node_look_floor_us(env=None):
     return env_us("GLOOCY_NODE_LOOK_US", os.environ if env is None else env) or 0
 
 
+# One mapping of a segment per process, shared by the Nodes of its ranks
+# there (a thread world): (st_dev, st_ino) -> [address, bytes, Nodes].
+# Each mapping of its own would fault in every page it reads once more:
+# a rank reads every slot in an allgather, so at 4,096 rank threads of one
+# process, 4,096 faults per rank and per step parity (16 million), and as
+# many page-table entries to tear down at close.
+_node_maps = {}
+
+
+cdef void *_map_segment(key, int fd, size_t nbytes) except NULL:
+    """The process's mapping of the segment in `fd` (made if none)."""
+    cdef void *p = NULL
+    held = _node_maps.get(key)
+    if held is not None and held[1] == nbytes:
+        held[2] += 1
+        return <void *><size_t>held[0]
+    if nbytes >= sizeof(NodeHead):
+        p = mmap(NULL, nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
+    if p == NULL or p == MAP_FAILED:
+        raise OSError(errno, f"cannot map the node segment ({nbytes} bytes)")
+    if held is None:          # (a size unlike the held one's: not shared)
+        _node_maps[key] = [<size_t>p, nbytes, 1]
+    return p
+
+
+cdef void _unmap_segment(key, char *base, size_t nbytes) noexcept:
+    """A Node lets go of its mapping: unmapped with the process's last."""
+    held = _node_maps.get(key)
+    if held is not None and held[0] == <size_t>base:
+        held[2] -= 1
+        if held[2] > 0:
+            return
+        del _node_maps[key]
+    munmap(base, nbytes)
+
+
 cdef class Node:
     """The node segment in memfd `fd`, mapped (the caller closes fd)."""
 
     def __cinit__(self, int fd, int rank, int size):
         import os
-        self.nbytes = os.fstat(fd).st_size
-        cdef void *p = NULL
-        if self.nbytes >= sizeof(NodeHead):
-            p = mmap(NULL, self.nbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)
-        if p == NULL or p == MAP_FAILED:
-            raise OSError(errno, f"cannot map the node segment ({self.nbytes} bytes)")
-        self.base = <char *>p
-        self.head = <NodeHead *>p
+        st = os.fstat(fd)
+        self.nbytes = st.st_size
+        self.base = <char *>_map_segment((st.st_dev, st.st_ino), fd, self.nbytes)
+        self.map_key = (st.st_dev, st.st_ino)
+        self.head = <NodeHead *>self.base
         self.rank = rank
         self.size = size
         self.chunk = <int64_t>self.head.chunk
@@ -182,7 +215,7 @@ cdef class Node:
 
     def __dealloc__(self):
         if self.base is not NULL:
-            munmap(self.base, self.nbytes)
+            _unmap_segment(self.map_key, self.base, self.nbytes)
 
     @property
     def spin_now(self):
@@ -219,7 +252,11 @@ cdef void node_wake_all(Context ctx, bint everyone) noexcept nogil:
     for j in range(ctx.node.size):
         if j != ctx.node.rank:
             how = u32_load(&ctx.node.ctl[j].sleeping)
-            if (not everyone and how >= NODE_FOR_RANK
+            # (Awake: it looks at the phases after raising its word, so it
+            # sees ours. Swapping every awake rank's word would bounce N
+            # cache lines per arrival.)
+            if how == NODE_AWAKE or (
+                    not everyone and how >= NODE_FOR_RANK
                     and how != NODE_FOR_RANK + <uint32_t>ctx.node.rank):
                 continue
             how = flag_swap_zero(&ctx.node.ctl[j].sleeping)

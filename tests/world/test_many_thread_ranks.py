@@ -137,3 +137,50 @@ def test_a_rank_lost_among_many_is_named(world):
     others = [e for r, e in enumerate(out) if r != victim]
     assert all(e is not None and e.is_a(PeerLostError) for e in others)
     assert all(f"rank {victim}" in e.message for e in others)
+
+
+def _node_mappings():
+    """This process's mappings of node segments (memfds named gloocy-node),
+    as the kernel lists them."""
+    with open("/proc/self/maps") as f:
+        return sum("gloocy-node" in line for line in f)
+
+
+def test_one_mapping_of_a_segment_per_process():
+    """The ranks of a thread world share one mapping of each node segment
+    (the world's, and each group's of a Split), let go with the last of
+    them: a mapping per rank would fault every page it reads in again."""
+    before = _node_mappings()
+    with World(8) as w:
+        w.run(lambda comm: comm.Barrier())
+        assert _node_mappings() == before + 1
+
+        def split(comm):
+            sub = comm.Split(comm.Get_rank() % 2)
+            sub.Barrier()                 # its node segment: at its first call
+            comm.Barrier()
+            if comm.Get_rank() == 0:
+                held = _node_mappings()
+            comm.Barrier()
+            shared = sub._ctx.node is not None
+            sub.Free()
+            return (held if comm.Get_rank() == 0 else None), shared
+
+        got = w.run(split)
+        assert all(shared for _, shared in got)
+        assert got[0][0] == before + 3    # the world's and the two groups'
+        assert _node_mappings() == before + 1
+    assert _node_mappings() == before
+
+
+def test_switch_interval_grows_while_many_ranks_run():
+    """A world of more than RANKS_PER_SLICE rank threads runs with the GIL's
+    switch interval scaled by its size, and puts the usual one back."""
+    import sys
+    from gloocy.testing.threads import RANKS_PER_SLICE
+    usual = sys.getswitchinterval()
+    size = 2 * RANKS_PER_SLICE
+    with World(size) as w:
+        got = w.run(lambda comm: sys.getswitchinterval())
+        assert sys.getswitchinterval() == usual
+    assert got == [pytest.approx(usual * size / RANKS_PER_SLICE)] * size
