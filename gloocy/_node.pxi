@@ -647,11 +647,13 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
     from `mine`. Step s moves bytes [s*chunk, (s+1)*chunk) of every block."""
     cdef int64_t chunk = ctx.node.chunk, off = 0, longest = 0, total = 0, n
     cdef int j
+    cdef bint stream
     for j in range(ctx.node.size):
         longest = max(longest, sizes[j])
         total += sizes[j]
+    stream = streams(total)                   # too large to stay in cache
     if mine != buf + offs[ctx.rank]:
-        memmove(buf + offs[ctx.rank], mine, sizes[ctx.rank])
+        copy_block(buf + offs[ctx.rank], mine, sizes[ctx.rank], stream)
     if (total >= ctx.node.cma_min and ctx.node.cma > 0
             and node_allgatherv_cma(ctx, c, buf, offs, sizes)):
         return 0
@@ -663,7 +665,7 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
         for j in range(ctx.node.size):
             n = min(max(sizes[j] - off, 0), chunk)
             if j != ctx.rank and n > 0:
-                memcpy(buf + offs[j] + off, ctx.node.slot(j), n)
+                copy_block(buf + offs[j] + off, ctx.node.slot(j), n, stream)
         ctx.node.step += 1
         off += chunk
         if off >= longest:

@@ -19,6 +19,28 @@ cdef enum:
     NODE_MIN_ROOM = 1024
 
 
+cdef enum:
+    # Results from this many bytes (on one rank) are written past the
+    # caches (streams): see NODE_STREAM_MIN's measurements in streams().
+    NODE_STREAM_MIN = 8 << 20
+
+import os as _os
+cdef int64_t _stream_min = int(_os.environ.get("GLOOCY_STREAM_MIN_BYTES",
+                                               str(NODE_STREAM_MIN)))
+
+
+cdef bint streams(int64_t nbytes) noexcept nogil:
+    return nbytes >= _stream_min
+
+
+cdef void copy_block(char *dst, const char *src, int64_t n,
+                     bint stream) noexcept nogil:
+    if stream and (src + n <= dst or dst + n <= src):
+        gloocy_copy_stream(dst, src, <size_t>n)
+    else:
+        memmove(dst, src, <size_t>n)
+
+
 cdef int node_choice(Context ctx, int algo, int64_t nbytes,
                      int64_t auto_min) noexcept:
     """ALGO_SHM if the call goes through the node segment: forced, or
@@ -48,11 +70,11 @@ cdef inline void _put(char *room, int64_t lo, int64_t hi, int64_t at,
 
 
 cdef inline void _get(char *dst, int64_t at, int64_t n, const char *room,
-                      int64_t lo, int64_t hi) noexcept nogil:
+                      int64_t lo, int64_t hi, bint stream=False) noexcept nogil:
     """The reverse of _put: the piece's part in [lo, hi) from `room` to dst."""
     cdef int64_t a = max(at, lo), b = min(at + n, hi)
     if b > a:
-        memcpy(dst + (a - at), room + (a - lo), b - a)
+        copy_block(dst + (a - at), room + (a - lo), b - a, stream)
 
 
 cdef inline int _A2A_WORDS(int n) noexcept nogil:
@@ -87,10 +109,14 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
     cdef int64_t *h
     cdef int64_t *theirs = <int64_t *>ctx.scratch(n * sizeof(int64_t))
     cdef char *slot
+    cdef int64_t result = 0
+    cdef bint stream
     for j in range(n):
+        result += rsizes[j]
         if j != r:
             total += ssizes[j]
-    memmove(recv + roffs[r], send + soffs[r], rsizes[r])
+    stream = streams(result)
+    copy_block(recv + roffs[r], send + soffs[r], rsizes[r], stream)
     while True:
         node_ready(ctx, c)
         slot = ctx.node.slot(r)
@@ -124,7 +150,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
         for j in range(n):
             if j != r:
                 _get(recv + roffs[j], theirs[j], rsizes[j], ctx.node.slot(j) + head,
-                     lo, lo + room)
+                     lo, lo + room, stream)
         if (lo == 0 and longest > room and longest >= ctx.node.cma_min
                 and ctx.node.cma > 0):
             # The rest by single copy (every rank decides alike: the heads).
