@@ -654,7 +654,7 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
     stream = streams(total)                   # too large to stay in cache
     if mine != buf + offs[ctx.rank]:
         copy_block(buf + offs[ctx.rank], mine, sizes[ctx.rank], stream)
-    if (total >= ctx.node.cma_min and ctx.node.cma > 0
+    if (0 <= node_allgather_cma_min(ctx.node.cma_min) <= total and ctx.node.cma > 0
             and node_allgatherv_cma(ctx, c, buf, offs, sizes)):
         return 0
     while True:

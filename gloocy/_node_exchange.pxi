@@ -116,7 +116,6 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
         if j != r:
             total += ssizes[j]
     stream = streams(result)
-    copy_block(recv + roffs[r], send + soffs[r], rsizes[r], stream)
     while True:
         node_ready(ctx, c)
         slot = ctx.node.slot(r)
@@ -137,7 +136,16 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             if j != r:
                 _put(slot + head, lo, lo + room, at, send + soffs[j], ssizes[j])
                 at += ssizes[j]
-        node_step_in(ctx, c)
+        if lo == 0:
+            # Our own block moves while the others fill their slots (at N
+            # = 2, 256 KiB: the slots' one step took 19.5 us with it
+            # before, MPICH 17.8).
+            node_arrive(ctx, phase_a(ctx.node), c)
+            copy_block(recv + roffs[r], send + soffs[r], rsizes[r], stream)
+            node_wait(ctx, c, phase_a(ctx.node))
+            node_check_fingerprints(ctx, c)
+        else:
+            node_step_in(ctx, c)
         if lo == 0:
             longest = _longest(ctx.node)
             _check_pairs(ctx, c)
@@ -400,3 +408,4 @@ cdef int _raise_node_counts(Context ctx, Coll *c, int peer) except -1 with gil:
     raise MismatchError(f"rank {ctx.rank}: in {describe_call(&c.proto)} rank "
                         f"{peer} splits the total otherwise: the ranks disagree "
                         "on the counts")
+
