@@ -21,12 +21,27 @@ cdef enum:
 
 cdef enum:
     # Results from this many bytes (on one rank) are written past the
-    # caches (streams): see NODE_STREAM_MIN's measurements in streams().
+    # caches (streaming stores, _copy.h): at N = 2 and 4, 16-64 MiB, that
+    # cut allgather's and alltoall's time by 13-22% (bench/results/
+    # n2-n4-2026-12-05-h16b/); at 4 MiB the result still stays in cache.
     NODE_STREAM_MIN = 8 << 20
 
-import os as _os
-cdef int64_t _stream_min = int(_os.environ.get("GLOOCY_STREAM_MIN_BYTES",
-                                               str(NODE_STREAM_MIN)))
+
+def _stream_min_bytes():
+    """GLOOCY_STREAM_MIN_BYTES, else NODE_STREAM_MIN. A rank's own choice:
+    how it copies changes nothing the others see."""
+    import os
+    text = os.environ.get("GLOOCY_STREAM_MIN_BYTES", "")
+    try:
+        n = int(text) if text else NODE_STREAM_MIN
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"GLOOCY_STREAM_MIN_BYTES={text!r}: must be a byte count")
+    return n
+
+
+cdef int64_t _stream_min = _stream_min_bytes()
 
 
 cdef bint streams(int64_t nbytes) noexcept nogil:
