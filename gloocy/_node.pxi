@@ -684,12 +684,14 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
     from `mine`. Step s moves bytes [s*chunk, (s+1)*chunk) of every block."""
     cdef int64_t chunk = ctx.node.chunk, off = 0, longest = 0, total = 0, n
     cdef int j
+    cdef bint stream
     for j in range(ctx.node.size):
         longest = max(longest, sizes[j])
         total += sizes[j]
+    stream = streams(total)                   # too large to stay in cache
     if mine != buf + offs[ctx.rank]:
-        memmove(buf + offs[ctx.rank], mine, sizes[ctx.rank])
-    if (total >= ctx.node.cma_min and ctx.node.cma > 0
+        copy_block(buf + offs[ctx.rank], mine, sizes[ctx.rank], stream)
+    if (0 <= node_allgather_cma_min(ctx.node.cma_min) <= total and ctx.node.cma > 0
             and node_allgatherv_cma(ctx, c, buf, offs, sizes)):
         return 0
     while True:
@@ -700,7 +702,7 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
         for j in range(ctx.node.size):
             n = min(max(sizes[j] - off, 0), chunk)
             if j != ctx.rank and n > 0:
-                memcpy(buf + offs[j] + off, ctx.node.slot(j), n)
+                copy_block(buf + offs[j] + off, ctx.node.slot(j), n, stream)
         ctx.node.step += 1
         off += chunk
         if off >= longest:

@@ -26,6 +26,16 @@ cdef enum:
 # from `auto_min` bytes), else `algo`.
 cdef int node_choice(Context ctx, int algo, int64_t nbytes,
                      int64_t auto_min) noexcept
+cdef extern from "_copy.h" nogil:
+    void gloocy_copy_stream(void *dst, const void *src, size_t n)
+
+# True where a call's result of `nbytes` on this rank is too large to stay
+# in cache: its copies into the user's buffer stream past the caches.
+cdef bint streams(int64_t nbytes) noexcept nogil
+# n bytes from src to dst, streamed where asked and they do not overlap
+# (see streams), else memmove'd.
+cdef void copy_block(char *dst, const char *src, int64_t n,
+                     bint stream) noexcept nogil
 cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
                         const int64_t *soffs, const int64_t *ssizes, char *recv,
                         const int64_t *roffs, const int64_t *rsizes) except -1 nogil

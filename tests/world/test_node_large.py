@@ -399,3 +399,49 @@ def test_spread_only_where_the_ranks_do_not_outnumber_the_cpus(n):
         assert right
         assert world_spread == (n <= len(mask)), got
         assert sub_spread == (1 < sub_size <= len(mask)), got
+
+
+# -- results streamed past the caches (gloocy/_copy.h) ---------------------------
+
+STREAM_ALWAYS = {"GLOOCY_STREAM_MIN_BYTES": 0}
+
+
+def r_allgatherv(comm, sizes, in_place):
+    """Allgatherv of sizes[s] bytes from rank s (blocks end to end, one
+    byte apart, so that no block starts on a line boundary past the first),
+    against the blocks the senders made: True if right."""
+    r, size = comm.rank, comm.size
+    offs = [sum(sizes[:s]) + s for s in range(size)]
+    want = np.full(offs[-1] + sizes[-1] + 1, 255, np.uint8)
+    for s in range(size):
+        want[offs[s]:offs[s] + sizes[s]] = block(s, 0, sizes[s])
+    out = np.full(want.size, 255, np.uint8)
+    if in_place:
+        out[offs[r]:offs[r] + sizes[r]] = block(r, 0, sizes[r])
+        comm.Allgatherv(gloocy.IN_PLACE, [out, (sizes, offs)])
+    else:
+        comm.Allgatherv(block(r, 0, sizes[r]), [out, (sizes, offs)])
+    return bool(np.array_equal(out, want))
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("cma", ["0", "1"])
+def test_streamed_allgather_and_alltoall_match_numpy(n, cma):
+    """Every copy into the result streamed (threshold 0), through slots of
+    8 KiB (pieces that start anywhere in a line) or by single copies: blocks
+    shorter than a page (plain copies), odd, and several slots long."""
+    env = {**SHM, **STREAM_ALWAYS, **SMALL_SLOTS, **CMA_TINY, "GLOOCY_CMA": cma,
+           "GLOOCY_ALGORITHM_ALLTOALL": "shm", "GLOOCY_ALGORITHM_ALLGATHER": "shm"}
+    with World(n, env=env) as w:
+        for b in A2A_BLOCKS:
+            for in_place in (False, True):
+                got = w.run(r_alltoallv, [[b] * n] * n, in_place)
+                assert all(ok for ok, _ in got), (b, in_place, got)
+            sizes = [b + 13 * s for s in range(n)]
+            for in_place in (False, True):
+                got = w.run(r_allgatherv, sizes, in_place)
+                assert all(got), (sizes, in_place, got)
+        ragged = [[(s * 7919 + d * 4099) % 20000 * (s != d or s == 1)
+                   for d in range(n)] for s in range(n)]
+        got = w.run(r_alltoallv, ragged, False)
+        assert all(ok for ok, _ in got), got
