@@ -44,10 +44,10 @@ class CountingStore:
     """A store client that counts its operations."""
 
     COUNTED = ("set", "get", "add", "wait", "check", "delete", "clear",
-               "compare_set")
+               "compare_set", "batch")
 
     def __init__(self, inner):
-        self.inner, self.ops = inner, 0
+        self.inner, self.ops, self.trips = inner, 0, 0   # operations, requests
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
@@ -55,7 +55,8 @@ class CountingStore:
             return attr
 
         def counted(*args, **kwargs):
-            self.ops += 1
+            self.ops += len(args[0]) if name == "batch" else 1
+            self.trips += 1
             return attr(*args, **kwargs)
         return counted
 
@@ -105,7 +106,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
         at["start-up"] = time.monotonic()
         cpu["start-up"] = process_cpu()
         t["start-up"] = at["start-up"] - t0
-        startup_ops = store.ops
+        startup_ops = (store.ops, store.trips)     # (operations, requests)
         if stop_after == "start-up":
             return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
 
@@ -326,7 +327,8 @@ def main():
     slowest = {ph: max(v["t"][ph] for v in ok) for ph in ran}
     conns = [v["conns"] for v in ok]
     ops = [v["ops"] for v in ok]
-    sops = [v["startup_ops"] for v in ok]
+    sops = [v["startup_ops"][0] for v in ok]
+    strips = [v["startup_ops"][1] for v in ok]
     print(f"## {args.n} ranks as threads in {len(procs)} processes "
           f"(TCP; loaded 2-core machine)\n")
     print("| phase | seconds (slowest rank) |\n|---|---|")
@@ -355,7 +357,8 @@ def main():
           f"{d['refused']} refused (the peer dialed us at the same time: its "
           f"dial won), {d['accepted']} accepted")
     print(f"- store operations: {sum(ops)} in total; per rank at start-up max "
-          f"{max(sops)}, in all max {max(ops)}, mean {sum(ops) / len(ops):.1f}")
+          f"{max(sops)} (in {max(strips)} requests: a batch is one), in all max "
+          f"{max(ops)}, mean {sum(ops) / len(ops):.1f}")
     print(f"- memory: {rss / args.n / 1024:.0f} KiB resident per rank "
           f"({rss / 2**20:.0f} MiB over {len(procs)} processes)")
     return 0 if max(conns) <= bound else 2

@@ -16,7 +16,8 @@ which its own listener accepts. So a pair is connected once.
 
 Store keys (all under the job's prefix), O(1) per rank:
   claim/R (add)      once-only ranks         size (rank 0 sets, others get)
-  tcp/R              rank R's address        pid/R   rank R's process id
+  tcp/R              rank R's address        pid/R   rank R's process id (not
+                                             under GLOOCY_TRANSPORT=tcp)
   host/H (add)       ranks on host H         joined (add), all, go: start-up
   opened (add), opened_all: the ranks that opened rank 0's node segment
   bye/R              rank R left cleanly (set before its listener closes)
@@ -66,14 +67,17 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
     try:
         address = (advertise or listener.address).encode()
         listener.addresses[rank] = address    # (for the ranks of this process)
+        # Sent together, answered in one round trip where the store can.
+        ops = [("set", f"{job}/tcp/{rank}", address)]
+        if mode != "tcp":                 # (read by node segments' waits only)
+            ops.append(("set", f"{job}/pid/{rank}", str(os.getpid()).encode()))
+        if mode in ("auto", "shm"):
+            connector.host_key = (f"{job}/host/" + hashlib.sha256(
+                shm.host_identity().encode()).hexdigest()[:32])
+            ops.append(("add", connector.host_key, 1))
+        ops.append(("add", f"{job}/joined", 1))
         with one_at_a_time(store):        # (the rank threads of a process)
-            store.set(f"{job}/tcp/{rank}", address)
-            store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
-            if mode in ("auto", "shm"):
-                connector.host_key = (f"{job}/host/" + hashlib.sha256(
-                    shm.host_identity().encode()).hexdigest()[:32])
-                store.add(connector.host_key, 1)
-            if store.add(f"{job}/joined", 1) == size:
+            if store.batch(ops)[-1] == size:
                 store.set(f"{job}/all", b"1")
         if rank == 0:
             _wait_for_all(store, job, size, deadline)
@@ -392,6 +396,18 @@ class Connector:
             return None
 
     # -- the listener's side --------------------------------------------------
+
+    def hello_from(self, peer):
+        """A dial from `peer` says HELLO (the listener's thread; not
+        authenticated yet): False to refuse it at once (we are dialing the
+        peer, and are the lower rank: ours wins, as verdict() would say
+        after a whole handshake), else True, counting it as coming (see
+        pair; dial_coming(peer, -1) or verdict() ends that)."""
+        with self.cond:
+            if self.state.get(peer) is _DIALING and peer > self.rank:
+                return False
+            self._count_coming(peer, 1)
+            return True
 
     def dial_coming(self, peer, n):
         """The listener begins (n = 1) or gives up (n = -1) authenticating

@@ -233,12 +233,16 @@ class CountingStore:
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
         if name not in ("set", "get", "add", "wait", "check", "delete",
-                        "clear", "compare_set"):
+                        "clear", "compare_set", "batch"):
             return attr
 
         def counted(*args, **kwargs):
             with self.lock:
-                self.ops[name] = self.ops.get(name, 0) + 1
+                if name == "batch":       # each operation of it, by name
+                    for op in args[0]:
+                        self.ops[op[0]] = self.ops.get(op[0], 0) + 1
+                else:
+                    self.ops[name] = self.ops.get(name, 0) + 1
             return attr(*args, **kwargs)
         return counted
 
@@ -499,4 +503,75 @@ def test_a_strangers_hello_delays_no_connection_for_long(monkeypatch):
     finally:
         if stranger is not None:
             stranger.close()
+        free_all(comms, stores, server)
+
+
+def test_a_dial_that_would_lose_is_refused_at_its_hello(monkeypatch):
+    """While rank 1 is dialing rank 2 (the lower rank's dial wins), its
+    listener answers a HELLO in rank 2's name with REFUSE_HELLO and closes,
+    before any key-hashing step (the dialer then waits for rank 1's dial);
+    a HELLO in rank 0's name (the lower rank: its dial would win) gets the
+    challenge, as does rank 2's once rank 1 is not dialing it. The world
+    still connects afterwards."""
+    import hashlib
+    import os
+    import socket
+    import struct
+    from gloocy.transport import handshake, lazy
+
+    monkeypatch.setenv("GLOOCY_TRANSPORT", "tcp")
+    size, job, secret = 3, "early-refusal", b"e" * 32
+    server = HashStore(timeout=30.0)
+    stores = [server.client() for _ in range(size)]
+    comms = [None] * size
+
+    def rank_main(r):
+        comms[r] = gloocy.connect(r, size, stores[r], job=job, secret=secret,
+                                  timeout=30.0)
+    in_threads(rank_main, size)
+    c1 = comms[1]._ctx.links.connector
+    host, _, port = stores[0].get(f"{job}/tcp/1").decode().rpartition(":")
+    tag = hashlib.sha256(job.encode()).digest()[:16]
+
+    def first_answer(as_rank):
+        """A HELLO to rank 1 in `as_rank`'s name: the listener's 64 bytes,
+        and whether it closed right after them."""
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(struct.pack("<8sIiiI16s32s", b"GLCYHELO", 1, as_rank, 1,
+                                  size, tag, os.urandom(32)))
+            got = b""
+            while len(got) < 64:
+                chunk = s.recv(64 - len(got))
+                assert chunk, "closed before answering"
+                got += chunk
+            s.settimeout(0.5)
+            try:
+                closed = s.recv(1) == b""
+            except TimeoutError:
+                closed = False
+        return got, closed
+
+    try:
+        with c1.cond:
+            c1.state[2] = c1.state[0] = lazy._DIALING   # (as if dialing both)
+        assert first_answer(2) == (handshake.REFUSE_HELLO, True)
+        answer, closed = first_answer(0)
+        assert answer != handshake.REFUSE_HELLO and not closed
+        with c1.cond:
+            del c1.state[2], c1.state[0]
+        answer, closed = first_answer(2)
+        assert answer != handshake.REFUSE_HELLO and not closed
+        until = time.monotonic() + 10     # (the strangers' dials are dropped
+        while c1.coming and time.monotonic() < until:   # as their hang-ups come)
+            time.sleep(0.01)
+        assert not c1.coming
+
+        def ring(comm):
+            x = np.full(2, comm.Get_rank(), dtype=np.int64)
+            comm.Allreduce(gloocy.IN_PLACE, x)
+            return list(x)
+        out = [None] * size
+        in_threads(lambda r: out.__setitem__(r, ring(comms[r])), size)
+        assert out == [[3, 3]] * size
+    finally:
         free_all(comms, stores, server)
