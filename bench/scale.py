@@ -65,7 +65,7 @@ def process_cpu():
     """CPU seconds (user + system) of this process so far, and its context
     switches: every rank thread's, the listener's, the store client's."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw, r.ru_nvcsw
 
 
 def cpu_through(results, procs, which=0):
@@ -73,7 +73,8 @@ def cpu_through(results, procs, which=0):
     and the allreduce: per process, from its first rank's connect() (the
     least CPU reading) to the last of its ranks through each phase (the
     most), summed. Immune to other jobs' load, unlike the seconds.
-    `which`: 1 for the context switches instead."""
+    `which`: 1 for the context switches instead, 2 for the voluntary ones
+    (a thread blocking; the others are preemptions, more under others' load)."""
     spent = dict.fromkeys(("start-up", "barrier", "allreduce"), 0.0)
     for ranks in procs:
         got = [results[r]["cpu"] for r in ranks if "cpu" in results[r]]
@@ -341,13 +342,15 @@ def main():
         made = sum(conns) / 2
         used = spent.get("barrier", 0) + spent.get("allreduce", 0)
         sw = cpu_through(results, ranges, 1)
+        vol = cpu_through(results, ranges, 2)
         print("- CPU seconds of the worker processes (all their threads): "
               + ", ".join(f"{PHASE_NAMES[ph]} {n:.2f}" for ph, n in spent.items())
               + (f"; per connection made {1e6 * used / made:.0f} µs" if made else ""))
         print("- context switches of the worker processes: "
               + ", ".join(f"{PHASE_NAMES[ph]} {n:.0f}" for ph, n in sw.items())
               + (f"; per connection made {(sw.get('barrier', 0) + sw.get('allreduce', 0)) / made:.1f}"
-                 if made else ""))
+                 f" ({(vol.get('barrier', 0) + vol.get('allreduce', 0)) / made:.1f} "
+                 "voluntary: a thread blocked)" if made else ""))
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "

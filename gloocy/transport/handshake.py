@@ -15,7 +15,8 @@ from gloocy.transport import _tcp
 
 __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
            "dial_fd", "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello",
-           "read_fd", "read_hello", "recv_exact", "REFUSE_HELLO", "send_fd"]
+           "read_fd", "read_hello", "recv_exact", "REFUSE_HELLO", "send_fd",
+           "wait_ready"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -222,7 +223,10 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
 _SLICE_S = 0.5     # a wait's longest sleep: signal handlers run in between
 
 
-def _wait(fd, out, deadline):
+def wait_ready(fd, out, deadline):
+    """Until non-blocking `fd` can be read (written, with `out`), without
+    the GIL, in slices (signal handlers run in between); TimeoutError at
+    `deadline`."""
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -238,7 +242,7 @@ def read_fd(fd, n, deadline, what="the handshake"):
     while True:
         got = _tcp.recv_now(fd, n - len(data))
         if got is None:
-            _wait(fd, False, deadline)
+            wait_ready(fd, False, deadline)
         elif not got:
             raise HungUp(f"connection closed while reading {what}")
         else:
@@ -256,7 +260,7 @@ def send_fd(fd, data, deadline, *, connecting=False):
         sent = _tcp.send_now(fd, view)
         view = view[sent:]
         if view:
-            _wait(fd, True, deadline)
+            wait_ready(fd, True, deadline)
             if connecting:
                 err = _tcp.connect_error(fd)
                 if err is not None:
