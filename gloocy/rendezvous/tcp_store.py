@@ -35,8 +35,6 @@ import time
 from collections.abc import Sequence
 
 from ..errors import RendezvousError, RendezvousTimeout
-from ..transport import _tcp
-from ..transport.handshake import send_fd, wait_ready
 from .shared_wait import one_at_a_time
 from .store import DEFAULT_TIMEOUT, Store, _check_timeout
 
@@ -123,29 +121,16 @@ def _hostport(host: str, port: int) -> str:
 # client
 
 
-# The client's socket calls keep the GIL (_tcp.send_now, recv_now: the
-# socket is non-blocking, as its timeout makes it); it lets the GIL go only
-# while it waits for the server. Python's socket methods let it go around
-# every call: with hundreds of rank threads in a process (a simulated job),
-# each release is a hand-off to another thread and a wait to get it back,
-# and the store operations of a process's ranks follow one another.
-
-
-def _send_all(sock: socket.socket, data: bytes, deadline: float) -> None:
-    """All of ``data`` on ``sock`` before ``deadline`` (TimeoutError)."""
-    send_fd(sock.fileno(), data, deadline)
-
-
 def _recv_some(sock: socket.socket, most: int, deadline: float) -> bytes:
-    """1 to ``most`` bytes from ``sock`` before ``deadline`` (TimeoutError)."""
-    fd = sock.fileno()
-    while True:
-        chunk = _tcp.recv_now(fd, most)       # (512 bytes at most a call)
-        if chunk:
-            return chunk
-        if chunk is not None:
-            raise ConnectionError("connection closed by the store")
-        wait_ready(fd, False, deadline)
+    """1 to ``most`` bytes from ``sock`` before ``deadline``."""
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise TimeoutError
+    sock.settimeout(max(remaining, 0.001))
+    chunk = sock.recv(min(most, 1 << 20))
+    if not chunk:
+        raise ConnectionError("connection closed by the store")
+    return chunk
 
 
 def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
@@ -298,7 +283,8 @@ class TCPStore(Store):
                 if self._sock is None:
                     self._connect(deadline)
                 sock = self._sock
-                _send_all(sock, b"".join(frames), deadline)
+                sock.settimeout(max(deadline - time.monotonic(), 0.001))
+                sock.sendall(b"".join(frames))
                 got = [_unpack(frame, 4) for frame in
                        _recv_replies(sock, len(frames), deadline)]
             except RendezvousError:
@@ -375,8 +361,7 @@ class TCPStore(Store):
             raise RendezvousError(f"the store at {self.address} refused this client: "
                                   f"{self._refusal(sock, deadline)}")
         client_nonce = secrets.token_bytes(NONCE)
-        _send_all(sock, _mac(self._secret, CLIENT_LABEL, server_nonce) + client_nonce,
-                  deadline)
+        sock.sendall(_mac(self._secret, CLIENT_LABEL, server_nonce) + client_nonce)
         try:
             proof = _recv_exact(sock, NONCE, deadline)
         except ConnectionError:

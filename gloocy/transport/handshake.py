@@ -15,8 +15,7 @@ from gloocy.transport import _tcp
 
 __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
            "dial_fd", "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello",
-           "read_fd", "read_hello", "recv_exact", "REFUSE_HELLO", "send_fd",
-           "wait_ready"]
+           "read_fd", "read_hello", "recv_exact", "send_fd"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -27,13 +26,6 @@ __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial"
 #   connector -> HMAC(secret, "connector" | HELLO | nonce_a)
 #   acceptor  -> b"\x01" (accepted), or b"\x02" (refused: a lazy connection
 #                the acceptor's rank is making the other way, see lazy.py)
-#
-# A lazy acceptor whose rank is dialing the dialer already, and is the lower
-# rank of the two (its dial wins), answers the HELLO with REFUSE_HELLO (64
-# bytes, in place of nonce_a and its proof) and closes: the dialer then waits
-# for the other dial, and neither end spends a key-hashing step on this one.
-# (Unauthenticated, like the silence of a listener that never answers: it
-# can delay the dialer, to its deadline at worst, but admits nobody.)
 #
 # Then both ends tell their host id (shm.local_peers). A lazy connector
 # sends its id right behind its proof, in the same write, without waiting
@@ -78,7 +70,6 @@ def job_tag(job):
 HELLO_BYTES = _HELLO.size
 PROOF_BYTES = 32
 ACCEPT, REFUSE = b"\x01", b"\x02"   # the acceptor's last word (see above)
-REFUSE_HELLO = b"GLCYRFSD".ljust(64, b"\0")   # its first word, refusing (see above)
 
 
 def parse_hello(hello):
@@ -188,10 +179,8 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
     authentic = accepted = refused = False
     try:
         reply = read_fd(fd, 64, deadline)
-        refused = refusable and reply == REFUSE_HELLO
         nonce, mac = reply[:32], reply[32:]
-        authentic = not refused and hmac.compare_digest(
-            mac, _mac(secret, b"acceptor", hello, nonce))
+        authentic = hmac.compare_digest(mac, _mac(secret, b"acceptor", hello, nonce))
         if authentic:
             send_fd(fd, _mac(secret, b"connector", hello, nonce) + after_proof,
                     deadline)
@@ -223,10 +212,7 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
 _SLICE_S = 0.5     # a wait's longest sleep: signal handlers run in between
 
 
-def wait_ready(fd, out, deadline):
-    """Until non-blocking `fd` can be read (written, with `out`), without
-    the GIL, in slices (signal handlers run in between); TimeoutError at
-    `deadline`."""
+def _wait(fd, out, deadline):
     while True:
         left = deadline - time.monotonic()
         if left <= 0:
@@ -242,7 +228,7 @@ def read_fd(fd, n, deadline, what="the handshake"):
     while True:
         got = _tcp.recv_now(fd, n - len(data))
         if got is None:
-            wait_ready(fd, False, deadline)
+            _wait(fd, False, deadline)
         elif not got:
             raise HungUp(f"connection closed while reading {what}")
         else:
@@ -260,7 +246,7 @@ def send_fd(fd, data, deadline, *, connecting=False):
         sent = _tcp.send_now(fd, view)
         view = view[sent:]
         if view:
-            wait_ready(fd, True, deadline)
+            _wait(fd, True, deadline)
             if connecting:
                 err = _tcp.connect_error(fd)
                 if err is not None:

@@ -397,18 +397,6 @@ class Connector:
 
     # -- the listener's side --------------------------------------------------
 
-    def hello_from(self, peer):
-        """A dial from `peer` says HELLO (the listener's thread; not
-        authenticated yet): False to refuse it at once (we are dialing the
-        peer, and are the lower rank: ours wins, as verdict() would say
-        after a whole handshake), else True, counting it as coming (see
-        pair; dial_coming(peer, -1) or verdict() ends that)."""
-        with self.cond:
-            if self.state.get(peer) is _DIALING and peer > self.rank:
-                return False
-            self._count_coming(peer, 1)
-            return True
-
     def dial_coming(self, peer, n):
         """The listener begins (n = 1) or gives up (n = -1) authenticating
         a dial from `peer` (see pair)."""

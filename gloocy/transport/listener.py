@@ -239,14 +239,11 @@ class Listener:
                     0 <= d.peer < size and d.peer != wanted):
                 raise ProtocolError("a dial for no rank of ours")
             d.hello, d.dialed = got, connector
-            if not connector.hello_from(d.peer):    # (counted as coming if not:
-                self._send(d, handshake.REFUSE_HELLO)    # verdict or _drop ends it)
-                d.step = None     # (_hand_over closes it)
-                return
-            d.coming = True
             d.nonce, answer = handshake.challenge(connector.secret, got)
             self._send(d, answer)
             d.step, d.need = _Listening.PROOF, handshake.PROOF_BYTES
+            connector.dial_coming(d.peer, 1)    # (verdict or _drop ends it)
+            d.coming = True
         elif d.step == _Listening.PROOF:
             connector = d.dialed
             handshake.check_proof(connector.secret, d.hello, d.nonce, got, d.peer)
