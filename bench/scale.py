@@ -44,10 +44,10 @@ class CountingStore:
     """A store client that counts its operations."""
 
     COUNTED = ("set", "get", "add", "wait", "check", "delete", "clear",
-               "compare_set")
+               "compare_set", "batch")
 
     def __init__(self, inner):
-        self.inner, self.ops = inner, 0
+        self.inner, self.ops, self.trips = inner, 0, 0   # operations, requests
 
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
@@ -55,7 +55,8 @@ class CountingStore:
             return attr
 
         def counted(*args, **kwargs):
-            self.ops += 1
+            self.ops += len(args[0]) if name == "batch" else 1
+            self.trips += 1
             return attr(*args, **kwargs)
         return counted
 
@@ -64,7 +65,7 @@ def process_cpu():
     """CPU seconds (user + system) of this process so far, and its context
     switches: every rank thread's, the listener's, the store client's."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw
+    return r.ru_utime + r.ru_stime, r.ru_nvcsw + r.ru_nivcsw, r.ru_nvcsw
 
 
 def cpu_through(results, procs, which=0):
@@ -72,7 +73,8 @@ def cpu_through(results, procs, which=0):
     and the allreduce: per process, from its first rank's connect() (the
     least CPU reading) to the last of its ranks through each phase (the
     most), summed. Immune to other jobs' load, unlike the seconds.
-    `which`: 1 for the context switches instead."""
+    `which`: 1 for the context switches instead, 2 for the voluntary ones
+    (a thread blocking; the others are preemptions, more under others' load)."""
     spent = dict.fromkeys(("start-up", "barrier", "allreduce"), 0.0)
     for ranks in procs:
         got = [results[r]["cpu"] for r in ranks if "cpu" in results[r]]
@@ -105,7 +107,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
         at["start-up"] = time.monotonic()
         cpu["start-up"] = process_cpu()
         t["start-up"] = at["start-up"] - t0
-        startup_ops = store.ops
+        startup_ops = (store.ops, store.trips)     # (operations, requests)
         if stop_after == "start-up":
             return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
 
@@ -326,7 +328,8 @@ def main():
     slowest = {ph: max(v["t"][ph] for v in ok) for ph in ran}
     conns = [v["conns"] for v in ok]
     ops = [v["ops"] for v in ok]
-    sops = [v["startup_ops"] for v in ok]
+    sops = [v["startup_ops"][0] for v in ok]
+    strips = [v["startup_ops"][1] for v in ok]
     print(f"## {args.n} ranks as threads in {len(procs)} processes "
           f"(TCP; loaded 2-core machine)\n")
     print("| phase | seconds (slowest rank) |\n|---|---|")
@@ -339,13 +342,15 @@ def main():
         made = sum(conns) / 2
         used = spent.get("barrier", 0) + spent.get("allreduce", 0)
         sw = cpu_through(results, ranges, 1)
+        vol = cpu_through(results, ranges, 2)
         print("- CPU seconds of the worker processes (all their threads): "
               + ", ".join(f"{PHASE_NAMES[ph]} {n:.2f}" for ph, n in spent.items())
               + (f"; per connection made {1e6 * used / made:.0f} µs" if made else ""))
         print("- context switches of the worker processes: "
               + ", ".join(f"{PHASE_NAMES[ph]} {n:.0f}" for ph, n in sw.items())
               + (f"; per connection made {(sw.get('barrier', 0) + sw.get('allreduce', 0)) / made:.1f}"
-                 if made else ""))
+                 f" ({(vol.get('barrier', 0) + vol.get('allreduce', 0)) / made:.1f} "
+                 "voluntary: a thread blocked)" if made else ""))
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
@@ -355,7 +360,8 @@ def main():
           f"{d['refused']} refused (the peer dialed us at the same time: its "
           f"dial won), {d['accepted']} accepted")
     print(f"- store operations: {sum(ops)} in total; per rank at start-up max "
-          f"{max(sops)}, in all max {max(ops)}, mean {sum(ops) / len(ops):.1f}")
+          f"{max(sops)} (in {max(strips)} requests: a batch is one), in all max "
+          f"{max(ops)}, mean {sum(ops) / len(ops):.1f}")
     print(f"- memory: {rss / args.n / 1024:.0f} KiB resident per rank "
           f"({rss / 2**20:.0f} MiB over {len(procs)} processes)")
     return 0 if max(conns) <= bound else 2

@@ -61,6 +61,9 @@ class PrefixStore(Store):
     def _add(self, key: str, amount: int) -> int:
         return self._inner().add(self._head + key, amount)
 
+    def _batch(self, ops: list[tuple]) -> list:
+        return self._inner().batch([(name, self._head + k, a) for name, k, a in ops])
+
     def _wait(self, keys: list[str], timeout: float) -> None:
         self._inner().wait([self._head + k for k in keys], timeout=timeout)
 

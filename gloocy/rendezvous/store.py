@@ -101,6 +101,26 @@ class Store(abc.ABC):
             raise TypeError(f"amount must be an int, not {type(amount).__name__}")
         return self._add(_check_key(key), amount)
 
+    def batch(self, ops: Sequence[tuple]) -> list:
+        """Run ``ops`` in order, each ``("set", key, value)`` or ``("add",
+        key, amount)``; their results (None for a set, the sum for an add).
+        A store that can send them together and wait for the answers once
+        does (TCPStore: one round trip instead of one each)."""
+        if isinstance(ops, (str, bytes)) or not isinstance(ops, Sequence):
+            raise TypeError(f"ops must be a sequence of tuples, not {type(ops).__name__}")
+        checked = []
+        for op in ops:
+            if not (isinstance(op, tuple) and len(op) == 3 and op[0] in ("set", "add")):
+                raise ValueError(f"each of ops must be (\"set\", key, value) or "
+                                 f"(\"add\", key, amount), not {op!r}")
+            name, key, arg = op
+            if name == "set":
+                arg = _check_value(arg)
+            elif isinstance(arg, bool) or not isinstance(arg, int):
+                raise TypeError(f"amount must be an int, not {type(arg).__name__}")
+            checked.append((name, _check_key(key), arg))
+        return self._batch(checked)
+
     def wait(self, keys: Sequence[str], *, timeout: float | None = None) -> None:
         """Block until every key in ``keys`` exists."""
         self._wait(_check_keys(keys), self._timeout(timeout))
@@ -174,6 +194,12 @@ class Store(abc.ABC):
         for all at once (one round trip) overrides this."""
         deadline = time.monotonic() + timeout
         return [self._get(k, max(0.0, deadline - time.monotonic())) for k in keys]
+
+    def _batch(self, ops: list[tuple]) -> list:
+        """One operation after another; a store that can send them
+        together overrides this."""
+        return [self._set(k, a) if name == "set" else self._add(k, a)
+                for name, k, a in ops]
 
     def _compare_set(self, key: str, expected: bytes | None,
                      desired: bytes) -> bytes | None:

@@ -140,20 +140,24 @@ def _recv_exact(sock: socket.socket, n: int, deadline: float) -> bytes:
     return bytes(buf)
 
 
-def _recv_reply(sock: socket.socket, deadline: float) -> bytearray:
-    """The reply frame (length, body) to the one request in flight, in one
-    recv when it fits: nothing may follow it."""
-    buf, need = bytearray(), 4
-    while len(buf) < need:
-        buf += _recv_some(sock, max(need - len(buf), RECV_SIZE), deadline)
-        if need == 4 and len(buf) >= 4:
-            (n,) = _U32.unpack_from(buf)
+def _recv_replies(sock: socket.socket, count: int, deadline: float) -> list[bytearray]:
+    """The `count` reply frames (length, body each) to the requests in
+    flight, in as few recvs as they come in: nothing may follow the last."""
+    buf, frames, start, need = bytearray(), [], 0, 4
+    while len(frames) < count:
+        if len(buf) < need:
+            buf += _recv_some(sock, max(need - len(buf), RECV_SIZE), deadline)
+        elif need == start + 4:
+            (n,) = _U32.unpack_from(buf, start)
             if not 1 <= n <= MAX_FRAME:
                 raise _Malformed(f"bad reply length {n}")
             need += n
-    if len(buf) > need:
+        else:
+            frames.append(buf[start:need])
+            start, need = need, need + 4
+    if len(buf) > start:
         raise _Malformed("bytes after the reply")
-    return buf
+    return frames
 
 
 class TCPStore(Store):
@@ -240,6 +244,15 @@ class TCPStore(Store):
         return self._count(self._request(CLEAR, [prefix.encode()], self.timeout,
                                          f"clear({prefix!r})")[0])
 
+    def _batch(self, ops: list[tuple]) -> list:
+        """The requests sent together, their replies read as they come
+        (the server answers in order): one round trip."""
+        requests = [(SET, [k.encode(), a]) if name == "set"
+                    else (ADD, [k.encode(), str(a).encode()]) for name, k, a in ops]
+        replies = self._exchange(requests, self.timeout, f"a batch of {len(ops)}")
+        return [None if name == "set" else self._count(r[0])
+                for (name, _, _), r in zip(ops, replies)]
+
     def _count(self, field: bytes) -> int:
         """The number in a reply; a server that sends anything else is broken."""
         try:
@@ -251,10 +264,17 @@ class TCPStore(Store):
     # -- plumbing ------------------------------------------------------------
 
     def _request(self, op: int, fields: list[bytes], timeout: float, what: str) -> list[bytes]:
-        frame = _pack(op, fields)
-        if len(frame) - 4 > MAX_FRAME:
-            raise ValueError(f"request for {what} is {len(frame)} bytes, over the "
-                             f"store's frame limit of {MAX_FRAME} bytes")
+        return self._exchange([(op, fields)], timeout, what)[0]
+
+    def _exchange(self, requests: list[tuple[int, list[bytes]]], timeout: float,
+                  what: str) -> list[list[bytes]]:
+        """Send the requests (op, fields) at once; the fields of each
+        reply, in order."""
+        frames = [_pack(op, fields) for op, fields in requests]
+        for frame in frames:
+            if len(frame) - 4 > MAX_FRAME:
+                raise ValueError(f"request for {what} is {len(frame)} bytes, over the "
+                                 f"store's frame limit of {MAX_FRAME} bytes")
         with self._lock:
             if self._closed:
                 raise RendezvousError(f"store client for {self.url} is closed")
@@ -264,8 +284,9 @@ class TCPStore(Store):
                     self._connect(deadline)
                 sock = self._sock
                 sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                sock.sendall(frame)
-                status, reply = _unpack(_recv_reply(sock, deadline), 4)
+                sock.sendall(b"".join(frames))
+                got = [_unpack(frame, 4) for frame in
+                       _recv_replies(sock, len(frames), deadline)]
             except RendezvousError:
                 self._disconnect()
                 raise
@@ -286,13 +307,15 @@ class TCPStore(Store):
             except BaseException:  # e.g. KeyboardInterrupt: stream state unknown
                 self._disconnect()
                 raise
-        if status == ERR:
-            raise ValueError(reply[0].decode("utf-8", "replace") if reply else "store error")
-        if status != OK or (op in (GET, ADD, CHECK, DELETE, CLEAR) and len(reply) != 1) or (
-                op == COMPARE_SET and len(reply) != (2 if reply[:1] == [b"1"] else 1)) or (
-                op == GET_MANY and len(reply) != len(fields)):
-            raise RendezvousError(f"malformed reply from the store at {self.address}")
-        return reply
+        for (op, fields), (status, reply) in zip(requests, got):
+            if status == ERR:
+                raise ValueError(reply[0].decode("utf-8", "replace") if reply
+                                 else "store error")
+            if status != OK or (op in (GET, ADD, CHECK, DELETE, CLEAR) and len(reply) != 1) or (
+                    op == COMPARE_SET and len(reply) != (2 if reply[:1] == [b"1"] else 1)) or (
+                    op == GET_MANY and len(reply) != len(fields)):
+                raise RendezvousError(f"malformed reply from the store at {self.address}")
+        return [reply for _, reply in got]
 
     def _disconnect(self) -> None:
         if self._sock is not None:

@@ -16,7 +16,8 @@ which its own listener accepts. So a pair is connected once.
 
 Store keys (all under the job's prefix), O(1) per rank:
   claim/R (add)      once-only ranks         size (rank 0 sets, others get)
-  tcp/R              rank R's address        pid/R   rank R's process id
+  tcp/R              rank R's address        pid/R   rank R's process id (not
+                                             under GLOOCY_TRANSPORT=tcp)
   host/H (add)       ranks on host H         joined (add), all, go: start-up
   opened (add), opened_all: the ranks that opened rank 0's node segment
   bye/R              rank R left cleanly (set before its listener closes)
@@ -66,14 +67,17 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
     try:
         address = (advertise or listener.address).encode()
         listener.addresses[rank] = address    # (for the ranks of this process)
+        # Sent together, answered in one round trip where the store can.
+        ops = [("set", f"{job}/tcp/{rank}", address)]
+        if mode != "tcp":                 # (read by node segments' waits only)
+            ops.append(("set", f"{job}/pid/{rank}", str(os.getpid()).encode()))
+        if mode in ("auto", "shm"):
+            connector.host_key = (f"{job}/host/" + hashlib.sha256(
+                shm.host_identity().encode()).hexdigest()[:32])
+            ops.append(("add", connector.host_key, 1))
+        ops.append(("add", f"{job}/joined", 1))
         with one_at_a_time(store):        # (the rank threads of a process)
-            store.set(f"{job}/tcp/{rank}", address)
-            store.set(f"{job}/pid/{rank}", str(os.getpid()).encode())
-            if mode in ("auto", "shm"):
-                connector.host_key = (f"{job}/host/" + hashlib.sha256(
-                    shm.host_identity().encode()).hexdigest()[:32])
-                store.add(connector.host_key, 1)
-            if store.add(f"{job}/joined", 1) == size:
+            if store.batch(ops)[-1] == size:
                 store.set(f"{job}/all", b"1")
         if rank == 0:
             _wait_for_all(store, job, size, deadline)

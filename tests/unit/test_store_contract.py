@@ -140,6 +140,11 @@ _ops = st.one_of(
     st.tuples(st.just("delete"), _keys),
     st.tuples(st.just("cas"), _keys, st.none() | _vals, _vals),
     st.tuples(st.just("clear"), st.sampled_from(["", "a", "é", "x", "zz"])),
+    # (adds of a batch on keys no other op sets: they always hold numbers)
+    st.tuples(st.just("batch"), st.lists(st.one_of(
+        st.tuples(st.just("set"), _keys, _vals),
+        st.tuples(st.just("add"), st.sampled_from(["n0", "n1"]),
+                  st.integers(-(10**20), 10**20))), max_size=4)),
 )
 
 
@@ -184,6 +189,17 @@ def test_semantics_match_a_dict(store, ops):
             if oracle.get(key) == expected:
                 oracle[key] = desired
             assert store.compare_set(key, expected, desired) == oracle.get(key)
+        elif op == "batch":
+            expect = []
+            for name, key, arg in args[0]:
+                if name == "set":
+                    oracle[key] = arg
+                    expect.append(None)
+                else:
+                    total = int(oracle.get(key, b"0")) + arg
+                    oracle[key] = str(total).encode()
+                    expect.append(total)
+            assert store.batch(args[0]) == expect
         elif op == "clear":
             doomed = [k for k in oracle if k.startswith(args[0])]
             assert store.clear(args[0]) == len(doomed)
@@ -226,6 +242,16 @@ def test_argument_checks(store):
             store.get("k", timeout=bad)
     with pytest.raises(TypeError, match="timeout"):
         store.wait(["k"], timeout="1")
+    with pytest.raises(TypeError, match="ops"):
+        store.batch({"k": b"v"})
+    with pytest.raises(ValueError, match="ops"):
+        store.batch([("get", "k", b"")])
+    with pytest.raises(TypeError, match="value"):
+        store.batch([("set", "k", b"v"), ("set", "k", "text")])
+    with pytest.raises(TypeError, match="amount"):
+        store.batch([("set", "k", b"v"), ("add", "k", 1.5)])
+    with pytest.raises(ValueError, match="key"):
+        store.batch([("set", "", b"v")])
     # nothing above reached the store
     assert not store.check(["k"])
     # bytes-like values of every kind; empty, binary and large values

@@ -233,12 +233,16 @@ class CountingStore:
     def __getattr__(self, name):
         attr = getattr(self.inner, name)
         if name not in ("set", "get", "add", "wait", "check", "delete",
-                        "clear", "compare_set"):
+                        "clear", "compare_set", "batch"):
             return attr
 
         def counted(*args, **kwargs):
             with self.lock:
-                self.ops[name] = self.ops.get(name, 0) + 1
+                if name == "batch":       # each operation of it, by name
+                    for op in args[0]:
+                        self.ops[op[0]] = self.ops.get(op[0], 0) + 1
+                else:
+                    self.ops[name] = self.ops.get(name, 0) + 1
             return attr(*args, **kwargs)
         return counted
 
@@ -500,3 +504,4 @@ def test_a_strangers_hello_delays_no_connection_for_long(monkeypatch):
         if stranger is not None:
             stranger.close()
         free_all(comms, stores, server)
+
