@@ -104,6 +104,8 @@ cdef class Node:
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly int64_t reduce_scatter_cma_min  # ... reduce_scatters do
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
+    cdef readonly int64_t stream_min  # results from this many bytes are written
+                                      # past the caches (GLOOCY_STREAM_MIN_BYTES)
     cdef readonly bint spread         # keep local ranks on CPUs of their own
                                       # (node_spread; GLOOCY_SPREAD=1)
     cdef readonly uint64_t moves      # times node_spread moved us

@@ -204,6 +204,7 @@ cdef class Node:
         self.cma_min = <int64_t>self.head.cma_min
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
         self.reduce_scatter_cma_min = <int64_t>self.head.reduce_scatter_cma_min
+        self.stream_min = stream_min_bytes()
         from gloocy.waiting import usable_cpus
         self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
                        and size <= usable_cpus())
@@ -688,7 +689,7 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
     for j in range(ctx.node.size):
         longest = max(longest, sizes[j])
         total += sizes[j]
-    stream = streams(total)                   # too large to stay in cache
+    stream = total >= ctx.node.stream_min     # too large to stay in cache
     if mine != buf + offs[ctx.rank]:
         copy_block(buf + offs[ctx.rank], mine, sizes[ctx.rank], stream)
     if (0 <= node_allgather_cma_min(ctx.node.cma_min) <= total and ctx.node.cma > 0

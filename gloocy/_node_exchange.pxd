@@ -31,7 +31,6 @@ cdef extern from "_copy.h" nogil:
 
 # True where a call's result of `nbytes` on this rank is too large to stay
 # in cache: its copies into the user's buffer stream past the caches.
-cdef bint streams(int64_t nbytes) noexcept nogil
 # n bytes from src to dst, streamed where asked and they do not overlap
 # (see streams), else memmove'd.
 cdef void copy_block(char *dst, const char *src, int64_t n,

@@ -27,9 +27,10 @@ cdef enum:
     NODE_STREAM_MIN = 8 << 20
 
 
-def _stream_min_bytes():
-    """GLOOCY_STREAM_MIN_BYTES, else NODE_STREAM_MIN. A rank's own choice:
-    how it copies changes nothing the others see."""
+def stream_min_bytes():
+    """GLOOCY_STREAM_MIN_BYTES, else NODE_STREAM_MIN (read as a rank joins
+    its node segment, not at import: a program may set it first). A rank's
+    own choice: how it copies changes nothing the others see."""
     import os
     text = os.environ.get("GLOOCY_STREAM_MIN_BYTES", "")
     try:
@@ -39,13 +40,6 @@ def _stream_min_bytes():
     if n < 0:
         raise ValueError(f"GLOOCY_STREAM_MIN_BYTES={text!r}: must be a byte count")
     return n
-
-
-cdef int64_t _stream_min = _stream_min_bytes()
-
-
-cdef bint streams(int64_t nbytes) noexcept nogil:
-    return nbytes >= _stream_min
 
 
 cdef void copy_block(char *dst, const char *src, int64_t n,
@@ -130,7 +124,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
         result += rsizes[j]
         if j != r:
             total += ssizes[j]
-    stream = streams(result)
+    stream = result >= ctx.node.stream_min
     while True:
         node_ready(ctx, c)
         slot = ctx.node.slot(r)
