@@ -190,8 +190,8 @@ cdef class Node:
         import os
         st = os.fstat(fd)
         self.nbytes = st.st_size
-        self.base = <char *>_map_segment((st.st_dev, st.st_ino), fd, self.nbytes)
         self.map_key = (st.st_dev, st.st_ino)
+        self.base = <char *>_map_segment(self.map_key, fd, self.nbytes)
         self.head = <NodeHead *>self.base
         self.rank = rank
         self.size = size

@@ -29,10 +29,9 @@ cdef int node_choice(Context ctx, int algo, int64_t nbytes,
 cdef extern from "_copy.h" nogil:
     void gloocy_copy_stream(void *dst, const void *src, size_t n)
 
-# True where a call's result of `nbytes` on this rank is too large to stay
-# in cache: its copies into the user's buffer stream past the caches.
-# n bytes from src to dst, streamed where asked and they do not overlap
-# (see streams), else memmove'd.
+# n bytes from src to dst: by streaming stores (past the caches) where
+# `stream` asks and they do not overlap, else memmove'd. A call streams
+# where its result on this rank reaches Node.stream_min.
 cdef void copy_block(char *dst, const char *src, int64_t n,
                      bint stream) noexcept nogil
 cdef int node_alltoallv(Context ctx, Coll *c, const char *send,

@@ -417,4 +417,3 @@ cdef int _raise_node_counts(Context ctx, Coll *c, int peer) except -1 with gil:
     raise MismatchError(f"rank {ctx.rank}: in {describe_call(&c.proto)} rank "
                         f"{peer} splits the total otherwise: the ranks disagree "
                         "on the counts")
-

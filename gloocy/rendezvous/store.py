@@ -36,6 +36,12 @@ def _check_keys(keys: object) -> list[str]:
     return [_check_key(k, "each key in keys") for k in keys]
 
 
+def _check_amount(amount: object) -> int:
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise TypeError(f"amount must be an int, not {type(amount).__name__}")
+    return amount
+
+
 def _check_value(value: object) -> bytes:
     if isinstance(value, str):
         raise TypeError("value must be bytes-like, not str (encode it first)")
@@ -97,9 +103,7 @@ class Store(abc.ABC):
 
         A missing key counts as 0; the value is stored as decimal ASCII bytes.
         """
-        if isinstance(amount, bool) or not isinstance(amount, int):
-            raise TypeError(f"amount must be an int, not {type(amount).__name__}")
-        return self._add(_check_key(key), amount)
+        return self._add(_check_key(key), _check_amount(amount))
 
     def batch(self, ops: Sequence[tuple]) -> list:
         """Run ``ops`` in order, each ``("set", key, value)`` or ``("add",
@@ -114,10 +118,7 @@ class Store(abc.ABC):
                 raise ValueError(f"each of ops must be (\"set\", key, value) or "
                                  f"(\"add\", key, amount), not {op!r}")
             name, key, arg = op
-            if name == "set":
-                arg = _check_value(arg)
-            elif isinstance(arg, bool) or not isinstance(arg, int):
-                raise TypeError(f"amount must be an int, not {type(arg).__name__}")
+            arg = _check_value(arg) if name == "set" else _check_amount(arg)
             checked.append((name, _check_key(key), arg))
         return self._batch(checked)
 
