@@ -303,13 +303,16 @@ def test_world_identity(world, size):
 def test_barrier_nobody_leaves_before_everyone_entered(world, size):
     rounds, delay = max(size, 2), 0.1
     times = world(size).run(r_barrier_times, rounds, delay)
+    lateness = []
     for k in range(rounds):
         entries = [times[r][k][0] for r in range(size)]
         exits = [times[r][k][1] for r in range(size)]
         assert min(exits) >= max(entries), f"round {k}: someone left early"
-        if size > 1:   # the check has teeth: the late rank really was late
-            late = k % size
-            assert entries[late] - min(entries) >= delay * 1e9 * 0.25
+        lateness.append(entries[k % size] - min(entries))
+    # The check has teeth: the late rank really was late, in some round at
+    # least (under heavy load the others may be as late as it in one round).
+    if size > 1:
+        assert max(lateness) >= delay * 1e9 * 0.25, lateness
 
 
 BCAST_KINDS = ["uint8", "int32", "float64", "float16", "bool", "complex128",
