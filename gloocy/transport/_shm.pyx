@@ -265,6 +265,12 @@ cdef class ShmPair(StreamPair):
         self.out_data, self.in_data = ((data, data + ring) if self.first
                                        else (data + ring, data))
 
+    @property
+    def in_process(self):
+        """Whether this pair's ends are rank threads of this process (no
+        socket: see inproc_pair)."""
+        return self.segment is not None
+
     cdef void adopt(self, Segment seg, Waker ours, Waker theirs) noexcept:
         self.segment, self.own_waker, self.peer_waker = seg, ours, theirs
         self.place(seg.base)

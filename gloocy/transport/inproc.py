@@ -62,11 +62,14 @@ def unregister(connector):
 
 def connector_of(connector, peer):
     """The open Connector of rank `peer` of `connector`'s job in this
-    process, if it takes in-process pairs (same secret), else None."""
+    process, if it takes in-process pairs and claims our host (same
+    secret, same host id: GLOOCY_HOST_ID may make ranks of one process
+    stand for several hosts), else None."""
     with _lock:
         ref = _live.get((connector.tag, peer))
     other = ref() if ref is not None else None
     if (other is None or other is connector or other.inproc is None
+            or other.host_frame != connector.host_frame      # (GLOOCY_HOST_ID)
             or not hmac.compare_digest(other.secret, connector.secret)):
         return None
     return other

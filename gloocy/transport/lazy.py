@@ -184,10 +184,12 @@ class Connector:
         self.refused = 0          # our dials the peer refused (it dialed us too)
         self.coming = {}          # peer -> its dials our listener is authenticating
         self._pids = {}
-        self.inproc = inproc.new_waker() if inproc.enabled(mode) else None
+        self.inproc = None        # our Waker, if we pair in memory (inproc.py)
         self.inproc_made = 0      # pairs to ranks of this process made here, in memory
         self.listener = listener
         try:
+            if inproc.enabled(mode):
+                self.inproc = inproc.new_waker()
             listener.register(self.tag, rank, self)
         except BaseException:
             listener.release()
