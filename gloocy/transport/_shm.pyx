@@ -407,9 +407,9 @@ cdef class ShmPair(StreamPair):
     cdef int progress(self) except -1 nogil:
         if self.armed:
             self.disarm()
-            if self.polling:
-                self.polling = False
-                self.own_waker.drain()
+        if self.polling:                # (in process: a poll(2) is over)
+            self.polling = False
+            self.own_waker.drain()
         return StreamPair.progress(self)
 
     cdef int wait_fd(self) noexcept nogil:

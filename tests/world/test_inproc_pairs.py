@@ -271,3 +271,19 @@ def test_mixed_world_of_in_process_and_tcp_pairs(monkeypatch):
         want = {p: ("inproc" if (p < 3) == (r < 3) else "TcpPair")
                 for p in range(size) if p != r}
         assert k == want, (r, k)
+
+
+def test_a_forked_child_finds_none_of_its_parents_ranks():
+    """The list of this process's ranks is empty in a forked child (as in
+    gloocy-run's fork server): the parent's rank threads are not there."""
+    from gloocy.transport import inproc
+
+    with World(2) as w:
+        w.run(forced_allreduce, "ring", 3)
+        c = w.comms[0]._ctx.links.connector
+        assert inproc.connector_of(c, 1) is not None
+        pid = os.fork()
+        if pid == 0:                  # the child: exit code says what it found
+            os._exit(0 if not inproc._live and inproc.connector_of(c, 1) is None else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
