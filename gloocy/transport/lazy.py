@@ -12,7 +12,9 @@ rank they are for.
 When both ranks of a pair dial each other at once, the lower rank's dial
 wins: a listener refuses a dial from a higher rank while its own rank is
 dialing that rank, and the refused dialer waits for the other connection,
-which its own listener accepts. So a pair is connected once.
+which its own listener accepts. So a pair is connected once. Two ranks
+living in one process (rank threads) skip all that: the first to want
+their pair makes both ends in memory (inproc.py, Connector._pair_in_process).
 
 Store keys (all under the job's prefix), O(1) per rank:
   claim/R (add)      once-only ranks         size (rank 0 sets, others get)
