@@ -22,7 +22,7 @@ import weakref
 from gloocy.transport import shm
 from gloocy.transport._shm import Waker, inproc_pair
 
-__all__ = ["enabled", "register", "unregister", "connector_of", "make_pair"]
+__all__ = ["enabled", "register", "unregister", "connector_of", "make_pair", "new_waker"]
 
 _MODES = ("auto", "shm")          # GLOOCY_TRANSPORT modes that take shared memory
 _live = {}                        # (tag, rank) -> weakref to its Connector
