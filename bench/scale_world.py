@@ -33,10 +33,13 @@ ALLREDUCE_FORCED = ("ring", "recursive_doubling")
 
 def forced_that_fit(n):
     """(ALLREDUCE_FORCED but those whose pairs would not fit in this
-    process's fds, a line on each left out). A shared-memory pair holds a
-    socket at each end: in one process of n rank threads, about n fds per
-    pair a rank connects."""
-    import resource
+    process's fds, a line on each left out). Rank threads of one process
+    pair up in memory, with no fd (transport/inproc.py); with that turned
+    off (GLOOCY_INPROC_PAIRS=0) a shared-memory pair holds a socket at each
+    end: about n fds per pair a rank connects."""
+    from gloocy.transport import inproc
+    if inproc.enabled(os.environ.get("GLOOCY_TRANSPORT") or "auto"):
+        return list(ALLREDUCE_FORCED), []
     limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     pairs = {"ring": 2, "recursive_doubling": (n - 1).bit_length() + 1}
     fit = [a for a in ALLREDUCE_FORCED if pairs[a] * n < 0.9 * limit]

@@ -18,6 +18,21 @@ class ShmPair(StreamPair):
     """Wake-ups given to the peer on its futex so far."""
     woke_by_socket: int
     """Wake-ups given to the peer through the socket so far."""
+    @property
+    def in_process(self) -> bool:
+        """Whether both ends are rank threads of this process (no socket)."""
 
     def __new__(cls, sock_fd: int, mem_fd: int, ring: int, rank: int,
                 peer: int, first: bool, address: str = "shared memory") -> Self: ...
+
+
+class Waker:
+    """A rank's eventfd for its in-process pairs' wake-ups (made on need)."""
+
+    @property
+    def fileno(self) -> int: ...
+
+
+def inproc_pair(ring: int, rank: int, peer: int, ours: Waker,
+                theirs: Waker) -> tuple[ShmPair, ShmPair]:
+    """Both ends of a pair between two rank threads of this process."""

@@ -17,14 +17,23 @@ the peer sends it one byte. When a rank dies, the kernel closes its socket,
 which wakes a poll(2) at once. The segment is never named in /dev/shm, so
 nothing outlives the processes (see shm.py for the set-up).
 
+Two rank threads of one process (gloocy.testing's thread worlds) get a pair
+with no file descriptor at all (`inproc_pair`): its rings are in this
+process's own memory (a `Segment` both ends hold), a closed end says so in
+the ring it writes (`writer_closed`, with a wake-up), and a rank that must
+sleep in poll(2) is poked through one eventfd of its own (a `Waker`, made
+at its first such sleep and shared by all its in-process pairs) instead of
+a socket per pair.
+
 The peer can write anything into the segment: positions read from it are
 checked before any copy, and our own positions are kept privately.
 """
 
 from libc.errno cimport errno, EINTR, EAGAIN
 from libc.stdint cimport int64_t, uint32_t, uint64_t
-from libc.string cimport memcpy
-from posix.unistd cimport close as c_close
+from libc.stdlib cimport free
+from libc.string cimport memcpy, memset
+from posix.unistd cimport close as c_close, read as c_read, write as c_write
 
 from gloocy._core cimport (WordWait, WORD_U32, WORDS_NONE, WORDS_READY,
                            WORD_AWAKE, WORD_ASLEEP, WORD_POLLING)
@@ -56,6 +65,31 @@ cdef extern from "<sys/socket.h>" nogil:
         MSG_NOSIGNAL
         MSG_DONTWAIT
 
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void **p, size_t align, size_t n)
+
+cdef extern from "<sys/eventfd.h>" nogil:
+    int eventfd(unsigned int initval, int flags)
+    enum:
+        EFD_CLOEXEC
+        EFD_NONBLOCK
+
+cdef extern from *:
+    """
+    static inline int fd_load(const int *p)
+    { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    /* Publish fd in *p unless one is there already: the fd in *p after. */
+    static inline int fd_publish(int *p, int fd)
+    { int none = -1;
+      __atomic_compare_exchange_n(p, &none, fd, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+      return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline uint32_t word_load(const uint32_t *p)
+    { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    """
+    int fd_load(const int *p) nogil
+    int fd_publish(int *p, int fd) nogil
+    uint32_t word_load(const uint32_t *p) nogil
+
 cdef extern from "<poll.h>" nogil:
     enum:
         POLLIN
@@ -70,10 +104,86 @@ ctypedef struct RingCtl:
     char _pad1[56]
     uint32_t reader_sleeps      # the reader sleeps until head moves (WORD_*)
     uint32_t writer_sleeps      # the writer sleeps until tail moves (WORD_*)
-    char _pad2[56]
+    uint32_t writer_closed      # in-process pairs: the writer closed its end
+    char _pad2[52]
 
 cdef enum:
     READ_AHEAD = 4096           # a small frame comes out in one copy
+    NO_SOCKET = 0x7fffffff      # an in-process pair's fd: open, but no file
+
+
+cdef class Waker:
+    """One rank's eventfd, which its in-process pairs' peers poke when it
+    sleeps in poll(2); made at its first such sleep (`ready`), closed once
+    no pair holds it (peers hold it too: a poke never hits a closed fd)."""
+    cdef int fd                 # -1 until made
+
+    def __cinit__(self):
+        self.fd = -1
+
+    def __dealloc__(self):
+        if self.fd >= 0:
+            c_close(self.fd)
+
+    cdef int ready(self) noexcept nogil:
+        """The eventfd, made now if need be (-1 if none can be made)."""
+        cdef int fd = fd_load(&self.fd)
+        if fd >= 0:
+            return fd
+        fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)
+        if fd < 0:
+            return -1
+        if fd_publish(&self.fd, fd) != fd:
+            c_close(fd)         # another thread of the rank made one first
+        return fd_load(&self.fd)
+
+    cdef void poke(self) noexcept nogil:
+        cdef uint64_t one = 1
+        cdef int fd = fd_load(&self.fd)
+        if fd >= 0:             # (none: the rank never slept in poll(2))
+            c_write(fd, &one, sizeof(one))
+
+    cdef void drain(self) noexcept nogil:
+        cdef uint64_t got
+        cdef int fd = fd_load(&self.fd)
+        if fd >= 0:
+            c_read(fd, &got, sizeof(got))
+
+    @property
+    def fileno(self):
+        """The eventfd, or -1 while none was needed."""
+        return self.fd
+
+
+cdef class Segment:
+    """Two rings in this process's memory, held by both ends of an
+    in-process pair; freed when both are gone."""
+    cdef char *base
+
+    def __cinit__(self, uint64_t ring):
+        cdef void *p = NULL
+        cdef size_t n = segment_bytes(ring)
+        if posix_memalign(&p, 4096, n) != 0:
+            raise MemoryError(f"no memory for two rings of {ring} bytes")
+        memset(p, 0, n)
+        self.base = <char *>p
+
+    def __dealloc__(self):
+        free(self.base)
+
+
+def inproc_pair(uint64_t ring, int rank, int peer, Waker ours, Waker theirs):
+    """(our end, the peer's end) of a pair between two rank threads of this
+    process, over rings of `ring` bytes in its own memory. `ours`, `theirs`:
+    each rank's Waker."""
+    if ring < 4096 or ring & (ring - 1):
+        raise ValueError(f"ring: {ring} is not a power of two >= 4096")
+    seg = Segment(ring)
+    cdef ShmPair mine = ShmPair(-1, -1, ring, rank, peer, rank < peer, "this process")
+    cdef ShmPair other = ShmPair(-1, -1, ring, peer, rank, peer < rank, "this process")
+    mine.adopt(seg, ours, theirs)
+    other.adopt(seg, theirs, ours)
+    return mine, other
 
 
 def segment_bytes(uint64_t ring):
@@ -102,7 +212,8 @@ cdef inline void copy_out(char *dst, const char *data, uint64_t mask,
 cdef class ShmPair(StreamPair):
     """A Pair over two rings in the memfd `mem_fd` (mapped here; the caller
     closes its fd) and the connected Unix socket `sock_fd` (owned from
-    here). The lower rank of the two (`first`) writes the first ring."""
+    here). The lower rank of the two (`first`) writes the first ring.
+    (Both -1: an in-process pair's end, placed by inproc_pair.)"""
     cdef char *base
     cdef size_t seg_bytes
     cdef RingCtl *out_ctl
@@ -113,38 +224,65 @@ cdef class ShmPair(StreamPair):
     cdef uint64_t out_head      # our private copies of our own positions
     cdef uint64_t in_tail
     cdef bint armed             # our sleep flags may be set
+    cdef bint first             # we write the first ring
+    cdef bint mapped            # base is our own mapping (a memfd's)
     cdef bint sock_eof          # the peer's end of the socket is closed
     cdef readonly uint64_t woke_on_word     # wake-ups we gave the peer: on
     cdef readonly uint64_t woke_by_socket   # its futex, or through the socket
+    cdef object segment         # in-process: the rings' Segment (else None)
+    cdef Waker own_waker        # in-process: our rank's eventfd, and the peer's
+    cdef Waker peer_waker
+    cdef bint polling           # in-process: wait_events asked for a poll(2)
 
     def __cinit__(self, int sock_fd, int mem_fd, uint64_t ring, int rank,
                   int peer, bint first, str address="shared memory"):
         if ring < 4096 or ring & (ring - 1):
             raise ValueError(f"ring: {ring} is not a power of two >= 4096")
         self.seg_bytes = segment_bytes(ring)
-        cdef void *p = mmap(NULL, self.seg_bytes, PROT_READ | PROT_WRITE,
-                            MAP_SHARED, mem_fd, 0)
-        if p == MAP_FAILED:
-            import os
-            raise OSError(errno, f"cannot map the shared segment: {os.strerror(errno)}")
-        self.base = <char *>p
-        cdef RingCtl *ctl = <RingCtl *>p
-        cdef char *data = self.base + 2 * sizeof(RingCtl)
-        self.out_ctl, self.in_ctl = (ctl, ctl + 1) if first else (ctl + 1, ctl)
-        self.out_data, self.in_data = ((data, data + ring) if first
-                                       else (data + ring, data))
         self.mask = ring - 1
+        self.first = first
         self.fd = sock_fd
+        cdef void *p
+        if mem_fd >= 0:
+            p = mmap(NULL, self.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mem_fd, 0)
+            if p == MAP_FAILED:
+                import os
+                raise OSError(errno, f"cannot map the shared segment: {os.strerror(errno)}")
+            self.place(<char *>p)
+            self.mapped = True
         self.rank = rank
         self.peer = peer
         self.address = address
         self.read_ahead = READ_AHEAD
         self.direct_min = 1
 
+    cdef void place(self, char *base) noexcept:
+        cdef RingCtl *ctl = <RingCtl *>base
+        cdef char *data = base + 2 * sizeof(RingCtl)
+        cdef uint64_t ring = self.mask + 1
+        self.base = base
+        self.out_ctl, self.in_ctl = (ctl, ctl + 1) if self.first else (ctl + 1, ctl)
+        self.out_data, self.in_data = ((data, data + ring) if self.first
+                                       else (data + ring, data))
+
+    @property
+    def in_process(self):
+        """Whether this pair's ends are rank threads of this process (no
+        socket: see inproc_pair)."""
+        return self.segment is not None
+
+    cdef void adopt(self, Segment seg, Waker ours, Waker theirs) noexcept:
+        self.segment, self.own_waker, self.peer_waker = seg, ours, theirs
+        self.place(seg.base)
+        self.fd = NO_SOCKET
+
     def __dealloc__(self):
-        if self.fd >= 0:
+        if self.fd == NO_SOCKET:
+            if self.segment is not None and self.peer_waker is not None:
+                self.say_closed()       # dropped unclosed: as if closed
+        elif self.fd >= 0:
             c_close(self.fd)
-        if self.base is not NULL:
+        if self.base is not NULL and self.mapped:
             munmap(self.base, self.seg_bytes)
 
     cdef int corrupt(self) except -1 nogil:
@@ -174,10 +312,15 @@ cdef class ShmPair(StreamPair):
         return total
 
     cdef ssize_t stream_recv(self, char *dst, size_t n) except -2 nogil:
+        # (In process: the closed mark first; the bytes written before it
+        # are seen after it.)
+        cdef bint closed = self.segment_closed()
         cdef uint64_t avail = ring_load(&self.in_ctl.head) - self.in_tail
         if avail > self.mask + 1:
             return self.corrupt()
         if avail == 0:
+            if closed:
+                self.sock_eof = True
             return 0 if self.sock_eof else WOULD_BLOCK
         avail = min(avail, <uint64_t>n)
         copy_out(dst, self.in_data, self.mask, self.in_tail, avail)
@@ -188,7 +331,22 @@ cdef class ShmPair(StreamPair):
         return avail
 
     cdef void stream_close(self) noexcept nogil:
-        c_close(self.fd)        # the segment stays mapped until dealloc
+        if self.fd == NO_SOCKET:
+            self.say_closed()
+        else:
+            c_close(self.fd)    # the segment stays mapped until dealloc
+
+    cdef bint segment_closed(self) noexcept nogil:
+        """In process: the peer closed its end (marked in the ring it writes)."""
+        return self.fd == NO_SOCKET and word_load(&self.in_ctl.writer_closed) != 0
+
+    cdef void say_closed(self) noexcept nogil:
+        """In process: mark our end closed, and wake the peer wherever it
+        sleeps for us (as a closed socket would)."""
+        flag_set(&self.out_ctl.writer_closed, 1)
+        ring_fence()
+        self.wake(&self.out_ctl.reader_sleeps)
+        self.wake(&self.in_ctl.writer_sleeps)
 
     cdef void wake(self, uint32_t *flag) noexcept nogil:
         """Wake the peer if it sleeps until what `flag` guards moves (we just
@@ -205,18 +363,30 @@ cdef class ShmPair(StreamPair):
         # Errors are ignored: a full socket already holds wake-ups, and a
         # peer that is gone is noticed by our own reads.
         cdef char one = 1
+        if self.peer_waker is not None:
+            self.peer_waker.poke()
+            return
         send(self.fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL)
 
     cdef void wake_peer(self) noexcept nogil:
         self.poke()
 
     cdef void drain_wakeups(self) noexcept nogil:
+        if self.own_waker is not None and self.polling:
+            self.polling = False        # (the sleep it was for is over)
+            self.own_waker.drain()
         self.drain()
 
     cdef void drain(self) noexcept nogil:
-        """Read the wake-ups that came; note a closed socket."""
+        """Read the wake-ups that came; note a closed socket. (In process:
+        only the closed mark: the rank's eventfd, shared by its pairs, is
+        read once the sleep is over, not while the others arm theirs.)"""
         cdef char buf[256]
         cdef ssize_t n
+        if self.own_waker is not None:
+            if self.segment_closed():
+                self.sock_eof = True
+            return
         while not self.sock_eof:
             n = recv(self.fd, buf, sizeof(buf), MSG_DONTWAIT)
             if n == <ssize_t>sizeof(buf):
@@ -237,7 +407,18 @@ cdef class ShmPair(StreamPair):
     cdef int progress(self) except -1 nogil:
         if self.armed:
             self.disarm()
+        if self.polling:                # (in process: a poll(2) is over)
+            self.polling = False
+            self.own_waker.drain()
         return StreamPair.progress(self)
+
+    cdef int wait_fd(self) noexcept nogil:
+        """In process: the rank's eventfd while a poll(2) is asked for (see
+        wait_events), else none (a closed peer is then asked after as a
+        rank thread: Connector.process_gone)."""
+        if self.own_waker is None:
+            return self.fd
+        return self.own_waker.fd if self.polling and self.fd >= 0 else -1
 
     cdef short wait_events(self) noexcept nogil:
         """About to sleep: ask the peer for a wake-up when it moves what we
@@ -247,6 +428,10 @@ cdef class ShmPair(StreamPair):
         cdef bint want_data = not self.parked
         if self.fd < 0 or self.peer_gone:
             return 0
+        if self.own_waker is not None:
+            if self.own_waker.ready() < 0:
+                return 0                # no fd left: the wait naps a slice
+            self.polling = True
         self.drain()
         if want_space:
             flag_set(&self.out_ctl.writer_sleeps, WORD_POLLING)
@@ -275,7 +460,7 @@ cdef class ShmPair(StreamPair):
         cdef int n = 0
         if self.fd < 0 or self.peer_gone:
             return 0
-        if self.sock_eof:
+        if self.sock_eof or self.segment_closed():
             return WORDS_READY          # read what is left, then the end
         if room < 2:
             return WORDS_NONE

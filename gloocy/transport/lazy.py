@@ -12,7 +12,9 @@ rank they are for.
 When both ranks of a pair dial each other at once, the lower rank's dial
 wins: a listener refuses a dial from a higher rank while its own rank is
 dialing that rank, and the refused dialer waits for the other connection,
-which its own listener accepts. So a pair is connected once.
+which its own listener accepts. So a pair is connected once. Two ranks
+living in one process (rank threads) skip all that: the first to want
+their pair makes both ends in memory (inproc.py, Connector._pair_in_process).
 
 Store keys (all under the job's prefix), O(1) per rank:
   claim/R (add)      once-only ranks         size (rank 0 sets, others get)
@@ -38,7 +40,7 @@ import weakref
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
 from gloocy.rendezvous.shared_wait import get_once, nothing_to_pass, one_at_a_time
-from gloocy.transport import _tcp, handshake, ibverbs, shm
+from gloocy.transport import _tcp, handshake, ibverbs, inproc, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
 
@@ -184,8 +186,12 @@ class Connector:
         self.refused = 0          # our dials the peer refused (it dialed us too)
         self.coming = {}          # peer -> its dials our listener is authenticating
         self._pids = {}
+        self.inproc = None        # our Waker, if we pair in memory (inproc.py)
+        self.inproc_made = 0      # pairs to ranks of this process made here, in memory
         self.listener = listener
         try:
+            if inproc.enabled(mode):
+                self.inproc = inproc.new_waker()
             listener.register(self.tag, rank, self)
         except BaseException:
             listener.release()
@@ -197,12 +203,18 @@ class Connector:
         # the listener must still finish the dials we accepted, to tell
         # their ranks why we stopped, if we did.
         self._unregister.atexit = False
+        if self.inproc is not None:
+            inproc.register(self)
 
     # -- the engine's side ----------------------------------------------------
 
     def pair(self, peer, timeout=None):
         """The pair to `peer`, connected now (or the one it dialed)."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        if self.inproc is not None:
+            got = self._pair_in_process(peer)
+            if got is not None:
+                return got
         hint_until = None
         with self.cond:
             while True:
@@ -246,6 +258,32 @@ class Connector:
             while self.state.get(peer) in (_DIALING, _ACCEPTING):
                 self._wait(peer, deadline)
             return self._take(peer)
+
+    def _pair_in_process(self, peer):
+        """Our end of the pair to `peer` if it is a rank of this process,
+        made now in memory (both ends at once: its end arrives as if it had
+        been dialed), else None (made already, or under way: the usual
+        path takes it; or not here, or gone: the usual path dials)."""
+        other = inproc.connector_of(self, peer)
+        if other is None:
+            return None
+        first, second = (self, other) if self.rank < peer else (other, self)
+        with first.cond, second.cond:
+            if (self.closed or other.closed or self.state.get(peer) is not None
+                    or other.state.get(self.rank) is not None):
+                return None
+            ours, theirs = inproc.make_pair(self, other, self.ring or shm.ring_bytes())
+            self.state[peer] = _INSTALLED
+            other.state[self.rank] = theirs
+            other.ready.append(self.rank)
+            self.inproc_made += 1
+            other.cond.notify_all()
+            links = other.links
+        if links is not None and not links.note_arrival(False):
+            # Its lock was held (it runs, and looks at its arrivals before
+            # it sleeps); the listener tells its sleepers again soon.
+            other.listener.untold.add(links)
+        return ours
 
     def _theirs_came(self, peer, deadline):
         """After our dial failed, or found the peer gone (a peer that is
@@ -524,6 +562,8 @@ class Connector:
             self.ready.clear()
             self.cond.notify_all()
         self._unregister()
+        if self.inproc is not None:
+            inproc.unregister(self)
         for pair in ready:
             if not isinstance(pair, BaseException):
                 self._close_unused(pair)
