@@ -93,8 +93,10 @@ cdef class Node:
                                       # process's Nodes of the segment share
     cdef int rank
     cdef int size
-    cdef int64_t chunk
-    cdef uint64_t step                # steps so far; slots alternate by parity
+    cdef int64_t chunk                # bytes a step of bcast, allgather, reduce moves
+    cdef int64_t stride               # a slot's bytes: chunk + node_headroom (the
+                                      # exchanges' heads, _node_exchange.pxi)
+    cdef readonly uint64_t step       # steps so far; slots alternate by parity
     cdef uint64_t owed                # phase A we left without waiting for all (0: none)
     cdef readonly int cma             # single-copy transfers (_cma.pxi): 1 in
                                       # use, -1 refused (agreed by all ranks)

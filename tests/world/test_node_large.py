@@ -227,11 +227,12 @@ def r_alltoallv(comm, counts, in_place):
     return bool(np.array_equal(out, want)), comm._ctx.node.cma_calls
 
 
-# Slots of 8 KiB: the first step carries the first 8 KiB less the head of
-# every rank's stream (its blocks for the others, end to end), single copies
-# the rest from 8 KiB of stream on. Blocks that end inside the first step,
-# at its edge, just past it, straddle it, or start after it.
-A2A_BLOCKS = [4000, 7900, 7936, 8064, 8065, 12289, 30001]
+# Slots of 8 KiB: the first step carries the first 8 KiB of every rank's
+# stream (its blocks for the others, end to end; at N = 2 and 3 the head
+# fits in the slot's room past its chunk), single copies the rest from
+# 8 KiB of stream on. Blocks that end inside the first step, at its edge,
+# just past it, straddle it, or start after it.
+A2A_BLOCKS = [4000, 7900, 8064, 8192, 8193, 12289, 30001]
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -249,9 +250,9 @@ def test_single_copy_alltoall_reads_only_what_the_slots_did_not_bring(n, in_plac
                    for d in range(n)] for s in range(n)]
         got = w.run(r_alltoallv, ragged, False)
         assert all(ok for ok, _ in got), got
-    # the calls whose streams (b x (n - 1) bytes) pass the first step (8064
-    # bytes of room) and the threshold (8192) copied once
-    assert calls == sum(b * (n - 1) >= 8192 for b in A2A_BLOCKS), calls
+    # the calls whose streams (b x (n - 1) bytes) pass the first step (8192
+    # bytes of room) copied once
+    assert calls == sum(b * (n - 1) > 8192 for b in A2A_BLOCKS), calls
 
 
 def r_reduce_scatter_blocks(comm, blocks):
