@@ -120,6 +120,19 @@ def cma_min_where_cpus(int size, int64_t own_cpus_min):
     return own_cpus_min if size <= usable_cpus() else NODE_CMA_MIN
 
 
+def allgather_cma_min_bytes(int size):
+    """From how many gathered bytes a node allgather among `size` ranks
+    copies once (-1: never): GLOOCY_CMA_MIN_BYTES if set below its default
+    (NODE_CMA_MIN), else NODE_ALLGATHER_CMA_MIN where each rank has a CPU,
+    never where they outnumber the CPUs."""
+    import os
+    from gloocy.waiting import usable_cpus
+    if os.environ.get("GLOOCY_CMA_MIN_BYTES", ""):
+        n = cma_min_bytes()
+        return n if n < NODE_CMA_MIN else -1
+    return NODE_ALLGATHER_CMA_MIN if size <= usable_cpus() else -1
+
+
 def new_node_segment(int size, int64_t chunk):
     """A memfd holding a fresh node segment for `size` ranks with slots of
     `chunk` bytes (its header written); the caller passes it on."""
@@ -135,6 +148,7 @@ def new_node_segment(int size, int64_t chunk):
         head.cma_min = cma_min_bytes()
         head.bcast_cma_min = cma_min_where_cpus(size, NODE_BCAST_CMA_MIN)
         head.reduce_scatter_cma_min = cma_min_where_cpus(size, NODE_RS_CMA_MIN)
+        head.allgather_cma_min = allgather_cma_min_bytes(size)
         head.nranks = size
         os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
     except BaseException:
@@ -216,6 +230,7 @@ cdef class Node:
         self.cma_min = <int64_t>self.head.cma_min
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
         self.reduce_scatter_cma_min = <int64_t>self.head.reduce_scatter_cma_min
+        self.allgather_cma_min = self.head.allgather_cma_min
         self.stream_min = stream_min_bytes()
         from gloocy.waiting import usable_cpus
         self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
@@ -704,7 +719,7 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
     stream = total >= ctx.node.stream_min     # too large to stay in cache
     if mine != buf + offs[ctx.rank]:
         copy_block(buf + offs[ctx.rank], mine, sizes[ctx.rank], stream)
-    if (0 <= node_allgather_cma_min(ctx.node.cma_min) <= total and ctx.node.cma > 0
+    if (0 <= ctx.node.allgather_cma_min <= total and ctx.node.cma > 0
             and node_allgatherv_cma(ctx, c, buf, offs, sizes)):
         return 0
     while True:

@@ -446,3 +446,42 @@ def test_streamed_allgather_and_alltoall_match_numpy(n, cma):
                    for d in range(n)] for s in range(n)]
         got = w.run(r_alltoallv, ragged, False)
         assert all(ok for ok, _ in got), got
+
+
+def r_allgathers(comm, totals):
+    """An Allgather of each of `totals` gathered bytes (float32 blocks)
+    against NumPy: [(right, single copies so far)]."""
+    got = []
+    for total in totals:
+        count = total // comm.size // 4
+        mine = np.arange(count, dtype=np.float32) * (comm.rank + 2) + comm.rank
+        want = np.concatenate([np.arange(count, dtype=np.float32) * (s + 2) + s
+                               for s in range(comm.size)])
+        out = np.full(want.size, -1, np.float32)
+        comm.Allgather(mine, out)
+        got.append((bool(np.array_equal(out, want)), comm._ctx.node.cma_calls))
+    return got
+
+
+AG_TOTALS = [(1 << 20) - 4096 * 3, 1 << 20, 3 << 20]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_allgather_copies_once_from_1_mib_where_each_rank_has_a_cpu(n, monkeypatch):
+    """With the default thresholds, an allgather copies once from 1 MiB
+    gathered where every rank of the host has a CPU, never where they
+    outnumber the CPUs; GLOOCY_CMA_MIN_BYTES at or above its default (2
+    MiB) turns it off, below it sets the threshold. Right on every path."""
+    from gloocy.waiting import usable_cpus
+    monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
+    for env, threshold in (({}, 1 << 20 if n <= usable_cpus() else None),
+                           ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, None),
+                           ({"GLOOCY_CMA_MIN_BYTES": str((2 << 20) - 1)}, (2 << 20) - 1)):
+        once = [threshold is not None and t // n // 4 * 4 * n >= threshold
+                for t in AG_TOTALS]
+        want = [int(sum(once[:i + 1])) for i in range(len(once))]
+        with World(n, env={**SHM, **env, "GLOOCY_ALGORITHM_ALLGATHER": "shm"}) as w:
+            got = w.run(r_allgathers, AG_TOTALS)
+        for rank_got in got:
+            assert [ok for ok, _ in rank_got] == [True] * len(AG_TOTALS), (env, got)
+            assert [c for _, c in rank_got] == want, (env, got, usable_cpus())
