@@ -92,8 +92,11 @@ cdef enum:
     # each of which can cost a turn of the run queue when other jobs load
     # the machine (MPICH copies once at these sizes too). An earlier
     # alternation at load 100-600 had the slots ahead by 2-13% at 4-64
-    # MiB (225 vs 210, 1769 vs 1562, 7260 vs 7123 us).
-    NODE_ALLGATHER_CMA_MIN = 1 << 20
+    # MiB (225 vs 210, 1769 vs 1562, 7260 vs 7123 us). Alternating jobs at
+    # load 5 (three each): 1 MiB 120-143 vs 89-111 (the slots ahead), 4
+    # MiB 343-476 vs 357-411, 16 MiB 2064-2150 vs 2030-2200, 64 MiB
+    # 8834-9481 vs 9522-10341.
+    NODE_ALLGATHER_CMA_MIN = 4 << 20
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),

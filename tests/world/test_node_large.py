@@ -463,18 +463,18 @@ def r_allgathers(comm, totals):
     return got
 
 
-AG_TOTALS = [(1 << 20) - 4096 * 3, 1 << 20, 3 << 20]
+AG_TOTALS = [(4 << 20) - 4096 * 3, 4 << 20, 6 << 20]
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_allgather_copies_once_from_1_mib_where_each_rank_has_a_cpu(n, monkeypatch):
-    """With the default thresholds, an allgather copies once from 1 MiB
+def test_allgather_copies_once_from_4_mib_where_each_rank_has_a_cpu(n, monkeypatch):
+    """With the default thresholds, an allgather copies once from 4 MiB
     gathered where every rank of the host has a CPU, never where they
     outnumber the CPUs; GLOOCY_CMA_MIN_BYTES at or above its default (2
     MiB) turns it off, below it sets the threshold. Right on every path."""
     from gloocy.waiting import usable_cpus
     monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
-    for env, threshold in (({}, 1 << 20 if n <= usable_cpus() else None),
+    for env, threshold in (({}, 4 << 20 if n <= usable_cpus() else None),
                            ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, None),
                            ({"GLOOCY_CMA_MIN_BYTES": str((2 << 20) - 1)}, (2 << 20) - 1)):
         once = [threshold is not None and t // n // 4 * 4 * n >= threshold
