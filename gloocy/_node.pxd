@@ -10,8 +10,9 @@ ctypedef struct NodeHead:
     uint64_t cma_min                  # bytes from which calls copy once (_cma.pxi)
     uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
     uint64_t reduce_scatter_cma_min   # ... reduce_scatters
+    int64_t allgather_cma_min         # ... allgathers (-1: never)
     uint32_t nranks
-    char _pad[28]
+    char _pad[20]
 
 ctypedef struct NodeCtl:              # one rank's
     uint64_t phase                    # last phase it arrived at
@@ -79,6 +80,23 @@ cdef enum:
     # other jobs' load each wait may cost a turn of the run queue. MPICH
     # took 102-105 us at 1 MiB in the same hour.
     NODE_RS_CMA_MIN = 1 << 20
+    # An allgather copies once from this many gathered bytes where every
+    # rank of the host has a CPU (allgather_cma_min_bytes; where they
+    # outnumber the CPUs, never: the slots won at N = 4 on 2 CPUs, 4-64
+    # MiB, 1.1-1.5x). At N = 2, alternating the two call by call at load
+    # 57 (2026-12-05, slowest rank's median, single copy vs slots): 16 MiB
+    # 2254 vs 2465 us, 64 MiB 13749 vs 15672; at load 350-800, 1 MiB 94-96
+    # vs 460-471, 2 MiB 188-194 vs 933-943, 4 MiB 400-446 vs 496-2742,
+    # 8 MiB 788-1049 vs 1127-5233, 16 MiB 2200-6293 vs 2593-17623, 64 MiB
+    # 9125-23688 vs 21040-37129: two waits against one per slot's worth,
+    # each of which can cost a turn of the run queue when other jobs load
+    # the machine (MPICH copies once at these sizes too). An earlier
+    # alternation at load 100-600 had the slots ahead by 2-13% at 4-64
+    # MiB (225 vs 210, 1769 vs 1562, 7260 vs 7123 us). Alternating jobs at
+    # load 5 (three each): 1 MiB 120-143 vs 89-111 (the slots ahead), 4
+    # MiB 343-476 vs 357-411, 16 MiB 2064-2150 vs 2030-2200, 64 MiB
+    # 8834-9481 vs 9522-10341.
+    NODE_ALLGATHER_CMA_MIN = 4 << 20
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
@@ -93,8 +111,10 @@ cdef class Node:
                                       # process's Nodes of the segment share
     cdef int rank
     cdef int size
-    cdef int64_t chunk
-    cdef uint64_t step                # steps so far; slots alternate by parity
+    cdef int64_t chunk                # bytes a step of bcast, allgather, reduce moves
+    cdef int64_t stride               # a slot's bytes: chunk + node_headroom (the
+                                      # exchanges' heads, _node_exchange.pxi)
+    cdef readonly uint64_t step       # steps so far; slots alternate by parity
     cdef uint64_t owed                # phase A we left without waiting for all (0: none)
     cdef readonly int cma             # single-copy transfers (_cma.pxi): 1 in
                                       # use, -1 refused (agreed by all ranks)
@@ -103,6 +123,7 @@ cdef class Node:
                                       # segment's: alike on every rank)
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly int64_t reduce_scatter_cma_min  # ... reduce_scatters do
+    cdef readonly int64_t allgather_cma_min  # ... allgathers do (-1: never)
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef readonly int64_t stream_min  # results from this many bytes are written
                                       # past the caches (GLOOCY_STREAM_MIN_BYTES)

@@ -56,7 +56,7 @@ cdef int node_choice(Context ctx, int algo, int64_t nbytes,
     automatic and at least `auto_min` bytes (which every rank must know
     alike; -1: never automatic). Else `algo` (a forced "shm" where there
     is no segment: the automatic pair choice)."""
-    if ctx.node is None or ctx.node.chunk - _head_bytes(_A2A_WORDS(ctx.size)) < NODE_MIN_ROOM:
+    if ctx.node is None or ctx.node.stride - _head_bytes(_A2A_WORDS(ctx.size)) < NODE_MIN_ROOM:
         return ALGO_AUTO if algo == ALGO_SHM else algo
     if algo == ALGO_SHM or (algo == ALGO_AUTO and 0 <= auto_min <= nbytes):
         return ALGO_SHM
@@ -113,7 +113,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
     blocks are (pid, send buffer, offsets), so that a call longer than a
     step can read the rest straight from the senders (_cma.pxi)."""
     cdef int n = ctx.node.size, r = ctx.node.rank, j, i
-    cdef int64_t head = _head_bytes(_A2A_WORDS(n)), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(_A2A_WORDS(n)), room = ctx.node.stride - head
     cdef int64_t total = 0, longest = 0, lo = 0, at
     cdef int64_t *h
     cdef int64_t *theirs = <int64_t *>ctx.scratch(n * sizeof(int64_t))
@@ -176,7 +176,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             else:
                 h = _head(ctx.node, 0)
                 if cma_alltoallv(ctx, c, h + 1 + 3 * n, h + 2 + 3 * n,
-                                 h + 1 + 2 * n, ctx.node.chunk // 8, recv, roffs, rsizes,
+                                 h + 1 + 2 * n, ctx.node.stride // 8, recv, roffs, rsizes,
                                  theirs, room):
                     return 0
                 lo += room            # refused (every rank saw it): the slots
@@ -217,7 +217,7 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
     a root's send NULL: its block is in place). Heads: each rank's block
     size; the root's also holds the sizes it expects."""
     cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
-    cdef int64_t head = _head_bytes(n + 3), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(n + 3), room = ctx.node.stride - head
     cdef int64_t longest = 0, lo = 0
     cdef int64_t *h
     cdef char *slot
@@ -257,7 +257,7 @@ cdef int node_gatherv(Context ctx, Coll *c, const char *send, int64_t sendn,
                 ctx.node.cma = -1
             else:
                 h = _head(ctx.node, 0)
-                if cma_gatherv(ctx, c, h + 1 + n, h + 2 + n, ctx.node.chunk // 8,
+                if cma_gatherv(ctx, c, h + 1 + n, h + 2 + n, ctx.node.stride // 8,
                                recv, offs, sizes, room):
                     return 0
                 lo += room            # refused (every rank saw it): the slots
@@ -276,7 +276,7 @@ cdef int node_scatterv(Context ctx, Coll *c, const char *send,
     Heads: the root's stream length and block sizes; each other rank's
     recvn."""
     cdef int n = ctx.node.size, r = ctx.node.rank, root = c.proto.root, j
-    cdef int64_t head = _head_bytes(2 * n + 3), room = ctx.node.chunk - head
+    cdef int64_t head = _head_bytes(2 * n + 3), room = ctx.node.stride - head
     cdef int64_t total = 0, longest = 0, lo = 0, at, mine = 0
     cdef int64_t *h
     cdef char *slot
@@ -364,7 +364,7 @@ cdef int node_reduce_scatter(Context ctx, Coll *c, const char *send,
     ranks that split the same total differently name each other."""
     cdef int n = ctx.node.size, r = ctx.node.rank, j, k
     cdef int64_t isz = c.itemsize, head = 64, lo = 0, longest = 0, total = 0, m
-    cdef int64_t q = max((ctx.node.chunk - head) // isz // max(n - 1, 1), 1)
+    cdef int64_t q = max((ctx.node.stride - head) // isz // max(n - 1, 1), 1)
     cdef uint64_t digest = _digest(lens, n)
     cdef char *slot
     for j in range(n):

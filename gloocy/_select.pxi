@@ -253,20 +253,6 @@ cdef inline int64_t node_bcast_min(int64_t cma_min, int size) noexcept nogil:
     return min(<int64_t>NODE_BCAST_MIN, cma_min)
 
 
-cdef inline int64_t node_allgather_cma_min(int64_t cma_min) noexcept nogil:
-    """A node allgather copies once (_cma.pxi) from this many gathered
-    bytes: never (-1) at the default single-copy threshold, whose
-    process_vm_readv lost to the slots here at every size and N (one such
-    call copies 2-3.6x slower than a memcpy: bench/cma_rate.py; the slots
-    copy twice, but the second copy reads from the cache and, past
-    NODE_STREAM_MIN, writes past it). Alternating the two call by call
-    at load 100-600 (2026-12-05, median us, N = 2: 4 MiB 225 vs 210, 16
-    MiB 1769 vs 1562, 64 MiB 7260 vs 7123, both streamed; N = 4: 1540 vs
-    1026, 4793 vs 4174, 24995 vs 22175). GLOOCY_CMA_MIN_BYTES set below
-    its default still makes it copy once from there (`cma_min`)."""
-    return cma_min if cma_min < NODE_CMA_MIN else -1
-
-
 def auto_algorithm(str collective, int size, int64_t nbytes, *,
                    int64_t itemsize=4, int64_t small_allreduce=1 << 16,
                    bint node=False, int hosts=1, int64_t cma_min=NODE_CMA_MIN):

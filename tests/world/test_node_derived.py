@@ -267,7 +267,9 @@ def r_large(comm, nbytes, how):
 @pytest.mark.transports("shm")
 @pytest.mark.parametrize("how", ["world", "parity"])
 def test_large_calls_move_by_single_copy(world, how):
-    size, nbytes = 4, 1 << 20      # parity: two communicators of 2
+    # parity: two communicators of 2; blocks longer than a slot (1 MiB
+    # where 4 ranks share 2 CPUs), so that gather goes past its first step
+    size, nbytes = 4, (1 << 20) + 4096
     # gather and scatter take the node segment only when forced
     for got in world(size, **CMA_SMALL, **FORCE_ROOTED).run(r_large, nbytes, how):
         if got is None:

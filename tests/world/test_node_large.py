@@ -227,11 +227,12 @@ def r_alltoallv(comm, counts, in_place):
     return bool(np.array_equal(out, want)), comm._ctx.node.cma_calls
 
 
-# Slots of 8 KiB: the first step carries the first 8 KiB less the head of
-# every rank's stream (its blocks for the others, end to end), single copies
-# the rest from 8 KiB of stream on. Blocks that end inside the first step,
-# at its edge, just past it, straddle it, or start after it.
-A2A_BLOCKS = [4000, 7900, 7936, 8064, 8065, 12289, 30001]
+# Slots of 8 KiB: the first step carries the first 8 KiB of every rank's
+# stream (its blocks for the others, end to end; at N = 2 and 3 the head
+# fits in the slot's room past its chunk), single copies the rest from
+# 8 KiB of stream on. Blocks that end inside the first step, at its edge,
+# just past it, straddle it, or start after it.
+A2A_BLOCKS = [4000, 7900, 8064, 8192, 8193, 12289, 30001]
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -249,9 +250,9 @@ def test_single_copy_alltoall_reads_only_what_the_slots_did_not_bring(n, in_plac
                    for d in range(n)] for s in range(n)]
         got = w.run(r_alltoallv, ragged, False)
         assert all(ok for ok, _ in got), got
-    # the calls whose streams (b x (n - 1) bytes) pass the first step (8064
-    # bytes of room) and the threshold (8192) copied once
-    assert calls == sum(b * (n - 1) >= 8192 for b in A2A_BLOCKS), calls
+    # the calls whose streams (b x (n - 1) bytes) pass the first step (8192
+    # bytes of room) copied once
+    assert calls == sum(b * (n - 1) > 8192 for b in A2A_BLOCKS), calls
 
 
 def r_reduce_scatter_blocks(comm, blocks):
@@ -445,3 +446,42 @@ def test_streamed_allgather_and_alltoall_match_numpy(n, cma):
                    for d in range(n)] for s in range(n)]
         got = w.run(r_alltoallv, ragged, False)
         assert all(ok for ok, _ in got), got
+
+
+def r_allgathers(comm, totals):
+    """An Allgather of each of `totals` gathered bytes (float32 blocks)
+    against NumPy: [(right, single copies so far)]."""
+    got = []
+    for total in totals:
+        count = total // comm.size // 4
+        mine = np.arange(count, dtype=np.float32) * (comm.rank + 2) + comm.rank
+        want = np.concatenate([np.arange(count, dtype=np.float32) * (s + 2) + s
+                               for s in range(comm.size)])
+        out = np.full(want.size, -1, np.float32)
+        comm.Allgather(mine, out)
+        got.append((bool(np.array_equal(out, want)), comm._ctx.node.cma_calls))
+    return got
+
+
+AG_TOTALS = [(4 << 20) - 4096 * 3, 4 << 20, 6 << 20]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_allgather_copies_once_from_4_mib_where_each_rank_has_a_cpu(n, monkeypatch):
+    """With the default thresholds, an allgather copies once from 4 MiB
+    gathered where every rank of the host has a CPU, never where they
+    outnumber the CPUs; GLOOCY_CMA_MIN_BYTES at or above its default (2
+    MiB) turns it off, below it sets the threshold. Right on every path."""
+    from gloocy.waiting import usable_cpus
+    monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
+    for env, threshold in (({}, 4 << 20 if n <= usable_cpus() else None),
+                           ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, None),
+                           ({"GLOOCY_CMA_MIN_BYTES": str((2 << 20) - 1)}, (2 << 20) - 1)):
+        once = [threshold is not None and t // n // 4 * 4 * n >= threshold
+                for t in AG_TOTALS]
+        want = [int(sum(once[:i + 1])) for i in range(len(once))]
+        with World(n, env={**SHM, **env, "GLOOCY_ALGORITHM_ALLGATHER": "shm"}) as w:
+            got = w.run(r_allgathers, AG_TOTALS)
+        for rank_got in got:
+            assert [ok for ok, _ in rank_got] == [True] * len(AG_TOTALS), (env, got)
+            assert [c for _, c in rank_got] == want, (env, got, usable_cpus())
