@@ -142,6 +142,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=
         phase("bcast", lambda: comm.Bcast(y, root=0))
         assert (y == np.arange(64)).all()
         conns = len(comm._ctx.links.connected)   # after barrier+allreduce+bcast
+        kinds = pair_kinds(comm)
         c = comm._ctx.links.connector
         dials = dict(dialed=c.dialed, accepted=c.accepted,
                      refused=getattr(c, "refused", 0))   # (older gloocy: none)
@@ -159,7 +160,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=
         comm = None
         t["free"] = time.monotonic() - s
         out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns_all, dials=dials,
-                         startup_ops=startup_ops, ops=store.ops)
+                         kinds=kinds, startup_ops=startup_ops, ops=store.ops)
     except BaseException as e:      # noqa: B036 -- reported
         out[rank] = dict(error=f"{type(e).__name__}: {e}", at=at)
         if gate is not None:
@@ -169,6 +170,13 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=
     finally:
         if store is not None:
             store.close()
+
+
+def pair_kinds(comm):
+    """{pair class name: how many} of the rank's connections."""
+    links = comm._ctx.links
+    return dict(collections.Counter(type(links.pairs[p]).__name__
+                                    for p in links.connected))
 
 
 def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
@@ -183,7 +191,7 @@ def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
     comm.Free()
     t["free"] = time.monotonic() - s
     out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns, dials=dials,
-                     startup_ops=startup_ops, ops=store.ops)
+                     kinds=pair_kinds(comm), startup_ops=startup_ops, ops=store.ops)
 
 
 def worker(args):
@@ -374,6 +382,11 @@ def main():
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
           f"{max(v['conns_all'] for v in ok)}")
+    kinds = collections.Counter()
+    for v in ok:
+        kinds.update(v.get("kinds", {}))
+    print("- pairs by kind, in all (each counted at both ends): "
+          + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     d = {k: sum(v["dials"][k] for v in ok) for k in ("dialed", "accepted", "refused")}
     print(f"- dials (barrier + allreduce + bcast), in all: {d['dialed']} made, "
           f"{d['refused']} refused (the peer dialed us at the same time: its "
