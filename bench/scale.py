@@ -183,7 +183,7 @@ def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
     """--stop-after: the phases so far, the connections made, and Free
     once every rank is through (the first ranks' Free, their store
     operations and goodbyes, would slow the others' last phase)."""
-    conns = len(comm._ctx.links.connected)
+    conns, kinds = len(comm._ctx.links.connected), pair_kinds(comm)
     c = comm._ctx.links.connector
     dials = dict(dialed=c.dialed, accepted=c.accepted, refused=getattr(c, "refused", 0))
     comm.Barrier()                      # (untimed)
@@ -191,7 +191,7 @@ def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
     comm.Free()
     t["free"] = time.monotonic() - s
     out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns, dials=dials,
-                     kinds=pair_kinds(comm), startup_ops=startup_ops, ops=store.ops)
+                     kinds=kinds, startup_ops=startup_ops, ops=store.ops)
 
 
 def worker(args):
