@@ -288,7 +288,9 @@ def main():
                         "for the GIL takes it from a running one (diagnostic)")
     p.add_argument("--stop-after", choices=PHASES[:3], default=None,
                    help="end every rank (Free) after this phase: a short run "
-                        "measuring rendezvous, or it and the barrier, alone")
+                        "measuring rendezvous, or it and the barrier, alone "
+                        "(start-up: a process's ranks wait for each other "
+                        "before any dial, so its CPU is rendezvous's alone)")
     p.add_argument("--host-per-process", action="store_true",
                    help="each worker process a host of its own (GLOOCY_HOST_ID): "
                         "shared memory within, TCP between (default: all TCP)")
@@ -378,6 +380,10 @@ def main():
               + (f"; per connection made {(sw.get('barrier', 0) + sw.get('allreduce', 0)) / made:.1f}"
                  f" ({(vol.get('barrier', 0) + vol.get('allreduce', 0)) / made:.1f} "
                  "voluntary: a thread blocked)" if made else ""))
+        if made and "barrier" in spent:   # (the allreduce makes none, at a power of two)
+            print(f"- the barrier alone, per connection made: "
+                  f"{1e6 * spent['barrier'] / made:.0f} µs, "
+                  f"{sw['barrier'] / made:.1f} switches")
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
