@@ -4,6 +4,7 @@ processes (issue 19's scale simulation).
     PYTHONPATH=. python bench/scale.py -n 1024 --procs 4
     PYTHONPATH=. python bench/scale.py -n 4096 --procs 8
     PYTHONPATH=. python bench/scale.py -n 4096 --procs 8 --stop-after allreduce
+    PYTHONPATH=. python bench/scale.py -n 4096 --procs 8 --host-per-process
 
 The parent serves a TCP store; each worker process raises its fd limit,
 starts its share of the ranks as threads, and each rank runs, timed by
@@ -12,6 +13,9 @@ allreduce of 128 B as gloocy chooses (recursive doubling) and then by
 ring, a bcast, a Split into 64 groups (with an allreduce in each), and
 Free. Ranks connect over TCP (GLOOCY_TRANSPORT=tcp:
 ranks as threads would otherwise share memory rings, 512 KiB a pair).
+With --host-per-process each worker process stands for a host of its own
+(GLOOCY_HOST_ID, the transport left to gloocy): its ranks share memory,
+the processes talk over TCP, as ranks of a batch job on several nodes.
 Prints a markdown table: seconds per phase (the slowest rank: phases end
 with a barrier-like collective), the seconds from the first rank's
 connect() until the last rank is through rendezvous, the barrier and the
@@ -90,7 +94,7 @@ def cpu_through(results, procs, which=0):
     return spent
 
 
-def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
+def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=None):
     import gloocy
     from gloocy import rendezvous
 
@@ -109,6 +113,9 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
         t["start-up"] = at["start-up"] - t0
         startup_ops = (store.ops, store.trips)     # (operations, requests)
         if stop_after == "start-up":
+            # The process's other ranks through start-up before any dials
+            # (its CPU until then is rendezvous's alone).
+            gate.wait(timeout)
             return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
 
         def phase(name, fn):
@@ -135,6 +142,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
         phase("bcast", lambda: comm.Bcast(y, root=0))
         assert (y == np.arange(64)).all()
         conns = len(comm._ctx.links.connected)   # after barrier+allreduce+bcast
+        kinds = pair_kinds(comm)
         c = comm._ctx.links.connector
         dials = dict(dialed=c.dialed, accepted=c.accepted,
                      refused=getattr(c, "refused", 0))   # (older gloocy: none)
@@ -152,9 +160,11 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
         comm = None
         t["free"] = time.monotonic() - s
         out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns_all, dials=dials,
-                         startup_ops=startup_ops, ops=store.ops)
+                         kinds=kinds, startup_ops=startup_ops, ops=store.ops)
     except BaseException as e:      # noqa: B036 -- reported
         out[rank] = dict(error=f"{type(e).__name__}: {e}", at=at)
+        if gate is not None:
+            gate.abort()          # (the others at the gate: none will come)
         if comm is not None:
             comm.Free()
     finally:
@@ -162,11 +172,18 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None):
             store.close()
 
 
+def pair_kinds(comm):
+    """{pair class name: how many} of the rank's connections."""
+    links = comm._ctx.links
+    return dict(collections.Counter(type(links.pairs[p]).__name__
+                                    for p in links.connected))
+
+
 def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
     """--stop-after: the phases so far, the connections made, and Free
     once every rank is through (the first ranks' Free, their store
     operations and goodbyes, would slow the others' last phase)."""
-    conns = len(comm._ctx.links.connected)
+    conns, kinds = len(comm._ctx.links.connected), pair_kinds(comm)
     c = comm._ctx.links.connector
     dials = dict(dialed=c.dialed, accepted=c.accepted, refused=getattr(c, "refused", 0))
     comm.Barrier()                      # (untimed)
@@ -174,7 +191,7 @@ def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
     comm.Free()
     t["free"] = time.monotonic() - s
     out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns, dials=dials,
-                     startup_ops=startup_ops, ops=store.ops)
+                     kinds=kinds, startup_ops=startup_ops, ops=store.ops)
 
 
 def worker(args):
@@ -183,12 +200,16 @@ def worker(args):
     threading.stack_size(512 << 10)
     if args.switch_interval:
         sys.setswitchinterval(args.switch_interval)
-    os.environ["GLOOCY_TRANSPORT"] = "tcp"
+    if args.host_per_process:     # (the transport: gloocy's choice)
+        os.environ["GLOOCY_HOST_ID"] = f"{args.job}-host-{args.first}"
+    else:
+        os.environ["GLOOCY_TRANSPORT"] = "tcp"
     ranks = range(args.first, args.first + args.count)
     out = {}
+    gate = threading.Barrier(args.count)
     threads = [threading.Thread(target=rank_main, daemon=True,
                                 args=(r, args.n, args.store, bytes.fromhex(args.secret),
-                                      args.job, out, args.timeout, args.stop_after))
+                                      args.job, out, args.timeout, args.stop_after, gate))
                for r in ranks]
     for th in threads:
         th.start()
@@ -267,7 +288,12 @@ def main():
                         "for the GIL takes it from a running one (diagnostic)")
     p.add_argument("--stop-after", choices=PHASES[:3], default=None,
                    help="end every rank (Free) after this phase: a short run "
-                        "measuring rendezvous, or it and the barrier, alone")
+                        "measuring rendezvous, or it and the barrier, alone "
+                        "(start-up: a process's ranks wait for each other "
+                        "before any dial, so its CPU is rendezvous's alone)")
+    p.add_argument("--host-per-process", action="store_true",
+                   help="each worker process a host of its own (GLOOCY_HOST_ID): "
+                        "shared memory within, TCP between (default: all TCP)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -295,7 +321,8 @@ def main():
              "--store", server.url, "--secret", secret.hex(), "--job", job,
              "--timeout", str(args.timeout),
              "--switch-interval", str(args.switch_interval)]
-            + (["--stop-after", args.stop_after] if args.stop_after else []),
+            + (["--stop-after", args.stop_after] if args.stop_after else [])
+            + (["--host-per-process"] if args.host_per_process else []),
             stdout=subprocess.PIPE))
     results, rss = {}, 0
     for proc in procs:
@@ -330,8 +357,10 @@ def main():
     ops = [v["ops"] for v in ok]
     sops = [v["startup_ops"][0] for v in ok]
     strips = [v["startup_ops"][1] for v in ok]
+    layout = ("a host per process: shared memory within, TCP between"
+              if args.host_per_process else "TCP")
     print(f"## {args.n} ranks as threads in {len(procs)} processes "
-          f"(TCP; loaded 2-core machine)\n")
+          f"({layout}; loaded 2-core machine)\n")
     print("| phase | seconds (slowest rank) |\n|---|---|")
     for ph in ran:
         print(f"| {ph} | {slowest[ph]:.2f} |")
@@ -351,10 +380,19 @@ def main():
               + (f"; per connection made {(sw.get('barrier', 0) + sw.get('allreduce', 0)) / made:.1f}"
                  f" ({(vol.get('barrier', 0) + vol.get('allreduce', 0)) / made:.1f} "
                  "voluntary: a thread blocked)" if made else ""))
+        if made and "barrier" in spent:   # (the allreduce makes none, at a power of two)
+            print(f"- the barrier alone, per connection made: "
+                  f"{1e6 * spent['barrier'] / made:.0f} µs, "
+                  f"{sw['barrier'] / made:.1f} switches")
     print(f"- connections per rank after barrier + allreduce + bcast: max "
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
           f"{max(v['conns_all'] for v in ok)}")
+    kinds = collections.Counter()
+    for v in ok:
+        kinds.update(v.get("kinds", {}))
+    print("- pairs by kind, in all (each counted at both ends): "
+          + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())))
     d = {k: sum(v["dials"][k] for v in ok) for k in ("dialed", "accepted", "refused")}
     print(f"- dials (barrier + allreduce + bcast), in all: {d['dialed']} made, "
           f"{d['refused']} refused (the peer dialed us at the same time: its "

@@ -16,9 +16,9 @@ import time
 from typing import NamedTuple
 
 from gloocy._core import UNCONNECTED, new_node_segment
-from gloocy.errors import RendezvousError
+from gloocy.errors import RendezvousError, RendezvousTimeout
 from gloocy.rendezvous.address import listen_port_and_advertised
-from gloocy.rendezvous.shared_wait import one_at_a_time
+from gloocy.rendezvous.shared_wait import get_once, one_at_a_time
 from gloocy.transport import ibverbs, lazy, shm
 from gloocy.transport._tcp import TcpPair, tcp_pair
 from gloocy.transport.handshake import connect_sockets
@@ -218,7 +218,16 @@ def _check_size(store, rank, size, job, timeout, how):
     """Another rank: whether rank 0's size and `how` are ours."""
     if rank == 0:
         return
-    theirs, _, their_how = store.get(f"{job}/size", timeout=timeout).decode().partition(" ")
+    # (the rank threads of one process: one asks, the others are told)
+    key, deadline = f"{job}/size", time.monotonic() + timeout
+    try:
+        got, pass_on = get_once(store, key, lambda: store.get(
+            key, timeout=max(deadline - time.monotonic(), 0.001)), deadline)
+    except RendezvousTimeout:
+        raise RendezvousTimeout(f"rank {rank}: rank 0 did not say the world's "
+                                f"size within {timeout:g} s") from None
+    pass_on()
+    theirs, _, their_how = got.decode().partition(" ")
     if int(theirs) != size:
         raise RendezvousError(f"rank {rank}: this process has a world of "
                               f"{size} but rank 0 has {theirs}")

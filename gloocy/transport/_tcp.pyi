@@ -32,3 +32,18 @@ def close_now(fd: int) -> None: ...
 def random_now(n: int) -> bytes: ...
 def watch_now(epfd: int, fd: int, on: bool) -> None: ...
 def wait_fd(fd: int, out: bool, seconds: float) -> bool: ...
+
+
+def hmac_sha256_now(key: bytes, data: bytes) -> bytes:
+    """HMAC-SHA-256 in C (the dial's; equals hmac.digest(key, data, "sha256"))."""
+
+
+class DialAuth:
+    """The dialer's side of the handshake after its HELLO, without the GIL."""
+
+    authentic: bool
+    verdict: int
+
+    def __new__(cls, fd: int, secret: bytes, hello: bytes, after: bytes = b"") -> Self: ...
+    def run(self, seconds: float) -> int:
+        """1 done, 0 not yet (after `seconds`), -1 the listener hung up."""

@@ -12,18 +12,23 @@ A process with hundreds of rank threads (thread worlds at scale) pays a
 GIL hand-off for each release (a wake-up and a context switch, often a wait
 behind other threads): a dial is answered at one GIL hold per batch of
 ready sockets, and a dial waits (`wait_fd`, without the GIL) only for its
-peer's answers.
+peer's answers: from its HELLO on in one stretch (`DialAuth`: the
+listener's challenge, our proof computed in C, its verdict), so that it
+takes the GIL back once.
 """
 
 import os
 import socket
 
 from libc.errno cimport errno, EINTR, EAGAIN, ECONNRESET, EPIPE, EINPROGRESS
-from libc.string cimport memset, memcmp
+from libc.stdlib cimport malloc, free
+from libc.string cimport memset, memcmp, memcpy
 from posix.unistd cimport close as c_close
 from cpython.bytes cimport PyBytes_FromStringAndSize
 
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
+
+include "_hmac.pxi"
 
 
 cdef extern from "<sys/socket.h>" nogil:
@@ -382,6 +387,133 @@ def wait_fd(int fd, bint out, double seconds):
     with nogil:
         r = poll(&p, 1, ms)
     return r > 0
+
+
+cdef extern from "<time.h>" nogil:
+    struct timespec:
+        long tv_sec
+        long tv_nsec
+    int clock_gettime(int clk, timespec *ts)
+    enum: CLOCK_MONOTONIC
+
+cdef double _now() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+cdef enum:
+    _CHALLENGE_BYTES = 64         # the listener's nonce and its proof
+    _MAC_BYTES = 32
+
+
+cdef class DialAuth:
+    """The dialer's side of the handshake after its HELLO (handshake.py):
+    read the listener's nonce and proof, check it, send ours (and
+    `after`), read the verdict, all in one stretch without the GIL (the
+    HMACs in C: _hmac.pxi), so a dial takes the GIL back once, not after
+    each of its two waits. `run(seconds)` goes as far as it can within
+    `seconds`: 1 done (see `authentic`, `verdict`), 0 not yet, -1 the
+    listener hung up; OSError if the connection failed."""
+
+    cdef int fd
+    cdef bytes secret, hello          # the job's secret; our HELLO's bytes
+    cdef uint8_t reply[_CHALLENGE_BYTES]   # the listener's nonce + proof
+    cdef int got                      # bytes of `reply` read
+    cdef uint8_t *out                 # our proof, then `after`
+    cdef Py_ssize_t out_len, sent
+    cdef int state                    # 0 reading, 1 sending, 2 the verdict, 3 done
+    cdef readonly bint authentic      # the listener proved it knows the secret
+    cdef readonly int verdict         # its verdict byte (-1: none read)
+
+    def __cinit__(self, int fd, bytes secret, bytes hello, bytes after=b""):
+        self.fd, self.secret, self.hello = fd, secret, hello
+        self.out_len = _MAC_BYTES + len(after)
+        self.out = <uint8_t *>malloc(self.out_len)
+        if self.out == NULL:
+            raise MemoryError()
+        memcpy(self.out + _MAC_BYTES, <const char *>after, len(after))
+        self.verdict = -1
+
+    def __dealloc__(self):
+        free(self.out)
+
+    def run(self, double seconds):
+        cdef int r, err = 0
+        cdef const uint8_t *key = <const uint8_t *><const char *>self.secret
+        cdef const uint8_t *hello = <const uint8_t *><const char *>self.hello
+        cdef size_t klen = len(self.secret), hlen = len(self.hello)
+        with nogil:
+            r = self._run(key, klen, hello, hlen, _now() + seconds, &err)
+        if err:
+            raise _oserror(err, "send" if self.state == 1 else "recv")
+        return r
+
+    cdef int _run(self, const uint8_t *key, size_t klen, const uint8_t *hello,
+                  size_t hlen, double until, int *err) noexcept nogil:
+        cdef uint8_t mac[_MAC_BYTES]
+        cdef uint8_t one
+        cdef ssize_t n
+        cdef pollfd p
+        cdef double left
+        cdef int e
+        while self.state != 3:
+            if self.state == 0:
+                n = recv(self.fd, self.reply + self.got, _CHALLENGE_BYTES - self.got,
+                         MSG_DONTWAIT)
+            elif self.state == 1:
+                n = send(self.fd, self.out + self.sent, self.out_len - self.sent,
+                         MSG_DONTWAIT | MSG_NOSIGNAL)
+            else:
+                n = recv(self.fd, &one, 1, MSG_DONTWAIT)
+            if n == 0 and self.state != 1:
+                return -1
+            if n < 0:
+                e = errno
+                if e == EINTR:
+                    continue
+                if e != EAGAIN:
+                    err[0] = e
+                    return 0
+                left = until - _now()
+                if left <= 0:
+                    return 0
+                p.fd, p.revents = self.fd, 0
+                p.events = POLLOUT if self.state == 1 else POLLIN
+                poll(&p, 1, <int>(left * 1000) + 1)
+                continue
+            if self.state == 0:
+                self.got += n
+                if self.got < _CHALLENGE_BYTES:
+                    continue
+                # the listener's proof: HMAC(secret, "acceptor" | HELLO | nonce)
+                _hmac_sha256(key, klen, <const uint8_t *>b"acceptor", 8, hello, hlen,
+                             self.reply, _MAC_BYTES, mac)
+                self.authentic = _same(mac, self.reply + _MAC_BYTES, _MAC_BYTES)
+                if not self.authentic:
+                    self.state = 3
+                    return 1
+                _hmac_sha256(key, klen, <const uint8_t *>b"connector", 9, hello, hlen,
+                             self.reply, _MAC_BYTES, self.out)
+                self.state = 1
+            elif self.state == 1:
+                self.sent += n
+                if self.sent == self.out_len:
+                    self.state = 2
+            else:
+                self.verdict = one
+                self.state = 3
+        return 1
+
+
+cdef bint _same(const uint8_t *a, const uint8_t *b, size_t n) noexcept nogil:
+    """Whether a[:n] == b[:n], in time independent of where they differ."""
+    cdef uint8_t d = 0
+    cdef size_t i
+    for i in range(n):
+        d |= a[i] ^ b[i]
+    return d == 0
+
 
 
 def _keepalive(sock, int dead_s):

@@ -67,10 +67,24 @@ SHARED_CPU_SEGMENT = 16 << 20
 def host_identity():
     """Who shares memory with whom: host name, boot id and network
     namespace (namespaces standing in for hosts count as hosts).
-    GLOOCY_HOST_ID overrides it (ranks with equal ids must share a host)."""
+    GLOOCY_HOST_ID overrides it (ranks with equal ids must share a host).
+    Read once per process (a file and a link: every rank thread of a
+    process would read the same); a forked child reads its own."""
     forced = os.environ.get("GLOOCY_HOST_ID")
     if forced:
         return forced
+    global _host_read
+    pid, got = _host_read
+    if pid != os.getpid():
+        _host_read = pid, got = os.getpid(), _read_host_identity()
+    return got
+
+
+_host_read = (None, None)     # (the pid that read it, what it read)
+
+
+def _read_host_identity():
+    """host_identity() read afresh (GLOOCY_HOST_ID aside)."""
     parts = [socket.gethostname()]
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
