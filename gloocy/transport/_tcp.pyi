@@ -34,8 +34,11 @@ def watch_now(epfd: int, fd: int, on: bool) -> None: ...
 def wait_fd(fd: int, out: bool, seconds: float) -> bool: ...
 
 
-def hmac_sha256_now(key: bytes, data: bytes) -> bytes:
-    """HMAC-SHA-256 in C (the dial's; equals hmac.digest(key, data, "sha256"))."""
+have_c_hmac: bool
+
+def hmac_sha256_now(key: bytes, data: bytes) -> bytes | None:
+    """HMAC-SHA-256 by libcrypto without the GIL (the dial's; equals
+    hmac.digest(key, data, "sha256")); None where libcrypto is missing."""
 
 
 class DialAuth:

@@ -17,6 +17,7 @@ listener's challenge, our proof computed in C, its verdict), so that it
 takes the GIL back once.
 """
 
+import hmac
 import os
 import socket
 
@@ -405,13 +406,14 @@ cdef double _now() noexcept nogil:
 cdef enum:
     _CHALLENGE_BYTES = 64         # the listener's nonce and its proof
     _MAC_BYTES = 32
+    _NEEDS_MACS = 2               # DialAuth._run: no C HMAC, Python's instead
 
 
 cdef class DialAuth:
     """The dialer's side of the handshake after its HELLO (handshake.py):
     read the listener's nonce and proof, check it, send ours (and
     `after`), read the verdict, all in one stretch without the GIL (the
-    HMACs in C: _hmac.pxi), so a dial takes the GIL back once, not after
+    HMACs by libcrypto: _hmac.pxi), so a dial takes the GIL back once, not after
     each of its two waits. `run(seconds)` goes as far as it can within
     `seconds`: 1 done (see `authentic`, `verdict`), 0 not yet, -1 the
     listener hung up; OSError if the connection failed."""
@@ -443,11 +445,28 @@ cdef class DialAuth:
         cdef const uint8_t *key = <const uint8_t *><const char *>self.secret
         cdef const uint8_t *hello = <const uint8_t *><const char *>self.hello
         cdef size_t klen = len(self.secret), hlen = len(self.hello)
+        cdef double until = _now() + seconds
         with nogil:
-            r = self._run(key, klen, hello, hlen, _now() + seconds, &err)
+            r = self._run(key, klen, hello, hlen, until, &err)
+        if r == _NEEDS_MACS:              # no libcrypto: Python's hmac
+            self._macs_in_python()
+            with nogil:
+                r = self._run(key, klen, hello, hlen, until, &err)
         if err:
             raise _oserror(err, "send" if self.state == 1 else "recv")
         return r
+
+    def _macs_in_python(self):
+        nonce = PyBytes_FromStringAndSize(<char *>self.reply, _MAC_BYTES)
+        theirs = PyBytes_FromStringAndSize(<char *>self.reply + _MAC_BYTES, _MAC_BYTES)
+        mac = hmac.digest(self.secret, b"acceptor" + self.hello + nonce, "sha256")
+        self.authentic = hmac.compare_digest(mac, theirs)
+        if not self.authentic:
+            self.state = 3
+            return
+        ours = hmac.digest(self.secret, b"connector" + self.hello + nonce, "sha256")
+        memcpy(self.out, <const char *>ours, _MAC_BYTES)
+        self.state = 1
 
     cdef int _run(self, const uint8_t *key, size_t klen, const uint8_t *hello,
                   size_t hlen, double until, int *err) noexcept nogil:
@@ -487,14 +506,16 @@ cdef class DialAuth:
                 if self.got < _CHALLENGE_BYTES:
                     continue
                 # the listener's proof: HMAC(secret, "acceptor" | HELLO | nonce)
-                _hmac_sha256(key, klen, <const uint8_t *>b"acceptor", 8, hello, hlen,
-                             self.reply, _MAC_BYTES, mac)
+                if not _hmac_sha256(key, klen, <const uint8_t *>b"acceptor", 8,
+                                    hello, hlen, self.reply, _MAC_BYTES, mac):
+                    return _NEEDS_MACS
                 self.authentic = _same(mac, self.reply + _MAC_BYTES, _MAC_BYTES)
                 if not self.authentic:
                     self.state = 3
                     return 1
-                _hmac_sha256(key, klen, <const uint8_t *>b"connector", 9, hello, hlen,
-                             self.reply, _MAC_BYTES, self.out)
+                if not _hmac_sha256(key, klen, <const uint8_t *>b"connector", 9,
+                                    hello, hlen, self.reply, _MAC_BYTES, self.out):
+                    return _NEEDS_MACS
                 self.state = 1
             elif self.state == 1:
                 self.sent += n

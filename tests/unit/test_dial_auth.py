@@ -1,5 +1,5 @@
 """The dialer's side of the handshake in C without the GIL (_tcp.DialAuth,
-_hmac.pxi): its HMAC-SHA-256 against Python's hmac module, and its steps
+HMAC by libcrypto: _hmac.pxi): its HMAC-SHA-256 against Python's hmac module, and its steps
 against a listener played by hand over a real socket pair."""
 
 import hmac
@@ -18,6 +18,8 @@ HELLO = os.urandom(88)
 
 @pytest.mark.parametrize("key_len", [0, 1, 32, 63, 64, 65, 200])
 def test_hmac_matches_pythons(key_len):
+    if not _tcp.have_c_hmac:
+        pytest.skip("no libcrypto could be opened: the dial uses Python's hmac")
     for data_len in (0, 1, 55, 56, 57, 63, 64, 65, 119, 120, 128, 1000):
         key, data = os.urandom(key_len), os.urandom(data_len)
         assert _tcp.hmac_sha256_now(key, data) == hmac.digest(key, data, "sha256")
