@@ -8,23 +8,30 @@ cdef enum:
     MAX_CHILDREN = 64
 
 
-cdef object call_barrier(Context ctx, object timeout):
+cdef object call_barrier(Context ctx, object timeout, object algorithm=None):
     cdef Coll c
+    cdef int algo = _algorithm("barrier", algorithm, ctx.env_algorithms)
     if ctx.size == 1:                   # nobody to wait for
         ctx.seconds(timeout)            # but a bad call is still an error
         return
-    cdef int algo = two_level(ctx, _algorithm("barrier", None,
-                                              ctx.env_algorithms), 0, -1, timeout)
+    algo = two_level(ctx, algo, 0, -1, timeout)
     if algo == ALGO_TWO_LEVEL:
         return hier_barrier(ctx, timeout)
+    # begin first: a derived context makes its node segment there, at its
+    # first collective. "auto" then runs in the segment wherever there is
+    # one; a forced "shm" without one falls back to the pairs' automatic
+    # choice, as node_choice does for the other collectives.
     ctx.begin(&c, KIND_BARRIER, OP_NONE, DT_BYTES, -1, 0, timeout)
     try:
-        if (ctx.node is not None and algo != ALGO_DISSEMINATION
-                and algo != ALGO_RECURSIVE_DOUBLING):
+        if ctx.node is not None and (algo == ALGO_AUTO or algo == ALGO_SHM):
+            ctx.last_algorithm = "shm"
             with nogil:
                 node_barrier(ctx, &c)
             ctx.sweep(&c)
         else:
+            if algo == ALGO_AUTO or algo == ALGO_SHM:
+                algo = ALGO_RECURSIVE_DOUBLING
+            ctx.last_algorithm = ALGORITHM_NAMES[algo]
             with nogil:
                 run_barrier(ctx, &c, algo)
     except BaseException as e:

@@ -46,9 +46,9 @@ cdef class _Collectives(_PointToPoint):
 
     # -- buffer collectives --------------------------------------------------
 
-    def Barrier(self, *, timeout=None):
+    def Barrier(self, *, timeout=None, algorithm=None):
         """Return only when every rank has called Barrier."""
-        self.live().barrier(timeout)
+        self.live().barrier(timeout, algorithm)
 
     def Bcast(self, buf, root=0, *, timeout=None, algorithm=None):
         """Copy `buf` from `root` into `buf` on every other rank."""

@@ -74,7 +74,7 @@ cdef class Context:
 
     # Entry points (cpdef: the API calls them in C; Python may pass keywords).
     # Buffers are objects with the buffer protocol or Bufs (see get_buffer).
-    cpdef barrier(self, timeout=*)
+    cpdef barrier(self, timeout=*, algorithm=*)
     cpdef bcast(self, buf, int root, timeout=*, algorithm=*)
     cpdef allreduce(self, sendbuf, recvbuf, int op, timeout=*, algorithm=*)
     cpdef allgatherv(self, sendbuf, recvbuf, counts, displs=*, timeout=*,

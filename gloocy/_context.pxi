@@ -380,9 +380,10 @@ cdef class Context:
     # runs the algorithm without the GIL. Anything raised after the stamp
     # poisons the context (see fail()).
 
-    cpdef barrier(self, timeout=None):
-        """Block until every rank has entered the barrier."""
-        return call_barrier(self, timeout)
+    cpdef barrier(self, timeout=None, algorithm=None):
+        """Block until every rank has entered the barrier. `algorithm`: a
+        name in BARRIER_ALGORITHMS (None: automatic)."""
+        return call_barrier(self, timeout, algorithm)
 
     cpdef bcast(self, buf, int root, timeout=None, algorithm=None):
         """Copy root's `buf` into every other rank's `buf` (same byte size).

@@ -99,7 +99,8 @@ class Context:
     def close_all(self, *, linger: float = 1.0) -> None:
         """Close the connections under this context and every one derived
         from it, saying goodbye (what a process does when it leaves)."""
-    def barrier(self, *, timeout: float | None = None) -> None: ...
+    def barrier(self, *, timeout: float | None = None,
+                algorithm: str | None = None) -> None: ...
     @property
     def last_algorithm(self) -> str | None: ...   # what the last call ran
     def bcast(self, buf: _Buffer, root: int, *, timeout: float | None = None,

@@ -97,9 +97,10 @@ ALLTOALL_ALGORITHMS = {"auto": ALGO_AUTO, "direct": ALGO_DIRECT,
 # scan and exscan: Hillis-Steele over the pairs, or the node segment.
 SCAN_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                    "shm": ALGO_SHM}
-# barrier (no algorithm= keyword: GLOOCY_ALGORITHM_BARRIER only):
-# "recursive_doubling" (auto's over the pairs: the allreduce's partners) and
-# "dissemination" run over the pairs, even with a node segment.
+# barrier: "auto" runs in the node segment where there is one (a derived
+# communicator's too), else "recursive_doubling" (the allreduce's partners);
+# "recursive_doubling" and "dissemination" run over the pairs, even with a
+# segment.
 BARRIER_ALGORITHMS = {"auto": ALGO_AUTO, "recursive_doubling": ALGO_RECURSIVE_DOUBLING,
                       "dissemination": ALGO_DISSEMINATION,
                       "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
