@@ -1,0 +1,81 @@
+"""Receives from any source of messages larger than the shared-memory rings
+(4 KiB here): while one sender's message goes straight into the posted
+receive, another's arrives stashed, and the next receive from any source is
+posted while that one is still coming in. It must get it once it is whole
+(it used to wait until its timeout, about one run in three). Each message
+is its sender's rank repeated, so what came and the Status follow from the
+source alone."""
+
+import re
+
+import numpy as np
+import pytest
+
+import gloocy
+from gloocy.testing import RankFailure, World
+
+SMALL_RINGS = {"GLOOCY_SHM_RING_BYTES": "4096"}
+N = (1 << 17) + 3                    # float64s: 1 MiB + 24 B, 256 rings' worth
+ROUNDS = 12                          # at 1 in 3 a round, a miss is ~1 in 130
+
+
+def gather_by_any_source(comm, n, rounds):
+    """Every round, ranks 1.. send rank 0 their rank n times at once; rank 0
+    takes them with receives from any source. Rank 0 returns, per round,
+    (source, count, all elements equal the source) in arrival order."""
+    r = comm.rank
+    seen = []
+    buf = np.empty(n)
+    mine = np.full(n, r, np.float64)
+    for _ in range(rounds):
+        if r == 0:
+            for _ in range(comm.size - 1):
+                st = gloocy.Status()
+                comm.Recv(buf, source=gloocy.ANY_SOURCE, status=st, timeout=5)
+                src = st.Get_source()
+                seen.append((src, st.Get_count(np.dtype(np.float64)),
+                             bool(np.all(buf == src))))
+        else:
+            comm.Send(mine, dest=0, timeout=5)
+        comm.Barrier(timeout=10)
+    return seen
+
+
+def check(seen, size, rounds):
+    per_round = size - 1
+    assert len(seen) == rounds * per_round
+    for k in range(rounds):
+        got = seen[k * per_round:(k + 1) * per_round]
+        assert sorted(s for s, _, _ in got) == list(range(1, size))
+        assert all(count == N and same for _, count, same in got), got
+
+
+@pytest.mark.parametrize("size", [3, 5])
+@pytest.mark.parametrize("inproc", ["1", "0"])
+def test_thread_world(size, inproc):
+    env = dict(SMALL_RINGS, GLOOCY_INPROC_PAIRS=inproc)
+    with World(size, env=env) as w:
+        seen = w.run(gather_by_any_source, N, ROUNDS, timeout=60)[0]
+    check(seen, size, ROUNDS)
+
+
+def test_process_world():
+    with World(3, backend="processes", env=SMALL_RINGS) as w:
+        seen = w.run(gather_by_any_source, N, ROUNDS, timeout=60)[0]
+    check(seen, 3, ROUNDS)
+
+
+def wait_for_nobody(comm):
+    if comm.rank == 0:
+        comm.Recv(np.empty(4), source=gloocy.ANY_SOURCE, timeout=0.5)
+    comm.Barrier(timeout=5)
+
+
+def test_a_timed_out_any_source_receive_says_what_it_was():
+    with World(2) as w:
+        with pytest.raises(RankFailure) as info:
+            w.run(wait_for_nobody, timeout=30)
+    text = str(info.value)
+    line = re.search(r"rank 0: CollectiveTimeout: (.*)", text).group(1)
+    assert line == ("rank 0: recv of 32 bytes from any source (any tag) "
+                    "timed out"), line
