@@ -7,6 +7,8 @@ is its sender's rank repeated, so what came and the Status follow from the
 source alone."""
 
 import re
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -63,6 +65,38 @@ def test_process_world():
     with World(3, backend="processes", env=SMALL_RINGS) as w:
         seen = w.run(gather_by_any_source, N, ROUNDS, timeout=60)[0]
     check(seen, 3, ROUNDS)
+
+
+def first_half_way_then_second(comm, sent, posted):
+    """Rank 1 sends 1s then 2s; its first message is half-way (stashed, its
+    sender stalled) when rank 0 posts a receive from any source and then one
+    from rank 1. Receives match in the order posted: (first's, second's)."""
+    if comm.rank == 1:
+        r = comm.Isend(np.full(N, 1.0), dest=0)
+        sent.set()
+        posted.wait(10)
+        r.Wait()
+        comm.Send(np.full(N, 2.0), dest=0, timeout=10)
+        return None
+    a, b = np.empty(N), np.empty(N)
+    sent.wait(10)
+    time.sleep(0.05)
+    comm.Iprobe(source=1)             # reads the head and a ring's worth
+    ra = comm.Irecv(a, source=gloocy.ANY_SOURCE)
+    rb = comm.Irecv(b, source=1)
+    posted.set()
+    gloocy.Request.Waitall([ra, rb])
+    return sorted(set(a.tolist())), sorted(set(b.tolist()))
+
+
+@pytest.mark.parametrize("inproc", ["1", "0"])
+def test_a_half_arrived_message_goes_to_the_older_any_source_receive(inproc):
+    env = dict(SMALL_RINGS, GLOOCY_INPROC_PAIRS=inproc)
+    with World(2, env=env) as w:
+        for _ in range(3):
+            got = w.run(first_half_way_then_second, threading.Event(),
+                        threading.Event(), timeout=60)[0]
+            assert got == ([1.0], [2.0]), got
 
 
 def wait_for_nobody(comm):
