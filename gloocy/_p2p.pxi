@@ -45,6 +45,32 @@ cdef int _lone_thread_deadlock(Context ctx, str what) except -1:
     return 0
 
 
+cdef str _p2p_call(bint is_send, int64_t nbytes, int peer, int tag):
+    """What the user called, for messages: e.g. 'recv of 8 bytes from any
+    source (any tag)', 'send of 16 bytes to rank 2 (tag 5)'."""
+    if is_send:
+        who = f"to rank {peer}"
+    else:
+        who = "from any source" if peer < 0 else f"from rank {peer}"
+    size = "a message" if nbytes < 0 else f"{nbytes} bytes"
+    mark = "any tag" if tag < 0 else f"tag {tag}"
+    return f"{'send' if is_send else 'recv'} of {size} {who} ({mark})"
+
+
+cdef int _reword_timeout(Context ctx, BaseException e, Coll *c,
+                         str call) except -1:
+    """fail() names a timed-out call by its frame ('send/recv #0
+    (count=0)'), and says 'rank(s) ?' when no pair was mid-message (a
+    receive from any source): say what the user called instead."""
+    if not isinstance(e, CollectiveTimeout) or not e.args:
+        return 0
+    text = str(e.args[0]).replace(describe_call(&c.proto), call, 1)
+    text = text.replace(f"; rank {ctx.rank} was waiting for rank(s) ?", "", 1)
+    text = text.replace(" timed out waiting for rank(s) ?", " timed out", 1)
+    e.args = (text,) + e.args[1:]
+    return 0
+
+
 cdef int _enter_links(Context ctx) except -1:
     """Take the links' lock while holding the GIL (to look at _to_self)."""
     if not ctx.links.try_enter():       # free almost always: keep the GIL
@@ -100,6 +126,7 @@ cdef object call_send(Context ctx, object buf, int dest, int tag,
                 wait_xfer(ctx, &c, &ack)
     except BaseException as e:
         fail(ctx, e, &c)
+        _reword_timeout(ctx, e, &c, _p2p_call(True, b.nbytes, dest, tag))
         raise
     finally:
         ctx.end()
@@ -137,6 +164,7 @@ cdef object call_recv(Context ctx, object buf, int source, int tag,
                 wait_xfer(ctx, &c, &x)
     except BaseException as e:
         fail(ctx, e, &c)
+        _reword_timeout(ctx, e, &c, _p2p_call(False, b.nbytes, source, tag))
         raise
     finally:
         ctx.end()
@@ -273,6 +301,9 @@ cdef object _match(Context ctx, int source, int tag, bint block,
                                       source == -1, seen)
         except BaseException as e:
             fail(ctx, e, &c)
+            what = _p2p_call(False, -1, source, tag)
+            _reword_timeout(ctx, e, &c,
+                            what if take else what.replace("recv", "probe", 1))
             raise
         finally:
             ctx.end()
@@ -418,6 +449,9 @@ cdef class P2PHandle:
                     not self.sync or self.ack.state == XFER_DONE)
         except BaseException as e:
             fail(ctx, e, &self.c)
+            _reword_timeout(ctx, e, &self.c, _p2p_call(
+                self.is_send, self.buf.nbytes if self.buf is not None else -1,
+                self.peer, self.tag))
             raise
         finally:
             ctx.end()

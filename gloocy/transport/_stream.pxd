@@ -51,5 +51,7 @@ cdef class StreamPair(Pair):
     cdef int recv_some(self) except -1 nogil
     cdef int64_t read_into(self, char *dst, int64_t need, bint direct) except -2 nogil
     cdef int start_payload(self) except -1 nogil
+    cdef Xfer *any_source_for(self, Xfer *u) noexcept nogil
+    cdef int hand_to_any_source(self, Xfer *u) except -1 nogil
     cdef bint any_source_waits(self) noexcept nogil
     cdef int lost(self, const char *what, int err) except -1 with gil

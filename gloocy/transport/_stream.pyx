@@ -13,7 +13,8 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
 from gloocy._core cimport (Pair, Xfer, Header, HEADER_SIZE, KIND_BYE,
-                           KIND_ABORT, ABORT_MAX, XFER_DONE, XF_HEAP, XF_SELF_ONLY,
+                           KIND_ABORT, KIND_P2P, ABORT_MAX, XFER_DONE, XF_HEAP,
+                           XF_SELF_ONLY,
                            init_header, should_park, check_header,
                            check_frame, check_unmatched, raise_peer_abort,
                            xfer_append, xfer_unlink)
@@ -127,6 +128,8 @@ cdef class StreamPair(Pair):
                              "a frame was cut off by an earlier error", 0)
         # A frame that came first (stashed) is the oldest match: use it.
         cdef Xfer *u = self.find_unexpected(x, True)
+        if u is not NULL and u.state != XFER_DONE and self.any_source_for(u) is not NULL:
+            u = NULL        # still arriving, for an older any-source receive
         if u is not NULL:
             if u.state == XFER_DONE:
                 return self.take_unexpected(u, x)
@@ -253,11 +256,38 @@ cdef class StreamPair(Pair):
             self.in_x = NULL
             self.in_hdr_got = 0
             moved = 1
+            if (x.flags & XF_HEAP) and self.hand_to_any_source(x):
+                return moved
             if not (x.flags & XF_HEAP):
                 # A receive of ours is complete: its call may be too. What
                 # follows (a peer's reason for stopping, its hang-up) is for
                 # the calls that still wait, or the next one.
                 return moved
+
+    cdef Xfer *any_source_for(self, Xfer *u) noexcept nogil:
+        """The oldest any-source receive posted whose oldest match on this
+        pair is the stashed u (receives match in the order posted), or NULL."""
+        cdef Xfer *w
+        if u.hdr.kind != KIND_P2P or self.wild_head is NULL:
+            return NULL
+        w = self.wild_head[0]
+        while w is not NULL:
+            if ((w.flags & XF_SELF_ONLY) == 0
+                    and self.find_unexpected(w, True) is u):
+                return w
+            w = w.next
+        return NULL
+
+    cdef int hand_to_any_source(self, Xfer *u) except -1 nogil:
+        """A stashed message has just come in full: an any-source receive
+        posted while it was still arriving (post_p2p_recv takes only whole
+        ones) takes it now, else nothing would. 1 if one did."""
+        cdef Xfer *w = self.any_source_for(u)
+        if w is NULL:
+            return 0
+        xfer_unlink(self.wild_head, self.wild_tail, w)
+        self.take_unexpected(u, w)
+        return 1
 
     cdef int progress(self) except -1 nogil:
         cdef int moved = 0
