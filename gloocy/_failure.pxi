@@ -19,6 +19,9 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
     the first failure; a reason a peer told us is passed on), so that
     each rank names the root cause, not a rank that only gave up because
     of it. A timeout is traced to the rank that never came."""
+    recorded = recorded_cause(ctx, exc)
+    if recorded is not None:
+        exc = recorded
     if ctx.error is None:
         ctx.error = exc
     links = ctx.links
@@ -63,7 +66,59 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
         if p is not None:           # connect_members installed meanwhile)
             (<Pair>p).abandon()
     links.wake()
+    if recorded is not None:
+        raise recorded
     return 0
+
+
+cdef object recorded_cause(Context ctx, BaseException exc):
+    """A connection lost to a peer that stopped on an error first: the
+    error it recorded in the store (lazy.py: record_abort, written before
+    its connections close), as a peer's abort frame would have told it;
+    else None. Its frame may have been lost with the connection: a peer
+    that exits at once resets it while our bytes to it are unread, and
+    we may see the reset before the frame (a send fails first)."""
+    if (not isinstance(exc, PeerLostError) or exc.rank is None
+            or getattr(exc, "_abort", None) is not None
+            or ctx.links.connector is None):
+        return None
+    told = ctx.links.connector._abort_of(exc.rank)
+    if told is None:
+        return None
+    why, code, culprit, origin = told
+    raw, _, waits = why.partition(b"\0")
+    e = told_error(ctx._world[ctx.rank], exc.rank, raw, code, culprit,
+                   exc.rank if origin < 0 else origin, waits)
+    e.__cause__ = exc
+    return e
+
+
+cdef object told_error(int rank, int peer, bytes raw, int code, int culprit,
+                       int origin, bytes waits):
+    """The error a peer's abort told us of (its frame, or its record in
+    the store): that error's class, naming the rank that stopped first
+    and its reason (the root cause, not the echo of a peer giving up).
+    `origin` is that rank, `_abort` what fail() passes on; `waits` (a
+    timeout's) the world ranks the peer was waiting for."""
+    why = raw.decode("utf-8", "replace")
+    message = (f"rank {rank}: rank {origin} stopped the call" +
+               ("" if origin == peer else f" (rank {peer} passed it on)") +
+               f": {why}")
+    if code == ABORT_TIMEOUT:
+        e = CollectiveTimeout(message)
+        e.culprit = culprit if culprit >= 0 else None
+    elif code == ABORT_PEER_LOST:
+        e = PeerLostError(message, rank=culprit if culprit >= 0 else None)
+    elif code == ABORT_PROTOCOL:
+        e = ProtocolError(message)
+    elif code == ABORT_OTHER:
+        e = GloocyError(message)
+    else:
+        e = MismatchError(message)
+    e.origin = origin
+    e._abort = (raw, code, culprit, origin,
+                [int(w) for w in waits.split(b",") if w.isdigit()])
+    return e
 
 
 cdef tuple abort_reason(Context ctx, BaseException exc):
