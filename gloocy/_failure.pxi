@@ -152,6 +152,9 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
     mine = ", ".join(map(str, late)) or "?"
     why = (f"rank {ctx.rank}: {call} timed out waiting for rank(s) {mine}".encode()
            + b"\0" + ",".join(map(str, sorted(waits[me]))).encode())
+    connector = ctx.links.connector
+    if connector is not None:       # for the ranks we have no pair to
+        connector.record_abort(why, ABORT_TIMEOUT, -1, -1)
     live = []
     for p in ctx.links.pairs:
         if p is not None and p is not unconnected_pair:   # (the stand-in can't speak)
@@ -169,6 +172,8 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
                     waits[heard[3]] = set(heard[4])
         time.sleep(0.002)
     missing = sorted(set().union(*waits.values()) - set(waits))
+    if connector is not None:
+        missing = _heard_in_store(connector, waits, missing)
     if told is None:
         text = f"rank {ctx.rank}: {call} timed out waiting for rank(s) {mine}"
     else:
@@ -183,6 +188,26 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
             text += "; " + named + " never came"
     exc.args = (text,) + exc.args[1:]
     return 0
+
+
+cdef list _heard_in_store(object connector, dict waits, list missing):
+    """The ranks that never came, once the waits of those we heard nothing
+    from (no connection to them: pairs connect when first used) are read
+    where they recorded them (record_abort): a rank in the middle of a
+    ring that we never talked to may have come and waited too. Returns
+    the ranks someone waits for that recorded nothing."""
+    asked = set()
+    while True:
+        unknown = [w for w in missing if w not in asked]
+        if not unknown:
+            return missing
+        for w in unknown:
+            asked.add(w)
+            told = connector._abort_of(w)
+            if told is not None and told[1] == ABORT_TIMEOUT:
+                theirs = told[0].partition(b"\0")[2]
+                waits[w] = {int(x) for x in theirs.split(b",") if x.isdigit()}
+        missing = sorted(set().union(*waits.values()) - set(waits))
 
 
 cdef str rank_name(Context ctx, int world):

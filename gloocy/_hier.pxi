@@ -15,6 +15,7 @@
 # hosts; any other name forces the flat algorithm over the pairs.
 
 import hashlib
+import re
 
 
 cdef enum:
@@ -48,6 +49,10 @@ cdef class Hier:
             self.local.close()
         if self.leaders is not None:
             self.leaders.close()
+
+
+# The learning allgather as error messages name it (describe_call).
+LEARNING = re.compile(r"\ballgather #\d+")
 
 
 cdef Hier _layout_of(list keys, int rank):
@@ -92,8 +97,15 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
     from gloocy.transport.shm import host_identity
     digest = hashlib.blake2b(host_identity().encode(), digest_size=8).digest()
     keys = _array("q", [0]) * ctx.size
-    ctx.allgatherv(_array("q", [int.from_bytes(digest, "little", signed=True)]),
-                   keys, [8] * ctx.size, None, timeout, "ring")
+    try:
+        ctx.allgatherv(_array("q", [int.from_bytes(digest, "little",
+                                                   signed=True)]),
+                       keys, [8] * ctx.size, None, timeout, "ring")
+    except GloocyError as e:
+        e.args = (LEARNING.sub(r"\g<0> (learning the host layout, before "
+                               r"the first collective that may run "
+                               r"two-level)", str(e), 1),) + e.args[1:]
+        raise
     cdef Hier h = _layout_of(list(keys), ctx.rank)
     if len(h.hosts) > 1:
         mine = h.hosts[h.host]
