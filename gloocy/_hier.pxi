@@ -178,9 +178,12 @@ cdef int _explain(Context ctx, Hier h, BaseException e, str call) except -1:
     members = [ctx._local[sub._world[i]] for i in range(sub.size)]
     if getattr(e, "ranks", None):
         e.ranks = [members[i] if 0 <= i < sub.size else i for i in e.ranks]
+    # (fail() ends a passed-on error with the phase's rank and call)
+    said = str(e).replace(f"; rank {sub.rank} was in ",
+                          f"; rank {ctx.rank} was in its phase's ")
     text = (f"rank {ctx.rank}: {call} across hosts stopped in its phase over "
-            f"ranks {members} of this communicator (numbered "
-            f"0-{sub.size - 1} below): {e}")
+            f"ranks {members} of this communicator (which the phase's own "
+            f"calls number 0-{sub.size - 1}): {said}")
     culprit = getattr(e, "culprit", None)
     if (isinstance(e, CollectiveTimeout) and culprit is not None
             and 0 <= culprit < len(ctx.links.pairs)
