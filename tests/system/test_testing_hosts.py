@@ -86,7 +86,7 @@ def test_a_silent_cut_between_two_hosts_leaves_the_others_up():
         assert w.run_each(round_trips, [(2, 1), (2, 1), (1, 1)], ranks=[1, 2])
         # 0-1 is gone, and nobody was told: nothing comes back, and each
         # rank's deadline (3 s) ends its call. (The message of a timed-out
-        # point-to-point call does not name the peer yet: "rank(s) ?".)
+        # point-to-point call names what was called and the peer.)
         t0 = time.monotonic()
         res = w.run_each(round_trips, [(1, 1), (0, 1), (0, 1)], ranks=[0, 1],
                          check=False, timeout=25)
