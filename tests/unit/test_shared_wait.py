@@ -9,6 +9,7 @@ import pytest
 
 from gloocy.errors import RendezvousTimeout
 from gloocy.rendezvous import TCPStore, TCPStoreServer, shared_wait
+from store_queue import queued
 from gloocy.rendezvous.hash_store import HashStore
 
 SECRET = b"s" * 32
@@ -23,18 +24,6 @@ def server():
 
 def client(server):
     return TCPStore(server.host, server.port, secret=SECRET, timeout=20.0)
-
-
-def queued(url, key, n, within=20.0):
-    """Until n ranks wait behind the one asking the store for `key`."""
-    until = time.monotonic() + within
-    while time.monotonic() < until:
-        with shared_wait._lock:
-            turns = shared_wait._pending.get((url, key))
-            if turns is not None and len(turns.waiting) == n:
-                return
-        time.sleep(0.01)
-    raise AssertionError(f"{n} ranks did not queue for {key}")
 
 
 def run_ranks(server, key, fetch_of, deadline_s=20.0):

@@ -12,6 +12,7 @@ import pytest
 import gloocy
 from gloocy.errors import RendezvousTimeout
 from gloocy.rendezvous import TCPStore, TCPStoreServer, shared_wait
+from store_queue import queued
 
 SECRET = b"z" * 32
 
@@ -34,18 +35,6 @@ class CountingGets:
         return get
 
 
-def waiting_for(url, key, n, within=30.0):
-    """Until n ranks wait behind the one asking the store for `key`."""
-    until = time.monotonic() + within
-    while time.monotonic() < until:
-        with shared_wait._lock:
-            turns = shared_wait._pending.get((url, key))
-            if turns is not None and len(turns.waiting) == n:
-                return
-        time.sleep(0.01)
-    raise AssertionError(f"{n} ranks did not wait for {key}")
-
-
 @pytest.fixture
 def tcp(monkeypatch):
     monkeypatch.setenv("GLOOCY_TRANSPORT", "tcp")
@@ -63,7 +52,7 @@ def test_the_size_is_asked_once_for_the_ranks_waiting(tcp):
         def rank_main(r):
             try:
                 if r == 0:        # once the others all wait for its size
-                    waiting_for(stores[0].url, f"{job}/size", size - 2)
+                    queued(stores[0].url, f"{job}/size", size - 2)
                 comms[r] = gloocy.connect(r, size, stores[r], secret=SECRET, job=job,
                                           timeout=60.0)
                 x = np.full(3, r, dtype=np.int64)
