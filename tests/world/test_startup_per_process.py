@@ -11,7 +11,7 @@ import pytest
 
 import gloocy
 from gloocy.errors import RendezvousTimeout
-from gloocy.rendezvous import TCPStore, TCPStoreServer, shared_wait
+from gloocy.rendezvous import TCPStore, TCPStoreServer
 from store_queue import queued
 
 SECRET = b"z" * 32
