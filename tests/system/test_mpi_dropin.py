@@ -1,7 +1,8 @@
 """gloocy.MPI as a drop-in for mpi4py (issue 5): a differential test.
 
 Every program in tests/system/mpi_programs/ is an ordinary mpi4py program
-whose import switches to ``from gloocy import MPI`` when USE_GLOOCY is set.
+whose import switches to ``from gloocy import MPI`` when USE_GLOOCY is set
+(_world.py, the start most of them share).
 Each runs twice per world size N:
 
   reference   mpiexec -n N python prog.py                 (real mpi4py on MPICH)
@@ -31,7 +32,7 @@ import pytest
 from peers import MPI, installed, mpiexec
 
 PROGRAM_DIR = Path(__file__).parent / "mpi_programs"
-PROGRAMS = sorted(p.stem for p in PROGRAM_DIR.glob("*.py"))
+PROGRAMS = sorted(p.stem for p in PROGRAM_DIR.glob("[!_]*.py"))
 SIZES = (1, 2, 3, 4)
 TIMEOUT = 60.0  # seconds per run; the launchers enforce it, a watchdog backs them up
 STDIN = b"hello from stdin\nsecond\nthird line\n"  # for stdin.py; the others ignore it

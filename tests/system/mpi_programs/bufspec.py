@@ -2,23 +2,11 @@
 collectives: [buf, type], counts, displacements, typecodes, vector forms,
 MPI.IN_PLACE, None on non-roots, and non-NumPy buffers."""
 import array
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from _world import MPI, comm, rank, say, size
+
 right, left = (rank + 1) % size, (rank - 1) % size
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 def ring(sendspec, recvspec, out):

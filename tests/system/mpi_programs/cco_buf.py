@@ -1,21 +1,7 @@
 """Buffer (upper-case) collectives on NumPy arrays: every root, several dtypes."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-
-
-def say(*words):
-    # one write per line: PYTHONUNBUFFERED may be set, and print() would then
-    # issue several writes that interleave with other ranks' lines
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import MPI, comm, rank, say, size
 
 
 def show(a):

@@ -1,20 +1,6 @@
 """Communicator and group management: Dup/Clone/Split/Split_type/Create/
 Create_group, Compare, groups, names, Free."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
-
-world = MPI.COMM_WORLD
-rank, size = world.Get_rank(), world.Get_size()
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import MPI, comm as world, rank, say, size
 
 
 RESULTS = ["IDENT", "CONGRUENT", "SIMILAR", "UNEQUAL"]

@@ -1,25 +1,13 @@
 """Errors: what is raised (MPI.Exception with its error class, KeyError,
 ValueError, BufferError, TypeError) and the MPI.Exception API. Every error
 here is detected on every rank before communicating, so nobody hangs."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from _world import MPI, comm, rank, say, size
+
 
 CLASSES = ["SUCCESS", "ERR_ROOT", "ERR_RANK", "ERR_TAG", "ERR_COUNT", "ERR_TYPE",
            "ERR_OP", "ERR_TRUNCATE", "ERR_BUFFER", "ERR_ARG", "ERR_COMM", "ERR_OTHER"]
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 def class_name(cls):

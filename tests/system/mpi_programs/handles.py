@@ -1,23 +1,11 @@
 """Request and Status as Python objects: subclasses, copies, equality,
 pickles, and what a finished request turns into."""
-import os
 import pickle
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from _world import MPI, comm, rank, say, size
+
 right, left = (rank + 1) % size, (rank - 1) % size
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 def fields(st):

@@ -16,7 +16,7 @@ rank, size = comm.Get_rank(), comm.Get_size()
 
 
 def say(*words):
-    # one write per line (see cco_buf.py)
+    # one write per line (see _world.py)
     sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
     sys.stdout.flush()
 

@@ -2,22 +2,10 @@
 of consumers (point-to-point to remote ranks, any source), then the groups
 exchange through the intercommunicator collectives (rooted ones with
 MPI.ROOT / MPI.PROC_NULL), and finally merge into one intracommunicator."""
-import os
 import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-world = MPI.COMM_WORLD
-rank, size = world.Get_rank(), world.Get_size()
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import MPI, comm as world, rank, say, size
 
 
 if size < 2:

@@ -7,24 +7,14 @@ that rank 0 makes and removes."""
 import hashlib
 import os
 import shutil
-import sys
 import tempfile
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from _world import MPI, comm, rank, say, size
+
 ERRORS = ["ERR_NO_SUCH_FILE", "ERR_FILE_EXISTS", "ERR_AMODE", "ERR_READ_ONLY",
           "ERR_ACCESS", "ERR_ARG", "ERR_IO", "ERR_FILE", "ERR_BAD_FILE",
           "ERR_UNSUPPORTED_OPERATION", "ERR_TYPE"]
-
-
-def say(*words):
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 def digest(path):

@@ -4,21 +4,9 @@ switched to another serializer for the lower-case calls; a user Op
 pickled to another rank; Info as a mapping; error classes, codes and
 strings added at run time; null handles: truth, equality, pickling,
 fromhandle."""
-import os
 import pickle
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-
-
-def say(*words):
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import MPI, comm, rank, say, size
 
 
 class Ring(MPI.Intracomm):

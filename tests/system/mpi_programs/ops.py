@@ -1,21 +1,8 @@
 """Every predefined op on buffers and objects; user ops (Op.Create) in
 Allreduce/Reduce/Scan, commutative and not; Is_commutative; Reduce_local."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import MPI, comm, rank, say, size
 
 
 def error_name(e):

@@ -2,25 +2,14 @@
 (ordered through a barrier on another communicator), matched probes, a
 threaded Sendrecv, a send to ourselves from another thread, buffered sends
 and a partitioned transfer."""
-import os
-import sys
 import threading
 import time
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from _world import MPI, comm, rank, say, size
+
 right, left = (rank + 1) % size, (rank - 1) % size
 other = comm.Dup()
-
-
-def say(*words):
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 # --- Issend: not done before the receiver posts its receive

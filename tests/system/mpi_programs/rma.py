@@ -6,23 +6,12 @@ under exclusive locks (values sorted), Fetch_and_op and Compare_and_swap
 under Lock_all, a derived target datatype, Allocate_shared with
 Shared_query, a dynamic window, the request forms and the window's
 attributes."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from _world import MPI, comm, rank, say, size
+
 right, left = (rank + 1) % size, (rank - 1) % size
 I8 = MPI.LONG                     # NumPy's int64 here (Linux, LP64)
-
-
-def say(*words):
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 # --- Allocate: fence epochs

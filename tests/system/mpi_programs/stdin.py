@@ -1,19 +1,7 @@
 """Standard input reaches rank 0; rank 0 reads lines and broadcasts them."""
-import os
 import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import comm, rank, say
 
 
 first = sys.stdin.readline() if rank == 0 else None

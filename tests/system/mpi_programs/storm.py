@@ -1,21 +1,8 @@
 """Hundreds of communicators created and freed (Dup and Split), a small
 collective on each; some held at once, some nested."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-world = MPI.COMM_WORLD
-rank, size = world.Get_rank(), world.Get_size()
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import MPI, comm as world, rank, say, size
 
 
 # Dup / use / Free, one at a time

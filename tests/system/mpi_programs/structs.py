@@ -3,22 +3,11 @@ sizes and extents, a NumPy record array described by Create_struct sent
 whole and received into a packed layout, vectors and resized structs of
 them, Bcast/Gather/Allgather/Alltoall of records, and a struct received as
 bytes."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
+from _world import MPI, comm, rank, say, size
+
 right, left = (rank + 1) % size, (rank - 1) % size
-
-
-def say(*words):
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 def describe(t):

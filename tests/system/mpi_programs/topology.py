@@ -2,22 +2,9 @@
 exchange with Sendrecv along Shift, and the same with Neighbor_alltoall),
 a ring graph's neighbour exchange, a distributed graph, and what the
 topology inquiry functions say."""
-import os
-import sys
-if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
-else:
-    from mpi4py import MPI
 import numpy as np
 
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-
-
-def say(*words):
-    # one write per line (see cco_buf.py)
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
+from _world import MPI, comm, rank, say, size
 
 
 say("Compute_dims", MPI.Compute_dims(size, 2), MPI.Compute_dims(size, [0, 1]),
