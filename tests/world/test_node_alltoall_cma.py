@@ -2,7 +2,7 @@
 slots, each rank reads its block from every peer's send buffer with
 process_vm_readv (gloocy/_cma.pxi). Here with the default thresholds (no
 GLOOCY_CMA_MIN_BYTES): streams just below, at and past the segment's
-threshold (Node.cma_min), N = 2, 3 and 4 (4 ranks on this 2-CPU machine
+threshold (Node.alltoall_cma_min), N = 2, 3 and 4 (4 ranks on this 2-CPU machine
 outnumber the CPUs), the world and derived communicators (Split by
 parity, Split_type), in place, a non-contiguous datatype (packed, then the
 same path), a rank killed mid-copy, and the fallback when the kernel
@@ -59,7 +59,7 @@ def r_around_threshold(comm, how):
         c = comm.Split_type(MPI.COMM_TYPE_SHARED, key=-comm.rank)
     try:
         c.Barrier()                    # its node segment is made at a first call
-        n, at = c.size, c._ctx.node.cma_min
+        n, at = c.size, c._ctx.node.alltoall_cma_min
         got = []
         for stream in (at - 64, at, at + 4097):
             b = -(-stream // (n - 1))
