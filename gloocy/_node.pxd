@@ -100,8 +100,18 @@ cdef enum:
     NODE_ALLGATHER_CMA_MIN = 4 << 20
     # An alltoall copies once from this many bytes sent to the others (a
     # rank's stream) where every rank of the host has a CPU; where they
-    # outnumber the CPUs, from NODE_CMA_MIN (cma_min_where_cpus). MEASURED
-    NODE_ALLTOALL_CMA_MIN = 512 << 10
+    # outnumber the CPUs, from NODE_CMA_MIN (cma_min_where_cpus; at N = 4
+    # on 2 CPUs the slots won at 4 MiB, 0.85x, lost at 16-64, 1.12x).
+    # This VM runs in two modes, job by job: in one a slot line written by
+    # one CPU is read by the other at cache speed, in the other (the CPUs
+    # apparently sharing no cache) 2-5x slower, and the slots with it. At
+    # N = 2 (bench/cma_threshold.py, alltoall, slots / single copies,
+    # median; the single copies skipping the first step, 2026-12-05):
+    # fast mode 1 MiB 0.71-0.79x, 2 MiB 0.81-0.94x, 4-64 MiB 1.0-1.18x;
+    # slow mode (before the skip) 1 MiB 1.6x, 2 MiB 1.0-2.3x, 4 MiB
+    # 1.9-3.4x, 16 MiB 2.8-3.8x. From a 1 MiB stream (a 2 MiB alltoall at
+    # N = 2) the single copy loses at most 19% and wins up to 2.3x.
+    NODE_ALLTOALL_CMA_MIN = 1 << 20
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
