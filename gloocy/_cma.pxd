@@ -35,12 +35,12 @@ cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
                                  const int64_t *lens, int64_t total,
                                  uint64_t digest) except -1 nogil
 # node_alltoallv's rest after its first step (heads: see there), less what
-# that step brought.
+# that step brought from each sender (done[j] bytes of rank j's stream).
 cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
                        const int64_t *rsizes, const int64_t *at,
-                       int64_t done) except -1 nogil
+                       const int64_t *done) except -1 nogil
 # node_gatherv's rest (the root reads every block), node_scatterv's
 # (each rank reads its block from the root), less what the first step
 # brought.

@@ -229,19 +229,19 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
                        const int64_t *rsizes, const int64_t *at,
-                       int64_t done) except -1 nogil:
+                       const int64_t *done) except -1 nogil:
     """node_alltoallv after its first step, whose heads held each rank's
     pid (pids[j * stride]), send buffer (bases[j * stride]) and send
     offsets (soffs[j * stride + d]): each rank reads its block from every
     other's send buffer, less what the first step brought (rank j's block
-    for us starts at byte at[j] of its stream, whose first `done` bytes
+    for us starts at byte at[j] of its stream, whose first done[j] bytes
     came). 1 if done; 0: go on through the slots."""
     cdef int j, r = ctx.node.rank
     cdef int64_t skip
     _cma_clear(ctx)
     node_spread(ctx.node)
     for j in range(ctx.node.size):
-        skip = min(max(done - at[j], 0), rsizes[j])
+        skip = min(max(done[j] - at[j], 0), rsizes[j])
         if j != r and rsizes[j] > skip:
             _cma_note(ctx, j, cma_read(pids[j * stride],
                                        bases[j * stride] + soffs[j * stride + r] + skip,

@@ -11,8 +11,9 @@ ctypedef struct NodeHead:
     uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
     uint64_t reduce_scatter_cma_min   # ... reduce_scatters
     int64_t allgather_cma_min         # ... allgathers (-1: never)
+    uint64_t alltoall_cma_min         # ... alltoalls (bytes a rank sends the others)
     uint32_t nranks
-    char _pad[20]
+    char _pad[12]
 
 ctypedef struct NodeCtl:              # one rank's
     uint64_t phase                    # last phase it arrived at
@@ -97,6 +98,20 @@ cdef enum:
     # MiB 343-476 vs 357-411, 16 MiB 2064-2150 vs 2030-2200, 64 MiB
     # 8834-9481 vs 9522-10341.
     NODE_ALLGATHER_CMA_MIN = 4 << 20
+    # An alltoall copies once from this many bytes sent to the others (a
+    # rank's stream) where every rank of the host has a CPU; where they
+    # outnumber the CPUs, from NODE_CMA_MIN (cma_min_where_cpus; at N = 4
+    # on 2 CPUs the slots won at 4 MiB, 0.85x, lost at 16-64, 1.12x).
+    # This VM runs in two modes, job by job: in one a slot line written by
+    # one CPU is read by the other at cache speed, in the other (the CPUs
+    # apparently sharing no cache) 2-5x slower, and the slots with it. At
+    # N = 2 (bench/cma_threshold.py, alltoall, slots / single copies,
+    # median; the single copies skipping the first step, 2026-12-05):
+    # fast mode 1 MiB 0.71-0.79x, 2 MiB 0.81-0.94x, 4-64 MiB 1.0-1.18x;
+    # slow mode (before the skip) 1 MiB 1.6x, 2 MiB 1.0-2.3x, 4 MiB
+    # 1.9-3.4x, 16 MiB 2.8-3.8x. From a 1 MiB stream (a 2 MiB alltoall at
+    # N = 2) the single copy loses at most 19% and wins up to 2.3x.
+    NODE_ALLTOALL_CMA_MIN = 1 << 20
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
@@ -124,6 +139,8 @@ cdef class Node:
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly int64_t reduce_scatter_cma_min  # ... reduce_scatters do
     cdef readonly int64_t allgather_cma_min  # ... allgathers do (-1: never)
+    cdef readonly int64_t alltoall_cma_min  # ... alltoalls do (bytes a rank
+                                      # sends the others)
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
     cdef readonly int64_t stream_min  # results from this many bytes are written
                                       # past the caches (GLOOCY_STREAM_MIN_BYTES)

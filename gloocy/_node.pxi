@@ -149,6 +149,7 @@ def new_node_segment(int size, int64_t chunk):
         head.bcast_cma_min = cma_min_where_cpus(size, NODE_BCAST_CMA_MIN)
         head.reduce_scatter_cma_min = cma_min_where_cpus(size, NODE_RS_CMA_MIN)
         head.allgather_cma_min = allgather_cma_min_bytes(size)
+        head.alltoall_cma_min = cma_min_where_cpus(size, NODE_ALLTOALL_CMA_MIN)
         head.nranks = size
         os.pwrite(fd, (<char *>&head)[:sizeof(head)], 0)
     except BaseException:
@@ -231,6 +232,7 @@ cdef class Node:
         self.bcast_cma_min = <int64_t>self.head.bcast_cma_min
         self.reduce_scatter_cma_min = <int64_t>self.head.reduce_scatter_cma_min
         self.allgather_cma_min = self.head.allgather_cma_min
+        self.alltoall_cma_min = <int64_t>self.head.alltoall_cma_min
         self.stream_min = stream_min_bytes()
         from gloocy.waiting import usable_cpus
         self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"

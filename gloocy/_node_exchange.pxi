@@ -104,6 +104,13 @@ cdef int64_t _longest(Node nd) noexcept nogil:
     return longest
 
 
+cdef enum:
+    # bits of the last word of an alltoallv head (see node_alltoallv)
+    A2A_WILLING = 1       # the rank allows single copies (GLOOCY_CMA)
+    A2A_DIRECT = 2        # its first step carries none of its stream: the
+                          # others read it all by single copy
+
+
 cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
                         const int64_t *soffs, const int64_t *ssizes, char *recv,
                         const int64_t *roffs, const int64_t *rsizes) except -1 nogil:
@@ -111,15 +118,25 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
     lands at recv + roffs[j]. Heads carry the sizes each rank sends and
     the sizes it expects, so every rank checks every pair; and where its
     blocks are (pid, send buffer, offsets), so that a call longer than a
-    step can read the rest straight from the senders (_cma.pxi)."""
+    step can read the rest straight from the senders (_cma.pxi).
+
+    A rank whose own stream will be read by single copy (past the
+    segment's alltoall_cma_min and a step's room: then the longest stream
+    is too, and every rank chooses single copies) leaves it out of the
+    first step (A2A_DIRECT): each byte moves once, and no slot line
+    written by one CPU is read by another, which cost most when the CPUs
+    share no cache (see NODE_ALLTOALL_CMA_MIN). If single copies are not
+    made after all (a rank unwilling, or refused), every rank starts
+    again through the slots from the first byte."""
     cdef int n = ctx.node.size, r = ctx.node.rank, j, i
     cdef int64_t head = _head_bytes(_A2A_WORDS(n)), room = ctx.node.stride - head
     cdef int64_t total = 0, longest = 0, lo = 0, at
     cdef int64_t *h
-    cdef int64_t *theirs = <int64_t *>ctx.scratch(n * sizeof(int64_t))
+    cdef int64_t *theirs = <int64_t *>ctx.scratch(2 * n * sizeof(int64_t))
+    cdef int64_t *carried = theirs + n   # bytes of rank j's stream its first step held
     cdef char *slot
     cdef int64_t result = 0
-    cdef bint stream
+    cdef bint stream, direct = False, restart
     for j in range(n):
         result += rsizes[j]
         if j != r:
@@ -129,9 +146,11 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
         node_ready(ctx, c)
         slot = ctx.node.slot(r)
         if lo == 0:
+            direct = (ctx.node.cma > 0 and ctx.node.cma_willing and total > room
+                      and total >= ctx.node.alltoall_cma_min)
             # Head: [our stream's length, what we send each rank, what we
             # expect from each rank, where in `send` each block starts,
-            # our pid, `send`, whether we allow single copies].
+            # our pid, `send`, A2A_WILLING | A2A_DIRECT].
             h = <int64_t *>slot
             h[0] = total
             memcpy(h + 1, ssizes, n * sizeof(int64_t))
@@ -139,12 +158,14 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             memcpy(h + 1 + 2 * n, soffs, n * sizeof(int64_t))
             h[1 + 3 * n] = getpid()
             h[2 + 3 * n] = <int64_t><intptr_t>send
-            h[3 + 3 * n] = ctx.node.cma_willing
+            h[3 + 3 * n] = (A2A_WILLING if ctx.node.cma_willing else 0) | (
+                A2A_DIRECT if direct else 0)
         at = 0
-        for j in range(n):
-            if j != r:
-                _put(slot + head, lo, lo + room, at, send + soffs[j], ssizes[j])
-                at += ssizes[j]
+        if not (lo == 0 and direct):
+            for j in range(n):
+                if j != r:
+                    _put(slot + head, lo, lo + room, at, send + soffs[j], ssizes[j])
+                    at += ssizes[j]
         if lo == 0:
             # Our own block moves while the others fill their slots (at N
             # = 2, 256 KiB: the slots' one step took 19.5 us with it
@@ -158,17 +179,20 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
         if lo == 0:
             longest = _longest(ctx.node)
             _check_pairs(ctx, c)
+            restart = False
             for j in range(n):          # where rank j's block for us starts
                 h = _head(ctx.node, j)
+                carried[j] = 0 if h[3 + 3 * n] & A2A_DIRECT else room
+                restart |= carried[j] == 0
                 theirs[j] = 0
                 for i in range(r):
                     if i != j:
                         theirs[j] += h[1 + i]
         for j in range(n):
-            if j != r:
+            if j != r and (lo > 0 or carried[j] > 0):
                 _get(recv + roffs[j], theirs[j], rsizes[j], ctx.node.slot(j) + head,
                      lo, lo + room, stream)
-        if (lo == 0 and longest > room and longest >= ctx.node.cma_min
+        if (lo == 0 and longest > room and longest >= ctx.node.alltoall_cma_min
                 and ctx.node.cma > 0):
             # The rest by single copy (every rank decides alike: the heads).
             if not _all_willing(ctx.node, 3 + 3 * n):
@@ -177,17 +201,21 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
                 h = _head(ctx.node, 0)
                 if cma_alltoallv(ctx, c, h + 1 + 3 * n, h + 2 + 3 * n,
                                  h + 1 + 2 * n, ctx.node.stride // 8, recv, roffs, rsizes,
-                                 theirs, room):
+                                 theirs, carried):
                     return 0
-                lo += room            # refused (every rank saw it): the slots
+                # refused (every rank saw it): the slots, from the first
+                # byte if a stream was left out of the first step
+                lo = 0 if restart else lo + room
                 continue
         ctx.node.step += 1
-        lo += room
+        lo = 0 if lo == 0 and restart else lo + room
         if lo >= longest:
             return 0
 
 
 cdef bint _all_willing(Node nd, int word) noexcept nogil:
+    """Every head's `word` is nonzero: every rank allows single copies (an
+    alltoallv's word sets A2A_DIRECT only beside A2A_WILLING)."""
     cdef int j
     for j in range(nd.size):
         if not _head(nd, j)[word]:
