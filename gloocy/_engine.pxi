@@ -9,6 +9,16 @@
 # spins, to let other threads at the links.
 
 
+# Rank threads taking the GIL back as their calls end queue for it, one
+# waiting for the GIL at a time (see _gil_queue.h: hundreds waiting at once
+# each woke every 5 ms and took the CPU from the work).
+cdef extern from "_gil_queue.h":
+    int gloocy_gil_queue_init()
+
+if gloocy_gil_queue_init() != 0:
+    raise OSError("pthread_atfork failed for the GIL queue")
+
+
 cdef void prepare_xfer(Coll *c, Xfer *x, uint64_t tag, char *buf,
                        int64_t n) noexcept nogil:
     x.buf = buf
