@@ -10,11 +10,8 @@
 
 
 # Rank threads taking the GIL back as their calls end queue for it, one
-# waiting for the GIL at a time (see _gil_queue.h: hundreds waiting at once
-# each woke every 5 ms and took the CPU from the work).
-cdef extern from "_gil_queue.h":
-    int gloocy_gil_queue_init()
-
+# waiting for the GIL at a time (see _gil_queue.h, declared in _context.pxi:
+# hundreds waiting at once each woke every 5 ms and took the CPU from the work).
 if gloocy_gil_queue_init() != 0:
     raise OSError("pthread_atfork failed for the GIL queue")
 
