@@ -291,6 +291,9 @@ def main():
                         "measuring rendezvous, or it and the barrier, alone "
                         "(start-up: a process's ranks wait for each other "
                         "before any dial, so its CPU is rendezvous's alone)")
+    p.add_argument("--times", default="",
+                   help="write every rank's phase end times (monotonic s) "
+                        "to this JSON file (diagnostic)")
     p.add_argument("--host-per-process", action="store_true",
                    help="each worker process a host of its own (GLOOCY_HOST_ID): "
                         "shared memory within, TCP between (default: all TCP)")
@@ -331,6 +334,9 @@ def main():
         rss += data["rss"]
     wall = time.monotonic() - t0
     server.close()
+    if args.times:
+        with open(args.times, "w") as f:
+            json.dump({r: v.get("at", {}) for r, v in results.items()}, f)
     drops = {k: v - drops0.get(k, 0) for k, v in drop_counters().items()}
     print(f"- host: load average {load0[0]:.1f} before, {os.getloadavg()[0]:.1f} "
           f"after; kernel limits {kernel_limits()}; dropped during the run "

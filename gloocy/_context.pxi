@@ -34,11 +34,18 @@ cdef int _algorithm_env_set() except -1:
     return False
 
 
+cdef extern from "_gil_queue.h":
+    int gloocy_gil_queue_init()
+    int gloocy_gil_queue_contexts     # Contexts alive in this process
+
+
 cdef class Context:
     """This rank's view of a group: its pairs, counters and deadlines."""
 
     def __cinit__(self):             # (takes whatever __init__ is given)
+        global gloocy_gil_queue_contexts
         self._efd = -1
+        gloocy_gil_queue_contexts += 1    # (the GIL held: _gil_queue.h)
 
     def __init__(self, int rank, int size, list pairs=None, *,
                  Links links=None, world=None, uint32_t comm_id=0,
@@ -121,6 +128,8 @@ cdef class Context:
         return 0
 
     def __dealloc__(self):
+        global gloocy_gil_queue_contexts
+        gloocy_gil_queue_contexts -= 1
         free(self._pair_ptrs)
         free(self._conn)
         free(self._world)

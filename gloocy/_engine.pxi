@@ -9,6 +9,13 @@
 # spins, to let other threads at the links.
 
 
+# Rank threads taking the GIL back as their calls end queue for it, one
+# waiting for the GIL at a time (see _gil_queue.h, declared in _context.pxi:
+# hundreds waiting at once each woke every 5 ms and took the CPU from the work).
+if gloocy_gil_queue_init() != 0:
+    raise OSError("pthread_atfork failed for the GIL queue")
+
+
 cdef void prepare_xfer(Coll *c, Xfer *x, uint64_t tag, char *buf,
                        int64_t n) noexcept nogil:
     x.buf = buf
@@ -175,7 +182,7 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
         return 0                  # a peer dialed us: progress_all installs it
     if (not (ctx.links.users > 1 or ctx.links.contended
              or ctx.links.wild_head is not NULL)
-            and block_on_words(ctx, c, min(POLL_SLICE_MS * 1000000, left))):
+            and block_on_words(ctx, c, min(sleep_slice_ms(ctx) * 1000000, left))):
         return 0
     if ctx._nconn > 64:
         pfds = <pollfd *>malloc((ctx._nconn + 1) * sizeof(pollfd))
@@ -208,7 +215,7 @@ cdef int block_poll(Context ctx, Coll *c) except -1 nogil:
             elif n == 0:
                 left = 1          # cannot be woken: nap, look again
         ctx.links.leave()
-        r = poll(pfds, n, <int>min(POLL_SLICE_MS, left // 1000000 + 1))
+        r = poll(pfds, n, <int>min(sleep_slice_ms(ctx), left // 1000000 + 1))
         err = errno
         ctx.links.enter()
         if sleeping:
@@ -321,6 +328,24 @@ cdef int _raise_poll_error(int err) except -1 with gil:
 # nothing in another): a rank's thread skips the GIL here, which thousands
 # of thread ranks, each waking every POLL_SLICE_MS, would fight over.
 cdef pthread_t _signal_thread = <pthread_t>threading.main_thread().ident
+
+
+cdef enum:
+    SLEEP_SLICE_MAX_MS = 1000
+
+
+cdef int64_t sleep_slice_ms(Context ctx) noexcept nogil:
+    """How long a wait sleeps before it looks again unwoken: a slice in
+    the main thread (Ctrl-C's), and in another (a rank of a thread world,
+    which no signal reaches) one more per 64 ranks, as node_slice_ms:
+    thousands of rank threads each waking ten times a second made most of
+    a phase's context switches. What a wait sleeps for wakes it anyway: a
+    peer's bytes or hang-up, a dial (note_arrival), a failure (fail()
+    wakes the sleepers); the deadline bounds the sleep. At most a second:
+    a peer process that dies wakes no futex word (block_on_words)."""
+    if pthread_self() == _signal_thread:
+        return POLL_SLICE_MS
+    return min(POLL_SLICE_MS * (1 + (ctx.size - 1) // 64), SLEEP_SLICE_MAX_MS)
 
 
 cdef int _check_signals() except -1 nogil:
