@@ -421,6 +421,12 @@ class Connector:
             self.recording = start_quiet(threading.Thread(
                 target=record, daemon=True, name=f"gloocy-abort-{self.rank}"))
 
+    def recorded(self):
+        """Wait (briefly) until record_abort's record is in the store: a
+        peer that sees our connections close then finds it there."""
+        if self.recording is not None:
+            self.recording.join(_CLOSE_STORE_S + 1.0)
+
     def _abort_of(self, peer):
         """What `peer` said in the store when it stopped on an error (why,
         code, culprit, origin), or None."""
@@ -538,8 +544,7 @@ class Connector:
         """Stop taking connections, close the pairs never installed; the
         last rank to leave clears the job's keys; the store's host waits
         (bounded) for the others, who may still need the store."""
-        if self.recording is not None:    # (before our own store operations)
-            self.recording.join(_CLOSE_STORE_S + 1.0)
+        self.recorded()                   # (before our own store operations)
         if clean and not self.closed:
             try:                  # before a dial is refused: see _said_goodbye
                 with _briefly(self.store):
