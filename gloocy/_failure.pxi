@@ -77,12 +77,15 @@ cdef object recorded_cause(Context ctx, BaseException exc):
     its connections close), as a peer's abort frame would have told it;
     else None. Its frame may have been lost with the connection: a peer
     that exits at once resets it while our bytes to it are unread, and
-    we may see the reset before the frame (a send fails first)."""
+    we may see the reset before the frame (a send fails first). Within
+    the failure path's store budget (lazy.py: Connector.failing): a store
+    that does not answer in time leaves `exc`, what we saw."""
     if (not isinstance(exc, PeerLostError) or exc.rank is None
             or getattr(exc, "_abort", None) is not None
             or ctx.links.connector is None):
         return None
-    told = ctx.links.connector._abort_of(exc.rank)
+    connector = ctx.links.connector
+    told = connector._abort_of(exc.rank, connector.failing())
     if told is None:
         return None
     why, code, culprit, origin = told
@@ -195,7 +198,9 @@ cdef list _heard_in_store(object connector, dict waits, list missing):
     from (no connection to them: pairs connect when first used) are read
     where they recorded them (record_abort): a rank in the middle of a
     ring that we never talked to may have come and waited too. Returns
-    the ranks someone waits for that recorded nothing."""
+    the ranks someone waits for that recorded nothing (or whose records
+    the store did not give within the failure path's budget: failing())."""
+    until = connector.failing()
     asked = set()
     while True:
         unknown = [w for w in missing if w not in asked]
@@ -203,7 +208,7 @@ cdef list _heard_in_store(object connector, dict waits, list missing):
             return missing
         for w in unknown:
             asked.add(w)
-            told = connector._abort_of(w)
+            told = connector._abort_of(w, until)
             if told is not None and told[1] == ABORT_TIMEOUT:
                 theirs = told[0].partition(b"\0")[2]
                 waits[w] = {int(x) for x in theirs.split(b",") if x.isdigit()}
