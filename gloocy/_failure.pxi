@@ -176,7 +176,7 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
         time.sleep(0.002)
     missing = sorted(set().union(*waits.values()) - set(waits))
     if connector is not None:
-        missing = _heard_in_store(connector, waits, missing)
+        missing = _heard_in_store(connector, waits, missing, deadline)
     if told is None:
         text = f"rank {ctx.rank}: {call} timed out waiting for rank(s) {mine}"
     else:
@@ -193,14 +193,20 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
     return 0
 
 
-cdef list _heard_in_store(object connector, dict waits, list missing):
+cdef list _heard_in_store(object connector, dict waits, list missing,
+                          double listen_until):
     """The ranks that never came, once the waits of those we heard nothing
     from (no connection to them: pairs connect when first used) are read
     where they recorded them (record_abort): a rank in the middle of a
-    ring that we never talked to may have come and waited too. Returns
-    the ranks someone waits for that recorded nothing (or whose records
-    the store did not give within the failure path's budget: failing())."""
+    ring that we never talked to may have come and waited too. A record
+    not there yet is waited for as the pairs are listened to, until
+    `listen_until` (the ranks time out about now too). Returns the ranks
+    someone waits for that recorded nothing (or whose records the store
+    did not give within the failure path's budget: failing())."""
     until = connector.failing()
+    # Ours first: a rank waiting for our record must not wait behind our
+    # own waits (a store client makes one request at a time).
+    connector.recorded()
     asked = set()
     while True:
         unknown = [w for w in missing if w not in asked]
@@ -208,7 +214,7 @@ cdef list _heard_in_store(object connector, dict waits, list missing):
             return missing
         for w in unknown:
             asked.add(w)
-            told = connector._abort_of(w, until)
+            told = connector._abort_of(w, until, listen_until)
             if told is not None and told[1] == ABORT_TIMEOUT:
                 theirs = told[0].partition(b"\0")[2]
                 waits[w] = {int(x) for x in theirs.split(b",") if x.isdigit()}

@@ -446,18 +446,22 @@ class Connector:
         if self.recording is not None:
             self.recording.join(max(self.failing() - time.monotonic(), 0.0))
 
-    def _abort_of(self, peer, until):
+    def _abort_of(self, peer, until, wait_until=0.0):
         """What `peer` said in the store when it stopped on an error (why,
         code, culprit, origin), or None: also when the store does not
-        answer by `until` (time.monotonic())."""
+        answer by `until` (time.monotonic()). A record not there yet is
+        waited for until `wait_until` (a peer whose deadline passes just
+        after ours writes it a little later)."""
         key = f"{self.job}/abort/{peer}"
         if time.monotonic() >= until:
             return None
         try:
             with capped(until):
-                if not self.store.check([key]):
+                wait = wait_until - time.monotonic()
+                if wait <= 0 and not self.store.check([key]):
                     return None
-                code, culprit, origin, why = self.store.get(key).split(b" ", 3)
+                raw = self.store.get(key, timeout=max(wait, 0.0))
+            code, culprit, origin, why = raw.split(b" ", 3)
             return why, int(code), int(culprit), int(origin)
         except (RendezvousError, OSError, TimeoutError, ValueError):
             return None
