@@ -424,7 +424,10 @@ class Connector:
         recorded_cause). Best effort, in a thread of its own, within the
         failure path's budget (failing()): the call that failed raises at
         once even where the store cannot be reached; Links.close waits for
-        it (recorded)."""
+        it (recorded), and so does an exiting interpreter (it is no daemon):
+        a process that ends on the error, its links never closed (a
+        communicator from connect()), resets its connections after the
+        record is in the store."""
         until = self.failing()
 
         def record():
@@ -438,7 +441,7 @@ class Connector:
             self.told = (why, code, culprit, origin)
         if self.recording is None and not self.closed:
             self.recording = start_quiet(threading.Thread(
-                target=record, daemon=True, name=f"gloocy-abort-{self.rank}"))
+                target=record, daemon=False, name=f"gloocy-abort-{self.rank}"))
 
     def recorded(self):
         """Wait until record_abort's record is in the store (or its budget
