@@ -19,6 +19,9 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
     the first failure; a reason a peer told us is passed on), so that
     each rank names the root cause, not a rank that only gave up because
     of it. A timeout is traced to the rank that never came."""
+    recorded = recorded_cause(ctx, exc)
+    if recorded is not None:
+        exc = recorded
     if ctx.error is None:
         ctx.error = exc
     links = ctx.links
@@ -63,7 +66,62 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
         if p is not None:           # connect_members installed meanwhile)
             (<Pair>p).abandon()
     links.wake()
+    if recorded is not None:
+        raise recorded
     return 0
+
+
+cdef object recorded_cause(Context ctx, BaseException exc):
+    """A connection lost to a peer that stopped on an error first: the
+    error it recorded in the store (lazy.py: record_abort, written before
+    its connections close), as a peer's abort frame would have told it;
+    else None. Its frame may have been lost with the connection: a peer
+    that exits at once resets it while our bytes to it are unread, and
+    we may see the reset before the frame (a send fails first). Within
+    the failure path's store budget (lazy.py: Connector.failing): a store
+    that does not answer in time leaves `exc`, what we saw."""
+    if (not isinstance(exc, PeerLostError) or exc.rank is None
+            or getattr(exc, "_abort", None) is not None
+            or ctx.links.connector is None):
+        return None
+    connector = ctx.links.connector
+    told = connector._abort_of(exc.rank, connector.failing())
+    if told is None:
+        return None
+    why, code, culprit, origin = told
+    raw, _, waits = why.partition(b"\0")
+    e = told_error(ctx._world[ctx.rank], exc.rank, raw, code, culprit,
+                   exc.rank if origin < 0 else origin, waits)
+    e.__cause__ = exc
+    return e
+
+
+cdef object told_error(int rank, int peer, bytes raw, int code, int culprit,
+                       int origin, bytes waits):
+    """The error a peer's abort told us of (its frame, or its record in
+    the store): that error's class, naming the rank that stopped first
+    and its reason (the root cause, not the echo of a peer giving up).
+    `origin` is that rank, `_abort` what fail() passes on; `waits` (a
+    timeout's) the world ranks the peer was waiting for."""
+    why = raw.decode("utf-8", "replace")
+    message = (f"rank {rank}: rank {origin} stopped the call" +
+               ("" if origin == peer else f" (rank {peer} passed it on)") +
+               f": {why}")
+    if code == ABORT_TIMEOUT:
+        e = CollectiveTimeout(message)
+        e.culprit = culprit if culprit >= 0 else None
+    elif code == ABORT_PEER_LOST:
+        e = PeerLostError(message, rank=culprit if culprit >= 0 else None)
+    elif code == ABORT_PROTOCOL:
+        e = ProtocolError(message)
+    elif code == ABORT_OTHER:
+        e = GloocyError(message)
+    else:
+        e = MismatchError(message)
+    e.origin = origin
+    e._abort = (raw, code, culprit, origin,
+                [int(w) for w in waits.split(b",") if w.isdigit()])
+    return e
 
 
 cdef tuple abort_reason(Context ctx, BaseException exc):
@@ -97,6 +155,9 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
     mine = ", ".join(map(str, late)) or "?"
     why = (f"rank {ctx.rank}: {call} timed out waiting for rank(s) {mine}".encode()
            + b"\0" + ",".join(map(str, sorted(waits[me]))).encode())
+    connector = ctx.links.connector
+    if connector is not None:       # for the ranks we have no pair to
+        connector.record_abort(why, ABORT_TIMEOUT, -1, -1)
     live = []
     for p in ctx.links.pairs:
         if p is not None and p is not unconnected_pair:   # (the stand-in can't speak)
@@ -114,6 +175,8 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
                     waits[heard[3]] = set(heard[4])
         time.sleep(0.002)
     missing = sorted(set().union(*waits.values()) - set(waits))
+    if connector is not None:
+        missing = _heard_in_store(connector, waits, missing, deadline)
     if told is None:
         text = f"rank {ctx.rank}: {call} timed out waiting for rank(s) {mine}"
     else:
@@ -128,6 +191,34 @@ cdef int trace_timeout(Context ctx, object exc, Coll *c, object told,
             text += "; " + named + " never came"
     exc.args = (text,) + exc.args[1:]
     return 0
+
+
+cdef list _heard_in_store(object connector, dict waits, list missing,
+                          double listen_until):
+    """The ranks that never came, once the waits of those we heard nothing
+    from (no connection to them: pairs connect when first used) are read
+    where they recorded them (record_abort): a rank in the middle of a
+    ring that we never talked to may have come and waited too. A record
+    not there yet is waited for as the pairs are listened to, until
+    `listen_until` (the ranks time out about now too). Returns the ranks
+    someone waits for that recorded nothing (or whose records the store
+    did not give within the failure path's budget: failing())."""
+    until = connector.failing()
+    # Ours first: a rank waiting for our record must not wait behind our
+    # own waits (a store client makes one request at a time).
+    connector.recorded()
+    asked = set()
+    while True:
+        unknown = [w for w in missing if w not in asked]
+        if not unknown:
+            return missing
+        for w in unknown:
+            asked.add(w)
+            told = connector._abort_of(w, until, listen_until)
+            if told is not None and told[1] == ABORT_TIMEOUT:
+                theirs = told[0].partition(b"\0")[2]
+                waits[w] = {int(x) for x in theirs.split(b",") if x.isdigit()}
+        missing = sorted(set().union(*waits.values()) - set(waits))
 
 
 cdef str rank_name(Context ctx, int world):

@@ -144,24 +144,5 @@ cdef int raise_peer_abort(const Xfer *u, int rank, int peer) except -1 with gil:
     # A timeout's payload also lists, after a NUL, the world ranks the peer
     # was waiting for (see trace_timeout).
     raw, _, waits = u.buf[:u.nbytes].partition(b"\0")
-    why = raw.decode("utf-8", "replace")
     cdef int origin = peer if u.hdr.tag == 0 or u.hdr.tag > 1 << 30 else <int>u.hdr.tag - 1
-    message = (f"rank {rank}: rank {origin} stopped the call" +
-               ("" if origin == peer else f" (rank {peer} passed it on)") +
-               f": {why}")
-    code = u.hdr.op
-    if code == ABORT_TIMEOUT:
-        e = CollectiveTimeout(message)
-        e.culprit = u.hdr.root if u.hdr.root >= 0 else None
-    elif code == ABORT_PEER_LOST:
-        e = PeerLostError(message, rank=u.hdr.root if u.hdr.root >= 0 else None)
-    elif code == ABORT_PROTOCOL:
-        e = ProtocolError(message)
-    elif code == ABORT_OTHER:
-        e = GloocyError(message)
-    else:
-        e = MismatchError(message)
-    e.origin = origin
-    e._abort = (raw, code, u.hdr.root, origin,
-                [int(w) for w in waits.split(b",") if w.isdigit()])
-    raise e
+    raise told_error(rank, peer, raw, u.hdr.op, u.hdr.root, origin, waits)

@@ -42,5 +42,5 @@ cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
 # ctx's ranks, and a Buf over memory the call owns.
 cdef double _end(Context ctx, object timeout) except -1
 cdef double _left(double end)
-cdef int _explain(Context ctx, Hier h, BaseException e) except -1
+cdef int _explain(Context ctx, Hier h, BaseException e, str call) except -1
 cdef Buf _raw(char *p, int64_t nbytes, int dtype, int64_t itemsize)

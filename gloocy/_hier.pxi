@@ -15,6 +15,7 @@
 # hosts; any other name forces the flat algorithm over the pairs.
 
 import hashlib
+import re
 
 
 cdef enum:
@@ -48,6 +49,10 @@ cdef class Hier:
             self.local.close()
         if self.leaders is not None:
             self.leaders.close()
+
+
+# The learning allgather as error messages name it (describe_call).
+LEARNING = re.compile(r"\ballgather #\d+")
 
 
 cdef Hier _layout_of(list keys, int rank):
@@ -92,8 +97,15 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
     from gloocy.transport.shm import host_identity
     digest = hashlib.blake2b(host_identity().encode(), digest_size=8).digest()
     keys = _array("q", [0]) * ctx.size
-    ctx.allgatherv(_array("q", [int.from_bytes(digest, "little", signed=True)]),
-                   keys, [8] * ctx.size, None, timeout, "ring")
+    try:
+        ctx.allgatherv(_array("q", [int.from_bytes(digest, "little",
+                                                   signed=True)]),
+                       keys, [8] * ctx.size, None, timeout, "ring")
+    except GloocyError as e:
+        e.args = (LEARNING.sub(r"\g<0> (learning the host layout, before "
+                               r"the first collective that may run "
+                               r"two-level)", str(e), 1),) + e.args[1:]
+        raise
     cdef Hier h = _layout_of(list(keys), ctx.rank)
     if len(h.hosts) > 1:
         mine = h.hosts[h.host]
@@ -154,20 +166,30 @@ cdef double _left(double end):
     return max(end - time.monotonic(), 1e-3)
 
 
-cdef int _explain(Context ctx, Hier h, BaseException e) except -1:
-    """A phase's error, told in ctx's ranks where it names the phase's
-    own: a timeout's `ranks` become ctx's, and the message says which
-    ranks the phase ran over (PeerLostError names world ranks already)."""
+cdef int _explain(Context ctx, Hier h, BaseException e, str call) except -1:
+    """A phase's error, told as the user's call (`call`, e.g. "allreduce")
+    in ctx's ranks: the message starts with them and says which ranks the
+    phase ran over (it numbers them from 0: its own text uses those
+    numbers, world ranks where it says "lost peer"); a timeout's `ranks`
+    become ctx's, and the rank that never came is named in ctx's."""
     cdef Context sub = h.phase
-    if sub is None or isinstance(e, PeerLostError) or not isinstance(
-            e, GloocyError):
+    if sub is None or not isinstance(e, GloocyError):
         return 0
     members = [ctx._local[sub._world[i]] for i in range(sub.size)]
     if getattr(e, "ranks", None):
         e.ranks = [members[i] if 0 <= i < sub.size else i for i in e.ranks]
-    e.args = (f"{e} [in a phase of a two-level collective, over ranks "
-              f"{members} of this communicator, which it numbers "
-              f"0-{sub.size - 1}]",) + e.args[1:]
+    # (fail() ends a passed-on error with the phase's rank and call)
+    said = str(e).replace(f"; rank {sub.rank} was in ",
+                          f"; rank {ctx.rank} was in its phase's ")
+    text = (f"rank {ctx.rank}: {call} across hosts stopped in its phase over "
+            f"ranks {members} of this communicator (which the phase's own "
+            f"calls number 0-{sub.size - 1}): {said}")
+    culprit = getattr(e, "culprit", None)
+    if (isinstance(e, CollectiveTimeout) and culprit is not None
+            and 0 <= culprit < len(ctx.links.pairs)
+            and "never came" not in text):
+        text += f"; {rank_name(ctx, culprit)} never came"
+    e.args = (text,) + e.args[1:]
     return 0
 
 
@@ -192,7 +214,7 @@ cdef object hier_barrier(Context ctx, object timeout):
             h.on(h.leaders).barrier(_left(end))
         h.on(h.local).barrier(_left(end))
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "barrier")
         raise
 
 
@@ -246,7 +268,7 @@ cdef object hier_bcast(Context ctx, Buf b, int root, object timeout):
             if off >= b.nbytes:
                 break
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "bcast")
         raise
 
 
@@ -268,7 +290,7 @@ cdef object hier_allreduce(Context ctx, Buf sb, Buf rb, int op, object timeout):
             h.on(h.leaders).allreduce(None, rb, op, _left(end))
         h.on(h.local).bcast(rb, 0, _left(end), SHM)
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "allreduce")
         raise
 
 
@@ -345,7 +367,7 @@ cdef object hier_reduce(Context ctx, Buf sb, Buf rb, int op, int root,
             if at_root:
                 h.on(h.local).recv(rb, 0, 0, _left(end))
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "reduce")
         raise
 
 
@@ -398,7 +420,7 @@ cdef object hier_allgatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
                                            _left(end))
             h.on(h.local).bcast(whole, 0, _left(end), SHM)
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "allgather")
         raise
     if not direct:
         with nogil:

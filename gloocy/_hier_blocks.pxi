@@ -97,7 +97,7 @@ cdef object hier_gatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
         else:
             h.on(h.local).recv(parts, 0, 0, _left(end))
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "gather")
         raise
     at = 0
     with nogil:
@@ -162,7 +162,7 @@ cdef object hier_scatterv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
         else:
             h.on(h.local).scatterv(None, rb, None, None, lr, _left(end), SHM)
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "scatter")
         raise
 
 
@@ -213,7 +213,7 @@ cdef object hier_reduce_scatter(Context ctx, Buf sb, Buf rb, I64 lens, int op,
             _raw(acc, host_lens[h.host] * isz, DT_BYTES, 1), out,
             [lens.v[r] * isz for r in mine], None, 0, _left(end), SHM)
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "reduce_scatter")
         raise
 
 
@@ -285,7 +285,7 @@ cdef object hier_alltoallv(Context ctx, Buf sb, I64 soffs, I64 ssizes, Buf rb,
                                x.q_sizes if lead else None, None, 0,
                                _left(end), SHM)
     except BaseException as e:
-        _explain(ctx, h, e)
+        _explain(ctx, h, e, "alltoall")
         raise
     if not recv_direct:
         with nogil:

@@ -74,6 +74,8 @@ cdef class Links:
         if self.closed:
             return
         self.closed = True
+        if self.connector is not None:    # why we stopped is in the store
+            self.connector.recorded()     # before our peers see us go
         for i in range(len(self.pairs)):
             p = self.pairs[i]
             if p is not None and p is not unconnected_pair:

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import hiredis
 
 from ..errors import RendezvousError, RendezvousTimeout
-from .store import DEFAULT_TIMEOUT, Store, _check_timeout
+from .store import DEFAULT_TIMEOUT, Store, _capped, _check_timeout, capped_end, client_lock
 
 __all__ = ["RedisStore", "DEFAULT_PORT", "DEFAULT_PREFIX"]
 
@@ -219,7 +219,7 @@ class RedisStore(Store):
         while True:
             remaining = deadline - time.monotonic()
             if remaining < 0.001:  # a blocking timeout of 0 would mean "forever"
-                value = self._call([(b"LINDEX", k, 0)], deadline + BLOCK_GRACE)[0]
+                value = self._call([(b"LINDEX", k, 0)], capped_end(deadline + BLOCK_GRACE))[0]
                 if value is not None:
                     return value
                 raise RendezvousTimeout(
@@ -228,7 +228,7 @@ class RedisStore(Store):
             seconds = f"{remaining:.3f}".encode()
             cmd = ((b"BLMOVE", k, k, b"LEFT", b"RIGHT", seconds) if self._blmove
                    else (b"BRPOPLPUSH", k, k, seconds))
-            reply = self._call([cmd], deadline + BLOCK_GRACE, check=False)[0]
+            reply = self._call([cmd], capped_end(deadline + BLOCK_GRACE), check=False)[0]
             if isinstance(reply, hiredis.ReplyError) and self._blmove and \
                     str(reply).startswith("ERR unknown command"):
                 self._blmove = False
@@ -285,10 +285,11 @@ class RedisStore(Store):
     def _run(self, what: str, timeout: float, fn):
         """Call ``fn(deadline)`` holding the lock, on a live connection,
         turning socket failures into RendezvousError."""
-        with self._lock:
+        with client_lock(self._lock, f"{what} in the Redis store at {self.address}"):
             if self._closed:
                 raise RendezvousError(f"store client for {self.url} is closed")
-            deadline = time.monotonic() + timeout
+            # (_capped: the lock may have taken some of a capped thread's time)
+            deadline = time.monotonic() + _capped(timeout)
             try:
                 if self._sock is None:
                     self._connect(deadline)

@@ -11,12 +11,64 @@ check the arguments once, so every store rejects bad input the same way.
 from __future__ import annotations
 
 import abc
+import contextlib
+import threading
 import time
 from collections.abc import Sequence
 
-__all__ = ["Store", "DEFAULT_TIMEOUT"]
+from ..errors import RendezvousTimeout
+
+__all__ = ["Store", "DEFAULT_TIMEOUT", "capped", "capped_end", "client_lock"]
 
 DEFAULT_TIMEOUT = 300.0
+
+# The end (time.monotonic()) of this thread's store operations, if capped.
+_cap = threading.local()
+
+
+@contextlib.contextmanager
+def capped(until: float):
+    """Every store operation this thread makes in the block ends by
+    ``until`` (a time.monotonic() value), whatever its store's timeout:
+    its waits (for a key, for the client's lock, for a reply, for a
+    connection) are cut to the time left; one that runs out raises
+    RendezvousTimeout, as at its own timeout. For work that must not wait
+    on a store that may be unreachable (a rank's failure path, its exit).
+    Caps nest: the earlier end wins."""
+    before = getattr(_cap, "until", None)
+    _cap.until = until if before is None else min(before, until)
+    try:
+        yield
+    finally:
+        _cap.until = before
+
+
+def _capped(timeout: float) -> float:
+    """``timeout``, cut to what is left of this thread's cap (see capped)."""
+    until = getattr(_cap, "until", None)
+    return timeout if until is None else min(timeout, max(until - time.monotonic(), 0.0))
+
+
+def capped_end(deadline: float) -> float:
+    """``deadline`` (time.monotonic()), or this thread's cap if earlier."""
+    until = getattr(_cap, "until", None)
+    return deadline if until is None else min(deadline, until)
+
+
+@contextlib.contextmanager
+def client_lock(lock: threading.Lock, what: str):
+    """Hold a store client's ``lock`` (its one request at a time), waiting
+    for another thread's request no longer than this thread's cap allows
+    (see capped): RendezvousTimeout naming ``what`` if it runs out."""
+    until = getattr(_cap, "until", None)
+    if not lock.acquire(timeout=-1 if until is None
+                        else max(until - time.monotonic(), 0.0)):
+        raise RendezvousTimeout(f"timed out waiting for {what}: the client "
+                                f"is busy with another thread's request")
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def _check_key(key: object, name: str = "key") -> str:
@@ -76,6 +128,16 @@ class Store(abc.ABC):
 
     def __init__(self, *, timeout: float = DEFAULT_TIMEOUT) -> None:
         self.timeout = _check_timeout(timeout)
+
+    # Read, it is cut to the calling thread's cap (see capped), so that every
+    # operation the concrete stores bound by it is bounded by the cap too.
+    @property
+    def timeout(self) -> float:
+        return _capped(self._default_timeout)
+
+    @timeout.setter
+    def timeout(self, seconds: float) -> None:
+        self._default_timeout = seconds
 
     # -- public API: validate, then delegate ---------------------------------
 
@@ -166,7 +228,7 @@ class Store(abc.ABC):
         self.close()
 
     def _timeout(self, timeout: float | None) -> float:
-        return self.timeout if timeout is None else _check_timeout(timeout)
+        return self.timeout if timeout is None else _capped(_check_timeout(timeout))
 
     # -- what a concrete store implements (arguments already checked) --------
 

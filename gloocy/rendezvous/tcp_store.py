@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 from ..errors import RendezvousError, RendezvousTimeout
 from .shared_wait import one_at_a_time
-from .store import DEFAULT_TIMEOUT, Store, _check_timeout
+from .store import DEFAULT_TIMEOUT, Store, _capped, _check_timeout, client_lock
 
 __all__ = ["TCPStore", "MAX_FRAME"]
 
@@ -275,10 +275,11 @@ class TCPStore(Store):
             if len(frame) - 4 > MAX_FRAME:
                 raise ValueError(f"request for {what} is {len(frame)} bytes, over the "
                                  f"store's frame limit of {MAX_FRAME} bytes")
-        with self._lock:
+        with client_lock(self._lock, f"{what} in the store at {self.address}"):
             if self._closed:
                 raise RendezvousError(f"store client for {self.url} is closed")
-            deadline = time.monotonic() + max(timeout, MIN_REPLY_WAIT)
+            # (_capped: the lock may have taken some of a capped thread's time)
+            deadline = time.monotonic() + max(_capped(timeout), MIN_REPLY_WAIT)
             try:
                 if self._sock is None:
                     self._connect(deadline)

@@ -28,7 +28,6 @@ Store keys (all under the job's prefix), O(1) per rank:
                      when it serves the store, once the others' clients left)
 """
 
-import contextlib
 import hashlib
 import os
 import select
@@ -40,6 +39,7 @@ import weakref
 from gloocy._quiet import start_quiet
 from gloocy.errors import PeerLostError, RendezvousError, RendezvousTimeout
 from gloocy.rendezvous.shared_wait import get_once, nothing_to_pass, one_at_a_time
+from gloocy.rendezvous.store import capped
 from gloocy.transport import _tcp, handshake, ibverbs, inproc, shm
 from gloocy.transport._tcp import tcp_pair
 from gloocy.transport.listener import Listener
@@ -49,6 +49,9 @@ __all__ = ["Connector", "start"]
 _DIALING, _ACCEPTING, _INSTALLED = "dialing", "accepting", "installed"
 _LEAVE_WAIT = 60.0     # the longest the store's host waits for the others to leave
 _CLOSE_STORE_S = 5.0   # the longest a store operation of a rank leaving waits
+_FAILING_STORE_S = 0.5  # all the store traffic of a rank's failure path, from its
+                        # first use (record_abort, recorded, _abort_of): a store
+                        # across a cut link must not keep a failing call
 _TELL_ARRIVING_S = 1.0  # the longest a failed rank leaving waits for dials it accepted
 _COMING_WAIT_S = 1.0   # the longest pair() waits for a peer's dial our listener has
                        # begun to answer, rather than dial too (see Connector.pair)
@@ -182,6 +185,7 @@ class Connector:
         self.closed = False
         self.recording = None     # the thread saying why we stopped (record_abort)
         self.told = None          # ... and why: (why, code, culprit, origin)
+        self.failing_until = None  # the end of the failure path's store traffic
         self.dialed = self.accepted = 0   # connections made each way
         self.refused = 0          # our dials the peer refused (it dialed us too)
         self.coming = {}          # peer -> its dials our listener is authenticating
@@ -388,7 +392,7 @@ class Connector:
     def _gone(self, peer, address, e):
         """`peer` hung up on our dial: the pair to a peer that left (telling
         why, if it stopped on an error first), or PeerLostError (it died)."""
-        told = self._abort_of(peer)
+        told = self._abort_of(peer, time.monotonic() + 1.0)
         if told is not None or self._said_goodbye(peer):
             return departed_pair(self.rank, peer, address, self.dead_s, told)
         raise PeerLostError(f"rank {self.rank}: rank {peer} ({address}) is "
@@ -402,15 +406,33 @@ class Connector:
         except (RendezvousError, OSError):
             return False
 
+    def failing(self):
+        """The end (time.monotonic()) of our failure path's store traffic:
+        one budget, _FAILING_STORE_S from its first use, for all of it
+        (record_abort's record, recorded()'s wait for it, the _abort_of
+        lookups of fail()). A store that does not answer by then (across a
+        cut link) is given up: the failure names what this rank saw."""
+        if self.failing_until is None:
+            self.failing_until = time.monotonic() + _FAILING_STORE_S
+        return self.failing_until
+
     def record_abort(self, why, code, culprit, origin):
         """We stop on an error (fail(), _failure.pxi): say why in the store,
         for the peers that dial us once we are gone (those that dial us
-        before are told by the links). Best effort, in a thread of its own:
-        the call that failed raises at once even where the store cannot be
-        reached (a cut link); close() waits for it, briefly."""
+        before are told by the links), and for those that see our
+        connections close before our abort frame (_failure.pxi:
+        recorded_cause). Best effort, in a thread of its own, within the
+        failure path's budget (failing()): the call that failed raises at
+        once even where the store cannot be reached; Links.close waits for
+        it (recorded), and so does an exiting interpreter (it is no daemon):
+        a process that ends on the error, its links never closed (a
+        communicator from connect()), resets its connections after the
+        record is in the store."""
+        until = self.failing()
+
         def record():
             try:
-                with _briefly(self.store):
+                with capped(until):
                     self.store.set(f"{self.job}/abort/{self.rank}",
                                    f"{code} {culprit} {origin} ".encode() + why)
             except (RendezvousError, OSError, TimeoutError, ValueError):
@@ -419,16 +441,30 @@ class Connector:
             self.told = (why, code, culprit, origin)
         if self.recording is None and not self.closed:
             self.recording = start_quiet(threading.Thread(
-                target=record, daemon=True, name=f"gloocy-abort-{self.rank}"))
+                target=record, daemon=False, name=f"gloocy-abort-{self.rank}"))
 
-    def _abort_of(self, peer):
+    def recorded(self):
+        """Wait until record_abort's record is in the store (or its budget
+        is spent): a peer that sees our connections close then finds it."""
+        if self.recording is not None:
+            self.recording.join(max(self.failing() - time.monotonic(), 0.0))
+
+    def _abort_of(self, peer, until, wait_until=0.0):
         """What `peer` said in the store when it stopped on an error (why,
-        code, culprit, origin), or None."""
+        code, culprit, origin), or None: also when the store does not
+        answer by `until` (time.monotonic()). A record not there yet is
+        waited for until `wait_until` (a peer whose deadline passes just
+        after ours writes it a little later)."""
         key = f"{self.job}/abort/{peer}"
+        if time.monotonic() >= until:
+            return None
         try:
-            if not self.store.check([key]):
-                return None
-            code, culprit, origin, why = self.store.get(key, timeout=1.0).split(b" ", 3)
+            with capped(until):
+                wait = wait_until - time.monotonic()
+                if wait <= 0 and not self.store.check([key]):
+                    return None
+                raw = self.store.get(key, timeout=max(wait, 0.0))
+            code, culprit, origin, why = raw.split(b" ", 3)
             return why, int(code), int(culprit), int(origin)
         except (RendezvousError, OSError, TimeoutError, ValueError):
             return None
@@ -538,11 +574,10 @@ class Connector:
         """Stop taking connections, close the pairs never installed; the
         last rank to leave clears the job's keys; the store's host waits
         (bounded) for the others, who may still need the store."""
-        if self.recording is not None:    # (before our own store operations)
-            self.recording.join(_CLOSE_STORE_S + 1.0)
+        self.recorded()                   # (before our own store operations)
         if clean and not self.closed:
             try:                  # before a dial is refused: see _said_goodbye
-                with _briefly(self.store):
+                with _briefly():
                     self.store.set(f"{self.job}/bye/{self.rank}", b"1")
             except (RendezvousError, OSError, TimeoutError):
                 pass
@@ -609,7 +644,7 @@ class Connector:
         waits for that (bounded), after a clean end only."""
         store, job = self.store, self.job
         try:
-            with _briefly(store):
+            with _briefly():
                 if self.server is not None:
                     if clean:     # (our own client stays till we are done)
                         self.server.wait_clients(1, min(self.timeout, _LEAVE_WAIT))
@@ -620,20 +655,12 @@ class Connector:
             pass                  # best effort: the job is over anyway
 
 
-@contextlib.contextmanager
-def _briefly(store):
-    """The store's operations while we leave wait _CLOSE_STORE_S at most
-    (its default timeout is the job's): a store that is gone (its host
-    left, or its link was cut) costs a rank's exit seconds, not the job's
-    deadline."""
-    before = getattr(store, "timeout", None)
-    if before is not None and before > _CLOSE_STORE_S:
-        store.timeout = _CLOSE_STORE_S
-    try:
-        yield
-    finally:
-        if before is not None:
-            store.timeout = before
+def _briefly():
+    """The store's operations while we leave end within _CLOSE_STORE_S (its
+    default timeout is the job's): a store that is gone (its host left, or
+    its link was cut) costs a rank's exit seconds, not the job's deadline.
+    (This thread's only: see capped.)"""
+    return capped(time.monotonic() + _CLOSE_STORE_S)
 
 
 def departed_pair(rank, peer, address, dead_s, told=None):
