@@ -125,7 +125,7 @@ cdef void *pair_of(Context ctx, int i) except NULL nogil
 cdef int install_arrivals(Links links) except -1 with gil
 # Whether the process of our unconnected rank `i` has died (node waits);
 # raises what a signal handler raised meanwhile (Ctrl-C).
-cdef int lazy_peer_gone(Context ctx, int i) except -1 with gil
+cdef int lazy_peer_gone(Context ctx, int i, int pid) except -1 with gil
 # Connect every member of ctx not connected yet (best effort, briefly): a
 # rank that fails in a node collective tells them all why (see fail()).
 cdef int connect_members(Context ctx) except -1

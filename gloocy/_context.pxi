@@ -611,10 +611,10 @@ cdef int install_arrivals(Links links) except -1 with gil:
     return 1 if got else 0
 
 
-cdef int lazy_peer_gone(Context ctx, int i) except -1 with gil:
+cdef int lazy_peer_gone(Context ctx, int i, int pid) except -1 with gil:
     connector = ctx.links.connector
     try:
-        return connector is not None and connector.process_gone(ctx._world[i])
+        return connector is not None and connector.process_gone(ctx._world[i], pid)
     except Exception:
         return 0                        # not known: the deadline tells
     # (a KeyboardInterrupt raised meanwhile goes on: the caller's call stops)
@@ -633,11 +633,19 @@ cdef int connect_members(Context ctx) except -1:
     connector = ctx.links.connector
     if connector is None or ctx.size > TELL_ALL_MAX:
         return 0
-    for i in range(ctx.size):
-        w = ctx._world[i]
-        if i != ctx.rank and ctx.links.pairs[w] is unconnected_pair:
-            try:
-                install_pair(ctx.links, w, connector.pair(w, timeout=2.0))
-            except Exception:
-                pass                    # gone, or slow: it learns otherwise
+    from gloocy.rendezvous.store import capped
+    # Within the failure path's store budget: the store that tells where
+    # they listen may have ended with the rank that failed (rank 0 served it).
+    until = connector.failing()
+    with capped(until):
+        for i in range(ctx.size):
+            w = ctx._world[i]
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            if i != ctx.rank and ctx.links.pairs[w] is unconnected_pair:
+                try:
+                    install_pair(ctx.links, w, connector.pair(w, timeout=left))
+                except Exception:
+                    pass                # gone, or slow: it learns otherwise
     return 0

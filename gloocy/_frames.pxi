@@ -37,14 +37,19 @@ cdef bint frame_matches(const Header *got, const Xfer *want) noexcept nogil:
             and got.seq == want.hdr.seq and got.tag == want.hdr.tag)
 
 
+# The kinds whose header count is the call's element count (a bcast's bytes).
+COUNTED_KINDS = frozenset([KIND_BCAST, KIND_ALLREDUCE, KIND_REDUCE,
+                           KIND_REDUCE_SCATTER, KIND_SCAN, KIND_EXSCAN])
+
+
 cdef str describe_call(const Header *h):
     """e.g. 'allreduce #3 (count=4, dtype=float64, op=SUM)', or for an
     object collective 'bcast of objects #2 (root=0)'."""
     cdef int kind = h.kind & KIND_MASK, obj = h.kind >> OBJ_SHIFT
     parts = []
     # Object calls move pickles (their byte counts mean nothing to users);
-    # an allgather's count is a digest of its block sizes, or nothing.
-    if obj == 0 and kind != KIND_ALLGATHERV:
+    # the other kinds' count is a digest of their block sizes, or nothing.
+    if obj == 0 and kind in COUNTED_KINDS:
         parts.append(f"count={h.count}")
     if h.dtype:
         parts.append(f"dtype={DTYPE_NAMES.get(h.dtype, h.dtype)}")

@@ -21,7 +21,8 @@ ctypedef struct NodeCtl:              # one rank's
     int32_t cma_err[2]                # errno of its failed single copy, and
     int32_t cma_peer[2]               # from whom, at steps of each parity
     int32_t cpu                       # the CPU it arrived from (node_spread)
-    char _pad0[32]
+    int32_t pid                       # its process (node_check_peers)
+    char _pad0[28]
     Header fp[2]                      # its call at steps of each parity
     char _pad1[32]
     Header pair_calls[4]              # its latest calls over the pairs beside

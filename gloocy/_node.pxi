@@ -241,6 +241,9 @@ cdef class Node:
         self.looks.probe_every = LOOK_PROBE_MIN
         self.look_floor_ns = 1000 * node_look_floor_us()
         self.ctl = <NodeCtl *>(self.base + sizeof(NodeHead))
+        # our process, for peers asking whether it ended: the store that
+        # could tell them may have ended with it (rank 0 served it)
+        self.ctl[rank].pid = os.getpid()
         self.data = self.base + sizeof(NodeHead) + size * sizeof(NodeCtl)
 
     def __dealloc__(self):
@@ -547,7 +550,8 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
     # waiting ranks asking after all of theirs every slice queue on the GIL
     # for seconds. Those after it are asked once it arrives (or by a rank of
     # those before it that waits for them).
-    if unconnected >= 0 and lazy_peer_gone(ctx, unconnected):
+    if unconnected >= 0 and lazy_peer_gone(ctx, unconnected,
+                                            ctx.node.ctl[unconnected].pid):
         return _raise_node_peer_lost(ctx, unconnected)
     return 0
 

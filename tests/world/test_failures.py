@@ -142,6 +142,59 @@ def test_killed_rank_is_named_by_every_other_rank(tmp_path, transport):
         assert 0 <= r["at"] - killed["killed_at"] < NAMED_WITHIN, r
 
 
+# A job launched as torchrun launches it: rank 0 serves the store, so killing
+# it takes the store too; the others must still name it at once.
+STORE_HOST_BODY = """
+import json, os, signal, sys, threading, time
+import numpy as np
+import gloocy
+comm = gloocy.init(timeout=60)
+x = np.ones(1024)
+comm.Allreduce(gloocy.IN_PLACE, x)
+if comm.rank == 0:
+    def die():
+        print(json.dumps(dict(killed_at=time.monotonic())), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    threading.Timer(0.2, die).start()
+try:
+    while True:
+        comm.Barrier()
+        comm.Allreduce(gloocy.IN_PLACE, x)
+except gloocy.PeerLostError as e:
+    print(json.dumps(dict(lost=e.rank, msg=str(e), at=time.monotonic())), flush=True)
+"""
+
+
+def test_killed_store_host_is_named_by_every_other_rank(tmp_path, transport):
+    script = tmp_path / "rank.py"
+    script.write_text(STORE_HOST_BODY)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("GLOOCY_", "RANK", "WORLD_SIZE", "LOCAL_", "MASTER_"))}
+    procs = [subprocess.Popen(
+        [sys.executable, str(script)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        env={**base, **TRANSPORT_ENV[transport], "RANK": str(r), "WORLD_SIZE": "4",
+             "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "4",
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+        for r in range(4)]
+    try:
+        outs = [p.communicate(timeout=60) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    assert procs[0].returncode == -signal.SIGKILL, outs[0][1].decode()
+    (killed,) = [json.loads(line) for line in outs[0][0].decode().splitlines()]
+    for rank in (1, 2, 3):
+        assert procs[rank].returncode == 0, outs[rank][1].decode()
+        (r,) = [json.loads(line) for line in outs[rank][0].decode().splitlines()]
+        assert r["lost"] == 0 and "rank 0" in r["msg"], r
+        assert 0 <= r["at"] - killed["killed_at"] < NAMED_WITHIN, r
+
+
 @pytest.mark.parametrize("n", [1, 8 << 20], ids=["in-an-allreduce",
                                                  "in-a-large-send"])
 def test_a_killed_peer_is_named_by_each_survivor_in_time(transport, n):
@@ -460,6 +513,22 @@ def test_mismatched_counts_raise_mismatch_error_on_both_ranks(tmp_path, transpor
         (r,) = reports
         assert r["error"] == "MismatchError"
         assert "count=4" in r["msg"] and "count=8" in r["msg"], r
+
+
+def test_mismatched_alltoall_blocks_are_named_by_their_bytes(tmp_path, transport):
+    # An alltoall has no single count: its error names the blocks' bytes.
+    job = Job(tmp_path, 2, """
+        n = 64 if rank == 0 else 65
+        try:
+            comm.Alltoall(np.ones(2 * n), np.empty(2 * n), timeout=10)
+        except gloocy.MismatchError as e:
+            report(msg=str(e))
+    """, transport)
+    for code, reports, stderr in job.results():
+        assert code == 0, stderr
+        (r,) = reports
+        assert "alltoall #" in r["msg"] and "count=" not in r["msg"], r
+        assert "512" in r["msg"] and "520" in r["msg"], r
 
 
 def test_different_collectives_raise_mismatch_error(tmp_path, transport):
