@@ -47,9 +47,10 @@ if gloocy_gil_queue_init() != 0:
 
 def gil_queue_ranks(int change):
     """A rank connector of this process begins (+1) or ends (-1): from 16
-    on, waits here take the GIL back in turn."""
+    on, waits here take the GIL back in turn. Returns how many live now."""
     global gloocy_gil_queue_contexts
     gloocy_gil_queue_contexts += change
+    return gloocy_gil_queue_contexts
 
 
 cdef extern from "<sys/socket.h>" nogil:
