@@ -1,10 +1,12 @@
-# HMAC-SHA-256 without the GIL, from the system's OpenSSL (libcrypto, the
-# library Python's own hashlib uses), opened at import with dlopen so that
-# building gloocy needs no OpenSSL headers: a dial's handshake computes its
-# proof between its two waits without taking the GIL back (see DialAuth in
-# _tcp.pyx). Where no libcrypto can be opened, `_hmac_sha256` returns 0 and
-# DialAuth takes the GIL for Python's hmac module instead. Included by
-# _tcp.pyx; checked against Python's hmac in tests/unit/test_dial_auth.py.
+# HMAC-SHA-256 in C, from the system's OpenSSL (libcrypto, the library
+# Python's own hashlib uses), opened at import with dlopen so that building
+# gloocy needs no OpenSSL headers: a dial's handshake computes its proof
+# between its two waits without taking the GIL back (see DialAuth in
+# _tcp.pyx), and the listener's MACs (handshake._mac, by hmac_sha256_now)
+# keep the GIL rather than let it go as Python's hmac.digest does. Where no
+# libcrypto can be opened, `_hmac_sha256` returns 0 and both use Python's
+# hmac module instead. Included by _tcp.pyx; checked against Python's hmac
+# in tests/unit/test_dial_auth.py.
 
 from libc.stdint cimport uint8_t
 from libc.string cimport memcpy
