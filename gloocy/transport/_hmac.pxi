@@ -1,10 +1,12 @@
-# HMAC-SHA-256 without the GIL, from the system's OpenSSL (libcrypto, the
-# library Python's own hashlib uses), opened at import with dlopen so that
-# building gloocy needs no OpenSSL headers: a dial's handshake computes its
-# proof between its two waits without taking the GIL back (see DialAuth in
-# _tcp.pyx). Where no libcrypto can be opened, `_hmac_sha256` returns 0 and
-# DialAuth takes the GIL for Python's hmac module instead. Included by
-# _tcp.pyx; checked against Python's hmac in tests/unit/test_dial_auth.py.
+# HMAC-SHA-256 in C, from the system's OpenSSL (libcrypto, the library
+# Python's own hashlib uses), opened at import with dlopen so that building
+# gloocy needs no OpenSSL headers: a dial's handshake computes its proof
+# between its two waits without taking the GIL back (see DialAuth in
+# _tcp.pyx), and the listener's MACs (handshake._mac, by hmac_sha256_now)
+# keep the GIL rather than let it go as Python's hmac.digest does. Where no
+# libcrypto can be opened, `_hmac_sha256` returns 0 and both use Python's
+# hmac module instead. Included by _tcp.pyx; checked against Python's hmac
+# in tests/unit/test_dial_auth.py.
 
 from libc.stdint cimport uint8_t
 from libc.string cimport memcpy
@@ -71,12 +73,14 @@ cdef int _hmac_sha256(const uint8_t *key, size_t klen, const uint8_t *a, size_t 
 
 def hmac_sha256_now(const unsigned char[::1] key, const unsigned char[::1] data):
     """HMAC-SHA-256 of `data` under `key` through the C path the dial uses
-    (for tests: it must equal hmac.digest(key, data, "sha256")); None where
-    no libcrypto could be opened."""
+    (it equals hmac.digest(key, data, "sha256")); None where no libcrypto
+    could be opened. Keeps the GIL, unlike Python's hmac.digest: a
+    handshake's MAC takes about a microsecond, and a thread that lets the
+    GIL go waits to get it back behind the others that want it (hundreds,
+    in a process of rank threads; the listener answering their dials)."""
     cdef uint8_t out[32]
     cdef const uint8_t *k = &key[0] if key.shape[0] else <const uint8_t *>b""
     cdef const uint8_t *d = &data[0] if data.shape[0] else <const uint8_t *>b""
-    cdef int ok
-    with nogil:
-        ok = _hmac_sha256(k, key.shape[0], d, data.shape[0], d, 0, d, 0, out)
-    return PyBytes_FromStringAndSize(<char *>out, 32) if ok else None
+    if not _hmac_sha256(k, key.shape[0], d, data.shape[0], d, 0, d, 0, out):
+        return None
+    return PyBytes_FromStringAndSize(<char *>out, 32)

@@ -32,6 +32,27 @@ from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
 include "_hmac.pxi"
 
 
+# A dial's waits without the GIL (DialAuth.run, wait_fd) take it back
+# through a queue, as _core's waits do (see gloocy/_gil_queue.h: with
+# hundreds of rank threads in a process, each waiter for the GIL itself
+# wakes every 5 ms). This extension's copy of the queue counts the rank
+# connectors living in the process (lazy.Connector: `gil_queue_ranks`).
+cdef extern from "../_gil_queue.h":
+    int gloocy_gil_queue_init()
+    int gloocy_gil_queue_contexts     # here: rank connectors alive in this process
+
+if gloocy_gil_queue_init() != 0:
+    raise OSError("pthread_atfork failed")
+
+
+def gil_queue_ranks(int change):
+    """A rank connector of this process begins (+1) or ends (-1): from 16
+    on, waits here take the GIL back in turn. Returns how many live now."""
+    global gloocy_gil_queue_contexts
+    gloocy_gil_queue_contexts += change
+    return gloocy_gil_queue_contexts
+
+
 cdef extern from "<sys/socket.h>" nogil:
     struct msghdr:
         void *msg_name

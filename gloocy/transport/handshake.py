@@ -48,7 +48,9 @@ class HungUp(ProtocolError):
 
 
 def _mac(secret, label, *parts):
-    return hmac.digest(secret, label + b"".join(parts), "sha256")
+    # (by libcrypto keeping the GIL, where it could be opened: see _hmac.pxi)
+    data = label + b"".join(parts)
+    return _tcp.hmac_sha256_now(secret, data) or hmac.digest(secret, data, "sha256")
 
 
 def recv_exact(sock, n, what="the handshake"):

@@ -157,6 +157,13 @@ def _new_node_segment(size):
         return None
 
 
+def _unregister(listener, tag, rank):
+    """A Connector's end: its listener forgets it, and _tcp's GIL queue
+    counts one rank fewer here."""
+    _tcp.gil_queue_ranks(-1)
+    listener.unregister(tag, rank)
+
+
 class Connector:
     """One rank's lazy connections: `pair(peer)` connects now (the engine
     calls it from pair_of(), the links' lock held); pairs peers dialed
@@ -202,7 +209,8 @@ class Connector:
             raise
         # Unregistered at close(), or when dropped unclosed (links that were
         # never closed, e.g. a Dup never freed, then collected).
-        self._unregister = weakref.finalize(self, listener.unregister, self.tag, rank)
+        _tcp.gil_queue_ranks(1)
+        self._unregister = weakref.finalize(self, _unregister, listener, self.tag, rank)
         # Not at interpreter exit: our own close() comes later there, and
         # the listener must still finish the dials we accepted, to tell
         # their ranks why we stopped, if we did.
