@@ -103,7 +103,7 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
                 deadline)
             go = tuple(map(int, got.split()))
             if go[1]:
-                node = os.open(f"/proc/{go[1]}/fd/{go[2]}", os.O_RDWR | os.O_CLOEXEC)
+                node = _open_node_segment(rank, go[1], go[2])
                 # rank 0 keeps its fd open until every rank has opened it
                 if store.add(f"{job}/opened", 1) == size - 1:
                     store.set(f"{job}/opened_all", b"1")
@@ -146,6 +146,20 @@ def _wait_for_go(store, job, rank, size, deadline):
         why = f"{size - joined} of {size} ranks did not join (rank 0 names them)"
     raise RendezvousError(f"rank {rank}: rank 0's go did not come before the "
                           f"deadline: {why}") from None
+
+
+def _open_node_segment(rank, pid, fd):
+    """Rank 0's node segment (its `fd` in process `pid`), opened through
+    /proc: what the kernel allows only where we may trace rank 0."""
+    try:
+        return os.open(f"/proc/{pid}/fd/{fd}", os.O_RDWR | os.O_CLOEXEC)
+    except PermissionError as e:
+        raise RendezvousError(
+            f"rank {rank}: cannot open rank 0's shared-memory segment through "
+            f"/proc/{pid}/fd/{fd} ({e.strerror}): rank 0's process is not "
+            f"dumpable, or the ranks may not trace each other (ptrace rules, "
+            f"containers); GLOOCY_TRANSPORT=tcp on every rank does without it"
+        ) from e
 
 
 def _new_node_segment(size):

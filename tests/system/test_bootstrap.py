@@ -2,6 +2,7 @@
 gloocy-run, torchrun, Slurm and MPI launchers, and an mpi4py bootstrap."""
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -208,6 +209,32 @@ def test_two_processes_claiming_one_rank(tmp_path):
                for _, err in results) == 1, results
     # (eager: "did not connect"; lazy, the default: "did not join the job")
     assert "rank(s) [2] did not" in results[0][1], results[0][1]
+
+
+NOT_DUMPABLE = textwrap.dedent("""
+    import ctypes, os
+    if os.environ["GLOOCY_RANK"] == "0":      # PR_SET_DUMPABLE: 0
+        assert ctypes.CDLL(None).prctl(4, 0, 0, 0, 0) == 0
+    from gloocy import MPI
+    MPI.COMM_WORLD.Barrier()
+""")
+
+
+@pytest.mark.skipif(shutil.which("capsh") is None,
+                    reason="capsh (libcap2-bin) drops CAP_SYS_PTRACE for this test")
+def test_a_segment_rank_0_cannot_share_is_a_clear_error(tmp_path):
+    """Rank 0 not dumpable and no rank allowed to trace it: its node segment
+    cannot be opened through /proc, and the others say so, naming the way
+    out, instead of a bare PermissionError."""
+    prog = tmp_path / "prog.py"
+    prog.write_text(NOT_DUMPABLE)
+    run = subprocess.run(
+        ["capsh", "--drop=cap_sys_ptrace", "--", "-c",
+         f"{sys.executable} -m gloocy.run -n 2 {sys.executable} {prog}"],
+        env=clean_env(GLOOCY_TIMEOUT=20), capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0
+    assert "rank 1: cannot open rank 0's shared-memory segment" in run.stdout + run.stderr
+    assert "GLOOCY_TRANSPORT=tcp" in run.stdout + run.stderr
 
 
 def test_ranks_that_disagree_on_the_world_size(tmp_path):
