@@ -11,7 +11,6 @@ the blocks the senders made with NumPy.
 """
 
 import os
-import threading
 import time
 
 import numpy as np
@@ -22,6 +21,7 @@ from gloocy import MPI, datatypes
 from gloocy.testing.processes import ProcessWorld as World
 
 from test_node_derived import _refuse_cross_memory_attach
+from test_node_large import run_killing
 
 SHM = {"GLOOCY_TRANSPORT": "shm"}
 
@@ -138,22 +138,7 @@ def test_a_rank_killed_during_a_single_copy_alltoall_is_named(tmp_path):
     size, nbytes = 3, 48 << 20         # 32 MiB streams: most of a call copies once
     started = str(tmp_path / "started")
     with World(size, env=SHM) as w:
-        killed_at = []
-
-        def kill():
-            deadline = time.monotonic() + 25
-            while not os.path.exists(started) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            time.sleep(0.2)
-            killed_at.append(time.monotonic())
-            w.kill(1)
-        killer = threading.Thread(target=kill)
-        killer.start()
-        try:
-            got = w.run(r_alltoall_until_lost, nbytes, started, timeout=30,
-                        check=False)
-        finally:
-            killer.join()
+        got, killed_at = run_killing(w, 1, started, r_alltoall_until_lost, nbytes, started)
     for rank in (0, 2):                    # the survivors
         lost, noticed, calls = got[rank]
         assert lost == 1, got

@@ -147,26 +147,32 @@ def r_bcast_until_lost(comm, nbytes, started):
         return e.rank, time.monotonic(), comm._ctx.node.cma_calls
 
 
+def run_killing(w, victim, started, fn, *args):
+    """w.run(fn, *args) while rank `victim` is killed 0.2 s after the file
+    `started` appears (its ranks are in their calls): (each rank's result,
+    [the time of the kill])."""
+    killed_at = []
+
+    def kill():
+        deadline = time.monotonic() + 25
+        while not os.path.exists(started) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        killed_at.append(time.monotonic())
+        w.kill(victim)
+    killer = threading.Thread(target=kill)
+    killer.start()
+    try:
+        return w.run(fn, *args, timeout=30, check=False), killed_at
+    finally:
+        killer.join()
+
+
 def test_a_reader_killed_while_the_root_writes_to_it_is_named(tmp_path):
     size, nbytes = 2, 32 << 20           # 2 ranks: the root writes a share
     started = str(tmp_path / "started")
     with World(size, env=SHM) as w:
-        killed_at = []
-
-        def kill():
-            deadline = time.monotonic() + 25
-            while not os.path.exists(started) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            time.sleep(0.2)
-            killed_at.append(time.monotonic())
-            w.kill(1)
-        killer = threading.Thread(target=kill)
-        killer.start()
-        try:
-            got = w.run(r_bcast_until_lost, nbytes, started, timeout=30,
-                        check=False)
-        finally:
-            killer.join()
+        got, killed_at = run_killing(w, 1, started, r_bcast_until_lost, nbytes, started)
     for rank in (0,):                      # the survivor
         lost, noticed, calls = got[rank]
         assert lost == 1, got
