@@ -432,8 +432,9 @@ class Connector:
         """The end (time.monotonic()) of our failure path's store traffic:
         one budget, _FAILING_STORE_S from its first use, for all of it
         (record_abort's record, recorded()'s wait for it, the _abort_of
-        lookups of fail(), connect_members' dials). A store that does not answer by then (across a
-        cut link) is given up: the failure names what this rank saw."""
+        lookups of fail(), connect_members' dials). A store that does not
+        answer by then (across a cut link) is given up: the failure names
+        what this rank saw."""
         if self.failing_until is None:
             self.failing_until = time.monotonic() + _FAILING_STORE_S
         return self.failing_until
@@ -571,9 +572,8 @@ class Connector:
     def process_gone(self, peer, pid=0):
         """Whether rank `peer`'s process (on our host) has ended; `pid` its
         process if known (else it is read from the store)."""
-        if pid > 0:
-            self._pids[peer] = pid
-        pid = self._pids.get(peer)
+        if pid <= 0:
+            pid = self._pids.get(peer)
         if pid is None:
             pid = self._pids[peer] = int(self.store.get(f"{self.job}/pid/{peer}",
                                                         timeout=1.0))

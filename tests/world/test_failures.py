@@ -26,6 +26,7 @@ from gloocy.rendezvous import TCPStore, TCPStoreServer
 from gloocy.transport.handshake import HANDSHAKE_TIMEOUT as _HANDSHAKE_TIMEOUT
 
 from conftest import TRANSPORT_ENV
+from peers import free_port
 from gloocy.testing.processes import TEST_HOSTS, ProcessWorld as World
 from test_shm import kill_the_last_rank
 
@@ -168,9 +169,7 @@ except gloocy.PeerLostError as e:
 def test_killed_store_host_is_named_by_every_other_rank(tmp_path, transport):
     script = tmp_path / "rank.py"
     script.write_text(STORE_HOST_BODY)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("GLOOCY_", "RANK", "WORLD_SIZE", "LOCAL_", "MASTER_"))}
     procs = [subprocess.Popen(

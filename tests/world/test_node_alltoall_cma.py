@@ -21,30 +21,17 @@ from gloocy import MPI, datatypes
 from gloocy.testing.processes import ProcessWorld as World
 
 from test_node_derived import _refuse_cross_memory_attach
-from test_node_large import run_killing
+from test_node_large import r_alltoallv, run_killing
 
 SHM = {"GLOOCY_TRANSPORT": "shm"}
 
 
-def block(s, d, n):
-    """What rank s sends rank d: n bytes no other block has."""
-    return ((np.arange(n, dtype=np.int64) * (2 * s + 3) + 5 * d + n) % 251).astype(np.uint8)
-
-
 def _alltoall(comm, b, in_place):
     """One Alltoall of b-byte blocks: (right against the senders' blocks,
-    whether it copied once)."""
-    r, n = comm.rank, comm.size
-    send = np.concatenate([block(r, d, b) for d in range(n)])
-    want = np.concatenate([block(s, r, b) for s in range(n)])
+    single copies made)."""
     before = comm._ctx.node.cma_calls
-    if in_place:
-        out = send.copy()
-        comm.Alltoall(MPI.IN_PLACE, out)
-    else:
-        out = np.full(want.size, 255, np.uint8)
-        comm.Alltoall(send, out)
-    return bool(np.array_equal(out, want)), comm._ctx.node.cma_calls - before
+    ok, after = r_alltoallv(comm, [[b] * comm.size] * comm.size, in_place)
+    return ok, after - before
 
 
 def r_around_threshold(comm, how):
@@ -152,14 +139,10 @@ def r_refused_alltoall(comm, b):
     single copies)."""
     if comm.rank == 1:
         _refuse_cross_memory_attach()
-    r, n = comm.rank, comm.size
-    oks = [_alltoall(comm, b, False)[0], _alltoall(comm, b, True)[0]]
+    n = comm.size
     counts = [[(s * 7919 + d * 4099) % 3 * b // 2 for d in range(n)] for s in range(n)]
-    send = np.concatenate([block(r, d, counts[r][d]) for d in range(n)])
-    want = np.concatenate([block(s, r, counts[s][r]) for s in range(n)])
-    out = np.full(want.size, 255, np.uint8)
-    comm.Alltoallv([send, counts[r]], [out, [counts[s][r] for s in range(n)]])
-    oks.append(bool(np.array_equal(out, want)))
+    oks = [_alltoall(comm, b, False)[0], _alltoall(comm, b, True)[0],
+           r_alltoallv(comm, counts, False)[0]]
     return oks, comm._ctx.node.cma, comm._ctx.node.cma_calls
 
 

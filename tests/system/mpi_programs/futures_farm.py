@@ -3,21 +3,13 @@ hands out the tasks, the other ranks run them): map in order and unordered,
 starmap, submit, an exception raised by a task, executors one after the
 other, and a root other than 0."""
 import os
-import sys
+
+from _world import comm, rank, say, size
+
 if os.environ.get("USE_GLOOCY"):
-    from gloocy import MPI
     from gloocy.futures import MPICommExecutor, as_completed
 else:
-    from mpi4py import MPI
     from mpi4py.futures import MPICommExecutor, as_completed
-
-comm = MPI.COMM_WORLD
-rank, size = comm.Get_rank(), comm.Get_size()
-
-
-def say(*words):
-    sys.stdout.write(" ".join([f"[{rank}]", *map(str, words)]) + "\n")
-    sys.stdout.flush()
 
 
 def collatz(n):
