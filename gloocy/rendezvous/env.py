@@ -10,7 +10,7 @@ import dataclasses
 import os
 import re
 
-from .tcp_store import _hostport
+from .store import hostport
 
 __all__ = ["Launch", "detect", "first_host"]
 
@@ -81,7 +81,7 @@ def detect(env=None) -> Launch:
         # torchrun (or any torch.distributed env:// launch). Under torchrun
         # its agent's own store holds MASTER_PORT: rank 0 serves ours on any
         # port and publishes it there.
-        address = _hostport(env.get("MASTER_ADDR", "127.0.0.1"),
+        address = hostport(env.get("MASTER_ADDR", "127.0.0.1"),
                             _int(env, "MASTER_PORT") or DEFAULT_PORT)
         run_id = env.get("TORCHELASTIC_RUN_ID")
         served, agent = store is None, None
@@ -102,7 +102,7 @@ def detect(env=None) -> Launch:
             port = _int(env, "GLOOCY_STORE_PORT") or (
                 20000 + ((_int(env, "SLURM_JOB_ID") or 0) * 7
                          + (_int(env, "SLURM_STEP_ID") or 0)) % 20000)
-            store = "tcp://" + _hostport(first_host(nodes), port)
+            store = "tcp://" + hostport(first_host(nodes), port)
             served = True
         else:
             served = False

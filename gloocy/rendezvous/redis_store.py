@@ -25,7 +25,8 @@ from collections.abc import Sequence
 import hiredis
 
 from ..errors import RendezvousError, RendezvousTimeout
-from .store import DEFAULT_TIMEOUT, Store, _capped, _check_timeout, capped_end, client_lock
+from .store import (DEFAULT_TIMEOUT, SocketStore, _capped, _check_timeout, capped_end,
+                    client_lock, hostport)
 
 __all__ = ["RedisStore", "DEFAULT_PORT", "DEFAULT_PREFIX"]
 
@@ -38,10 +39,6 @@ BLOCK_GRACE = 1.0
 SCAN_COUNT = 1000
 # Replies that say "not now" rather than "no": the connection is retried.
 _TRANSIENT = ("LOADING", "BUSY", "MASTERDOWN", "TRYAGAIN")
-
-
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _glob_escape(raw: bytes) -> bytes:
@@ -57,7 +54,7 @@ class _Refused(Exception):
     """The server answered a handshake command with a lasting error."""
 
 
-class RedisStore(Store):
+class RedisStore(SocketStore):
     """Client of a Redis server (``redis-server`` 6.2 or later; older ones
     work through BRPOPLPUSH).
 
@@ -95,7 +92,7 @@ class RedisStore(Store):
         self.username, self._password = username, password
         self.prefix = prefix
         self._raw_prefix = prefix.encode()
-        self.address = _hostport(host, port)
+        self.address = hostport(host, port)
         self.url = f"redis://{self.address}/{db}"
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
@@ -109,17 +106,6 @@ class RedisStore(Store):
 
     def __repr__(self) -> str:
         return f"RedisStore({self.url!r}, prefix={self.prefix!r})"
-
-    def close(self) -> None:
-        self._closed = True
-        sock = self._sock
-        if sock is not None:
-            try:  # wakes a thread blocked in get()/wait() on this client
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        with self._lock:
-            self._disconnect()
 
     # -- operations ----------------------------------------------------------
 
@@ -317,10 +303,8 @@ class RedisStore(Store):
                 raise
 
     def _disconnect(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
-            self._reader = None
+        super()._disconnect()
+        self._reader = None
 
     def _connect(self, deadline: float) -> None:
         """Connect, authenticate and select the database, retrying until

@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import socket
 import threading
 import time
 from collections.abc import Sequence
 
 from ..errors import RendezvousTimeout
 
-__all__ = ["Store", "DEFAULT_TIMEOUT", "capped", "capped_end", "client_lock"]
+__all__ = ["Store", "SocketStore", "DEFAULT_TIMEOUT", "capped", "capped_end",
+           "client_lock", "hostport"]
 
 DEFAULT_TIMEOUT = 300.0
 
@@ -69,6 +71,11 @@ def client_lock(lock: threading.Lock, what: str):
         yield
     finally:
         lock.release()
+
+
+def hostport(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _check_key(key: object, name: str = "key") -> str:
@@ -270,3 +277,26 @@ class Store(abc.ABC):
 
     def _clear(self, prefix: str) -> int:
         raise NotImplementedError(f"{type(self).__name__} has no clear()")
+
+
+class SocketStore(Store):
+    """A store reached through one socket (``_sock``), guarded by ``_lock``."""
+
+    _sock: socket.socket | None = None
+    _closed = False
+
+    def close(self) -> None:
+        self._closed = True
+        sock = self._sock
+        if sock is not None:
+            try:  # wakes a thread blocked in get()/wait() on this client
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        with self._lock:
+            self._disconnect()
+
+    def _disconnect(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None

@@ -36,7 +36,7 @@ from collections.abc import Sequence
 
 from ..errors import RendezvousError, RendezvousTimeout
 from .shared_wait import one_at_a_time
-from .store import DEFAULT_TIMEOUT, Store, _capped, _check_timeout, client_lock
+from .store import DEFAULT_TIMEOUT, SocketStore, _capped, _check_timeout, client_lock, hostport
 
 __all__ = ["TCPStore", "MAX_FRAME"]
 
@@ -113,10 +113,6 @@ def _check_secret(secret: object) -> bytes:
     return bytes(secret)
 
 
-def _hostport(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
 # --------------------------------------------------------------------------
 # client
 
@@ -160,7 +156,7 @@ def _recv_replies(sock: socket.socket, count: int, deadline: float) -> list[byte
     return frames
 
 
-class TCPStore(Store):
+class TCPStore(SocketStore):
     """Client of a TCPStoreServer.
 
     Connects in the constructor, retrying until ``connect_timeout`` (default:
@@ -178,7 +174,7 @@ class TCPStore(Store):
         if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
             raise ValueError(f"port must be an int in 1..65535, got {port!r}")
         self.host, self.port = host, port
-        self.address = _hostport(host, port)
+        self.address = hostport(host, port)
         self.url = "tcp://" + self.address
         self._secret = _check_secret(secret)
         self._lock = threading.Lock()
@@ -193,17 +189,6 @@ class TCPStore(Store):
 
     def __repr__(self) -> str:
         return f"TCPStore({self.url!r})"
-
-    def close(self) -> None:
-        self._closed = True
-        sock = self._sock
-        if sock is not None:
-            try:  # wakes a thread blocked in get()/wait() on this client
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-        with self._lock:
-            self._disconnect()
 
     # -- operations ----------------------------------------------------------
 
@@ -317,11 +302,6 @@ class TCPStore(Store):
                     op == GET_MANY and len(reply) != len(fields)):
                 raise RendezvousError(f"malformed reply from the store at {self.address}")
         return [reply for _, reply in got]
-
-    def _disconnect(self) -> None:
-        if self._sock is not None:
-            self._sock.close()
-            self._sock = None
 
     def _connect(self, deadline: float) -> None:
         """Connect and authenticate, retrying until ``deadline``."""

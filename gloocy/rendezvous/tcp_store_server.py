@@ -18,12 +18,12 @@ from collections.abc import Sequence
 from .._quiet import start_quiet
 from ..errors import RendezvousError
 from . import tcp_store as wire      # wire.MAX_FRAME: one limit, both ends
-from .store import _check_timeout
+from .store import _check_timeout, hostport
 from .tcp_store import (ACCEPT_RETRY, ADD, AUTH_TIMEOUT, BACKLOG, CHECK, CLEAR,
                         CLIENT_LABEL, COMPARE_SET, DELETE, ERR, GET, GET_MANY,
                         NONCE, OK, RECV_SIZE, REFUSED, SERVER_LABEL,
                         SET, WAIT, _Malformed, _READABLE, _REPLY_NO, _REPLY_OK,
-                        _REPLY_YES, _U32, _check_secret, _hostport, _mac, _pack,
+                        _REPLY_YES, _U32, _check_secret, _mac, _pack,
                         _unpack)
 
 __all__ = ["TCPStoreServer"]
@@ -107,7 +107,7 @@ class TCPStoreServer:
 
     @property
     def url(self) -> str:
-        return "tcp://" + _hostport(self.host, self.port)
+        return "tcp://" + hostport(self.host, self.port)
 
     def start(self) -> TCPStoreServer:
         if self._closed:

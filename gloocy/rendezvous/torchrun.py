@@ -15,7 +15,7 @@ import datetime
 
 from ..errors import RendezvousError
 from .address import advertised_address
-from .tcp_store import _hostport
+from .store import hostport
 
 __all__ = ["AgentStore", "meeting_point"]
 
@@ -66,7 +66,7 @@ def meeting_point(address: str, rank: int, job: str, timeout: float,
     if rank != 0:
         return agent.lookup(), None
     here = host or advertised_address(_split(address)[0])
-    return "tcp://" + _hostport(here, 0), agent.publish
+    return "tcp://" + hostport(here, 0), agent.publish
 
 
 def _split(address: str) -> tuple[str, int]:
