@@ -25,8 +25,8 @@ from collections.abc import Sequence
 import hiredis
 
 from ..errors import RendezvousError, RendezvousTimeout
-from .store import (DEFAULT_TIMEOUT, SocketStore, _capped, _check_timeout, capped_end,
-                    client_lock, hostport)
+from .store import (DEFAULT_TIMEOUT, SocketStore, TryAgain, _capped, _check_timeout,
+                    capped_end, client_lock, hostport)
 
 __all__ = ["RedisStore", "DEFAULT_PORT", "DEFAULT_PREFIX"]
 
@@ -69,6 +69,8 @@ class RedisStore(SocketStore):
     job its own. One request at a time per client (a lock); use one client
     per thread for concurrent blocking calls.
     """
+
+    _server = "the Redis server"
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
                  db: int = 0, username: str | None = None, password: str | None = None,
@@ -306,43 +308,14 @@ class RedisStore(SocketStore):
         super()._disconnect()
         self._reader = None
 
-    def _connect(self, deadline: float) -> None:
-        """Connect, authenticate and select the database, retrying until
-        ``deadline`` while the server is unreachable or not ready."""
-        delay, last_error = 0.01, None
-        while True:
-            if self._closed:
-                raise RendezvousError(f"store client for {self.url} is closed")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RendezvousTimeout(
-                    f"could not connect to the Redis server at {self.address} before "
-                    f"the deadline: {last_error or 'no answer'}")
-            sock = None
-            try:
-                sock = socket.create_connection((self.host, self.port), timeout=remaining)
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._sock, self._reader = sock, hiredis.Reader(notEnoughData=Ellipsis)
-                self._handshake(deadline)
-            except TimeoutError:
-                last_error = "no answer in time"
-            except OSError as e:  # refused, unreachable, not resolvable (yet), reset
-                last_error = e
-            except _Refused as e:
-                last_error = e
-                if not str(e).startswith(_TRANSIENT):
-                    self._disconnect()
-                    raise RendezvousError(self._refusal(str(e))) from None
-            except BaseException:
-                self._disconnect()
-                raise
-            else:
-                return
-            self._disconnect()
-            if sock is not None:
-                sock.close()
-            time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, 0.5)
+    def _greet(self, sock: socket.socket, deadline: float) -> None:
+        self._sock, self._reader = sock, hiredis.Reader(notEnoughData=Ellipsis)
+        try:
+            self._handshake(deadline)
+        except _Refused as e:
+            if str(e).startswith(_TRANSIENT):
+                raise TryAgain(e) from None
+            raise RendezvousError(self._refusal(str(e))) from None
 
     def _handshake(self, deadline: float) -> None:
         commands: list[tuple] = []

@@ -17,9 +17,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from ..errors import RendezvousTimeout
+from ..errors import RendezvousError, RendezvousTimeout
 
-__all__ = ["Store", "SocketStore", "DEFAULT_TIMEOUT", "capped", "capped_end",
+__all__ = ["Store", "SocketStore", "TryAgain", "DEFAULT_TIMEOUT", "capped", "capped_end",
            "client_lock", "hostport"]
 
 DEFAULT_TIMEOUT = 300.0
@@ -279,11 +279,58 @@ class Store(abc.ABC):
         raise NotImplementedError(f"{type(self).__name__} has no clear()")
 
 
+class TryAgain(Exception):
+    """The server answered but is not ready yet (`SocketStore._greet`)."""
+
+
 class SocketStore(Store):
-    """A store reached through one socket (``_sock``), guarded by ``_lock``."""
+    """A store reached through one socket (``_sock``), guarded by ``_lock``,
+    at ``host``:``port`` (``address``), called ``_server`` in messages."""
 
     _sock: socket.socket | None = None
     _closed = False
+    _server = "the store"
+
+    @abc.abstractmethod
+    def _greet(self, sock: socket.socket, deadline: float) -> None:
+        """Authenticate a new connection (OSError, TimeoutError, TryAgain:
+        try again; any other error ends the attempt)."""
+
+    def _connect(self, deadline: float) -> None:
+        """Connect and greet, retrying until ``deadline`` while the server
+        is unreachable or not ready."""
+        delay, last_error = 0.01, None
+        while True:
+            if self._closed:
+                raise RendezvousError(f"store client for {self.url} is closed")
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RendezvousTimeout(
+                    f"could not connect to {self._server} at {self.address} before "
+                    f"the deadline: {last_error or 'no answer'}")
+            sock = None
+            try:
+                sock = socket.create_connection((self.host, self.port), timeout=remaining)
+                if sock.family in (socket.AF_INET, socket.AF_INET6):
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self._greet(sock, deadline)
+                self._sock = sock
+                return
+            except TimeoutError:
+                last_error = "no answer in time"
+            except (OSError, TryAgain) as e:  # refused, unreachable, reset, loading
+                last_error = e
+            except BaseException:
+                self._drop(sock)
+                raise
+            self._drop(sock)
+            time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
+            delay = min(delay * 2, 0.5)
+
+    def _drop(self, sock: socket.socket | None) -> None:
+        self._disconnect()
+        if sock is not None:
+            sock.close()
 
     def close(self) -> None:
         self._closed = True

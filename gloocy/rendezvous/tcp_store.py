@@ -303,40 +303,7 @@ class TCPStore(SocketStore):
                 raise RendezvousError(f"malformed reply from the store at {self.address}")
         return [reply for _, reply in got]
 
-    def _connect(self, deadline: float) -> None:
-        """Connect and authenticate, retrying until ``deadline``."""
-        delay, last_error = 0.01, None
-        while True:
-            if self._closed:
-                raise RendezvousError(f"store client for {self.url} is closed")
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise RendezvousTimeout(
-                    f"could not connect to the store at {self.address} before the "
-                    f"deadline: {last_error or 'no answer'}")
-            sock = None
-            try:
-                sock = socket.create_connection((self.host, self.port), timeout=remaining)
-                if sock.family in (socket.AF_INET, socket.AF_INET6):
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                self._handshake(sock, deadline)
-            except TimeoutError:
-                last_error = "no answer in time"
-            except OSError as e:  # refused, unreachable, not resolvable (yet), reset
-                last_error = e
-            except BaseException:
-                if sock is not None:
-                    sock.close()
-                raise
-            else:
-                self._sock = sock
-                return
-            if sock is not None:
-                sock.close()
-            time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
-            delay = min(delay * 2, 0.5)
-
-    def _handshake(self, sock: socket.socket, deadline: float) -> None:
+    def _greet(self, sock: socket.socket, deadline: float) -> None:
         server_nonce = _recv_exact(sock, NONCE, deadline)  # errors: retried
         if server_nonce == REFUSED:
             raise RendezvousError(f"the store at {self.address} refused this client: "
