@@ -13,7 +13,6 @@ from the inputs of all.
 """
 
 import functools
-import threading
 import time
 import zlib
 
@@ -25,6 +24,7 @@ from gloocy import IN_PLACE
 from gloocy import _core
 from gloocy.testing.processes import ProcessWorld as World
 from gloocy.testing.oracle import UFUNCS
+from test_shm import kill_the_last_rank
 
 TRANSPORTS = ("shm", "tcp", "mix")
 
@@ -436,19 +436,7 @@ def r_wait_in(comm, coll):
 @pytest.mark.transports("shm")
 @pytest.mark.parametrize("coll", ["alltoall", "reduce_scatter", "gather"])
 def test_a_killed_rank_is_named_in_a_node_collective(coll):
-    size = 3
-    with World(size, env={"GLOOCY_TRANSPORT": "shm", **FORCE}) as w:
-        killed_at = []
-
-        def kill():
-            killed_at.append(time.monotonic())
-            w.kill(size - 1)
-        timer = threading.Timer(0.5, kill)
-        timer.start()
-        try:
-            got = w.run(r_wait_in, coll, ranks=list(range(size - 1)), timeout=30)
-        finally:
-            timer.cancel()
-    for lost, noticed in got:
-        assert lost == size - 1
-        assert 0 <= noticed - killed_at[0] < 3.0      # far below the deadline
+    env = {"GLOOCY_TRANSPORT": "shm", **FORCE}
+    for lost, after in kill_the_last_rank(env, coll, fn=r_wait_in):
+        assert lost == 2
+        assert 0 <= after < 3.0      # far below the deadline

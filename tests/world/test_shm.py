@@ -194,10 +194,11 @@ def wait_on_last_rank(comm, n):
     return None, time.monotonic()
 
 
-def kill_the_last_rank(env, n, size=3):
+def kill_the_last_rank(env, n, size=3, fn=wait_on_last_rank):
     """In a world of `size` with `env`, the others wait on the last rank
-    (wait_on_last_rank), which is killed after 0.5 s: per survivor, (the
-    rank it names as lost, seconds from the kill to its error)."""
+    (`fn(comm, n)`: wait_on_last_rank), which is killed after 0.5 s: per
+    survivor, (the rank it names as lost, seconds from the kill to its
+    error)."""
     with World(size, env=env) as w:
         killed_at = []
 
@@ -207,8 +208,7 @@ def kill_the_last_rank(env, n, size=3):
         timer = threading.Timer(0.5, kill)
         timer.start()
         try:
-            got = w.run(wait_on_last_rank, n, ranks=list(range(size - 1)),
-                        timeout=30)
+            got = w.run(fn, n, ranks=list(range(size - 1)), timeout=30)
         finally:
             timer.cancel()
     return [(lost, noticed - killed_at[0]) for lost, noticed in got]
