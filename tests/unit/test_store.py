@@ -9,7 +9,6 @@ import threading
 import time
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
 
 from gloocy.errors import RendezvousError, RendezvousTimeout
 from gloocy.rendezvous import TCPStore, TCPStoreServer, connect, tcp_store
@@ -41,51 +40,6 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-# -- semantics --------------------------------------------------------------
-
-_keys = st.sampled_from(["a", "b", "c", "é/ü"])
-_ops = st.one_of(
-    st.tuples(st.just("set"), _keys, st.binary(max_size=64)),
-    st.tuples(st.just("add"), _keys, st.integers(-(10**20), 10**20)),
-    st.tuples(st.just("get"), _keys),
-    st.tuples(st.just("check"), st.lists(_keys, max_size=3)),
-    st.tuples(st.just("delete"), _keys),
-)
-
-
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(ops=st.lists(_ops, max_size=25))
-def test_semantics_match_a_dict(server, ops):
-    oracle = {}
-    with client(server) as store:
-        for k in list("abc") + ["é/ü"]:
-            store.delete(k)
-        for op, *args in ops:
-            if op == "set":
-                store.set(*args)
-                oracle[args[0]] = args[1]
-            elif op == "add":
-                key, amount = args
-                try:
-                    expect = int(oracle.get(key, b"0")) + amount
-                except ValueError:
-                    with pytest.raises(ValueError):
-                        store.add(key, amount)
-                    continue
-                assert store.add(key, amount) == expect
-                oracle[key] = str(expect).encode()
-            elif op == "get":
-                if args[0] in oracle:
-                    assert store.get(args[0]) == oracle[args[0]]
-                else:
-                    with pytest.raises(RendezvousTimeout):
-                        store.get(args[0], timeout=0.05)
-            elif op == "check":
-                assert store.check(args[0]) == all(k in oracle for k in args[0])
-            elif op == "delete":
-                assert store.delete(args[0]) == (oracle.pop(args[0], None) is not None)
 
 
 def test_argument_checks(server):
