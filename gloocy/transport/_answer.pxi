@@ -4,11 +4,13 @@
 # nonce and proof, read the dialer's proof and check it. Only what needs the
 # ranks' Python state goes to the listener's Python thread, as events in a
 # queue it drains in one hold of the GIL (an eventfd wakes it): a dial
-# coming (its HELLO seen: Connector.dial_coming), a coming dial given up
-# (hung up, failed authentication, too slow), a dial proven (its fd: the
-# verdict, ACCEPT and the host ids are Python's). Strangers (bad HELLOs,
-# dials for no rank of ours) are closed here, unseen by Python. The wire is
-# handshake.py's, unchanged. Included by _tcp.pyx.
+# proven (its fd: the verdict, ACCEPT and the host ids are Python's), and
+# the rarer dial given up after its HELLO (hung up, failed authentication,
+# too slow). The dials coming (their HELLO answered, no verdict yet) are
+# counted here, per rank and peer (`coming`: Connector.pair waits for one
+# rather than dial too), until Python's verdict (`judged`) or given up.
+# Strangers (bad HELLOs, dials for no rank of ours) are closed here, unseen
+# by Python. The wire is handshake.py's, unchanged. Included by _tcp.pyx.
 
 cdef extern from "<sys/eventfd.h>" nogil:
     int eventfd(unsigned int initval, int flags)
@@ -55,8 +57,7 @@ cdef enum:
     _HELLO_BYTES = 72             # handshake._HELLO: "<8sIiiI16s32s"
     _NONCE_BYTES = 32
     _ADDRESS_BYTES = 64
-    _COMING = 0                   # the events (see the header)
-    _GIVEN_UP = 1
+    _GIVEN_UP = 1                 # the events (see the header)
     _PROVEN = 2
 
 cdef struct _Greeting:            # a dial being answered
@@ -81,6 +82,8 @@ cdef struct _Rank:                # a rank of this process that takes dials
     uint8_t *secret               # NULL: none registered
     size_t klen
     int64_t size                  # its job's size
+    int32_t *coming               # the peers of its dials coming, once per dial
+    int ncoming, cap_coming
 
 
 cdef class Answerer:
@@ -131,7 +134,7 @@ cdef class Answerer:
     def __dealloc__(self):
         self.close()
         for i in range(self.nranks):
-            free(self.ranks[i].secret)
+            _forget(&self.ranks[i])
         free(self.ranks)
         free(self.events)
         pthread_mutex_destroy(&self.lock)
@@ -156,7 +159,7 @@ cdef class Answerer:
                 raise MemoryError()
             memset(grown + self.nranks, 0, (n - self.nranks) * sizeof(_Rank))
             self.ranks, self.nranks = grown, n
-        free(self.ranks[rank].secret)
+        _forget(&self.ranks[rank])
         self.ranks[rank].secret, self.ranks[rank].klen = key, len(secret)
         self.ranks[rank].size = size
         self.answer_s = max(self.answer_s, answer_s)
@@ -165,14 +168,31 @@ cdef class Answerer:
     def unregister(self, int rank):
         pthread_mutex_lock(&self.lock)
         if 0 <= rank < self.nranks:
-            free(self.ranks[rank].secret)
-            self.ranks[rank].secret = NULL
+            _forget(&self.ranks[rank])
+        pthread_mutex_unlock(&self.lock)
+
+    def coming(self, int rank, int peer):
+        """Whether a dial from `peer` to `rank` is coming: its HELLO was
+        answered, no verdict yet."""
+        cdef _Rank *r
+        cdef bint found = False
+        pthread_mutex_lock(&self.lock)
+        r = self._rank(rank)
+        if r != NULL:
+            found = _find(r, peer) >= 0
+        pthread_mutex_unlock(&self.lock)
+        return found
+
+    def judged(self, int rank, int peer):
+        """A proven dial from `peer` to `rank` is judged: no longer coming."""
+        pthread_mutex_lock(&self.lock)
+        self._uncount(rank, peer)
         pthread_mutex_unlock(&self.lock)
 
     def take(self):
         """The events since the last take, in order: (kind, fd, wanted
-        rank, peer, address); kind is "coming", "given up" or "proven" (the
-        fd is the caller's then)."""
+        rank, peer, address); kind is "given up" or "proven" (the fd is the
+        caller's then)."""
         cdef uint64_t count
         cdef _Event *got
         cdef Py_ssize_t n, i
@@ -307,7 +327,6 @@ cdef class Answerer:
                     self._drop(g)
                     return
                 g.proving = 1
-                self._post(_COMING, -1, g)
             else:
                 if not self._proven(g):
                     self._drop(g)
@@ -341,11 +360,13 @@ cdef class Answerer:
               and g.peer != g.wanted
               and _hmac_sha256(r.secret, r.klen, <const uint8_t *>b"acceptor", 8,
                                g.hello, _HELLO_BYTES, g.nonce, _NONCE_BYTES,
-                               out + _NONCE_BYTES))
+                               out + _NONCE_BYTES)
+              # (a few bytes to a connection whose peer reads: they fit at once)
+              and send(g.fd, out, sizeof(out),
+                       MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof(out)
+              and _count(r, g.peer))      # (counted before the proof can come)
         pthread_mutex_unlock(&self.lock)
-        # (a few bytes to a connection whose peer reads: they fit at once)
-        return ok and send(g.fd, out, sizeof(out),
-                           MSG_DONTWAIT | MSG_NOSIGNAL) == sizeof(out)
+        return ok
 
     cdef bint _proven(self, _Greeting *g) noexcept nogil:
         """The dialer's proof read: whether it knows the secret."""
@@ -365,6 +386,16 @@ cdef class Answerer:
         if 0 <= rank < self.nranks and self.ranks[rank].secret != NULL:
             return &self.ranks[rank]
         return NULL
+
+    cdef void _uncount(self, int32_t rank, int32_t peer) noexcept nogil:
+        """One dial from `peer` to `rank` no longer coming (the lock held)."""
+        cdef _Rank *r = self._rank(rank)
+        cdef int i
+        if r != NULL:
+            i = _find(r, peer)
+            if i >= 0:
+                r.ncoming -= 1
+                r.coming[i] = r.coming[r.ncoming]
 
     cdef void _post(self, int kind, int fd, _Greeting *g) noexcept nogil:
         """Queue an event for Python; the first of a batch wakes its reader
@@ -401,11 +432,14 @@ cdef class Answerer:
             g.next.prev = g.prev
 
     cdef void _drop(self, _Greeting *g) noexcept nogil:
-        """Give up a dial (closed); Python hears of it if it heard it coming."""
+        """Give up a dial (closed); Python hears of it if it was coming."""
         self._unlink(g)
         epoll_ctl(self.epfd, EPOLL_CTL_DEL, g.fd, NULL)
         c_close(g.fd)
-        if g.proving:
+        if g.proving:             # it was counted coming
+            pthread_mutex_lock(&self.lock)
+            self._uncount(g.wanted, g.peer)
+            pthread_mutex_unlock(&self.lock)
             self._post(_GIVEN_UP, -1, g)
         free(g)
 
@@ -414,7 +448,38 @@ cdef class Answerer:
             self._drop(self.dials)
 
 
-_KINDS = ("coming", "given up", "proven")
+_KINDS = (None, "given up", "proven")
+
+
+cdef int _find(_Rank *r, int32_t peer) noexcept nogil:
+    """Where `peer` is among r's dials coming, or -1."""
+    cdef int i
+    for i in range(r.ncoming):
+        if r.coming[i] == peer:
+            return i
+    return -1
+
+
+cdef bint _count(_Rank *r, int32_t peer) noexcept nogil:
+    """One more dial from `peer` coming to r: whether there was memory."""
+    cdef int32_t *grown
+    cdef int n
+    if r.ncoming == r.cap_coming:
+        n = max(8, 2 * r.cap_coming)
+        grown = <int32_t *>realloc(r.coming, n * sizeof(int32_t))
+        if grown == NULL:
+            return False
+        r.coming, r.cap_coming = grown, n
+    r.coming[r.ncoming] = peer
+    r.ncoming += 1
+    return True
+
+
+cdef void _forget(_Rank *r) noexcept nogil:
+    """A rank's entry, emptied (unregistered)."""
+    free(r.secret)
+    free(r.coming)
+    memset(r, 0, sizeof(_Rank))
 
 
 cdef void *_answer_main(void *arg) noexcept nogil:

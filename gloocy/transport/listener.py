@@ -5,10 +5,10 @@ message, and hands each authenticated connection to the rank's Connector
 
 Where libcrypto could be opened, a dial's first two steps (its HELLO, our
 challenge, its proof) are answered in C on a thread of its own without the
-GIL (_answer.pxi's Answerer), and this thread sees only the events that
-need the ranks' state, a batch per hold of the GIL: a dial coming, one
-given up, one proven (its verdict, the host ids and its pair are made
-here). Strangers are closed in C, unseen.
+GIL (_answer.pxi's Answerer, which also counts the dials coming), and
+this thread sees only the events that need the ranks' state, a batch per
+hold of the GIL: a dial proven (its verdict, the host ids and its pair are
+made here), or given up after its HELLO. Strangers are closed in C, unseen.
 
 Its socket calls keep the GIL (_tcp.pyx: accept_now, recv_now, send_now,
 close_now, watch_now): it lets the GIL go only in epoll's wait, so a batch of ready
@@ -44,7 +44,8 @@ class _Dial:
     """A dial the listener is answering: the handshake's bytes so far."""
 
     __slots__ = ("fd", "address", "deadline", "step", "need", "buf", "hello",
-                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming")
+                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming",
+                 "watched")
 
     def __init__(self, fd, address, deadline):
         self.fd, self.address, self.deadline = fd, address, deadline
@@ -53,6 +54,8 @@ class _Dial:
         self.connector = None     # ... once it accepted: errors are told to it
         self.willing = self.local = False   # the dialer takes shared memory; we share it
         self.coming = False       # told to `dialed` as coming (Connector.dial_coming)
+        self.watched = True       # in the poller (a dial from the Answerer: once
+                                  # it waits for bytes)
 
 
 class _Listening:
@@ -188,24 +191,34 @@ class Listener:
                 self.answerer.close()
             poller.close()
 
+    def coming(self, rank, peer):
+        """Whether the Answerer is answering a dial from `peer` to `rank`
+        (Connector.pair; the Connector counts those answered here)."""
+        return self.answerer is not None and self.answerer.coming(rank, peer)
+
+    def judged(self, rank, peer):
+        """A dial from `peer` to `rank` is judged (Connector.verdict)."""
+        if self.answerer is not None:
+            self.answerer.judged(rank, peer)
+
     def _events(self, poller, dials):
-        """The Answerer's events since the last: dials coming, given up,
-        proven (those go on here, from their verdict)."""
+        """The Answerer's events since the last: dials given up after their
+        HELLO (a pair() waiting for one is woken), dials proven (they go on
+        here, from their verdict)."""
         for kind, fd, wanted, peer, address in self.answerer.take():
             with self._lock:
                 ref = self.ranks.get((self.tag, wanted))
             connector = ref() if ref is not None else None
             if kind != "proven":
                 if connector is not None:
-                    connector.dial_coming(peer, 1 if kind == "coming" else -1)
+                    connector.dial_coming(peer, 0)
                 continue
             if connector is None:     # its rank left meanwhile: as refused
                 close_now(fd)
                 continue
             d = _Dial(fd, address, time.monotonic() + self.answer_s)
-            d.peer, d.dialed, d.coming = peer, connector, True
+            d.peer, d.dialed, d.watched = peer, connector, False
             dials[fd] = d
-            watch_now(poller.fileno(), fd, True)
             try:
                 self._judge(d)
             except (OSError, ProtocolError, RendezvousError) as e:
@@ -213,10 +226,12 @@ class Listener:
                 continue
             if d.step is None:
                 del dials[fd]
-                watch_now(poller.fileno(), fd, False)
                 self._hand_over(d)
             else:
                 self._step(poller, dials, d)     # its host id is here already
+                if d.fd in dials:                # (not yet: wait for it)
+                    watch_now(poller.fileno(), fd, True)
+                    d.watched = True
 
     def _accept(self, poller, dials):
         listen_fd = self.sock.fileno()
@@ -238,7 +253,7 @@ class Listener:
     def _drop(self, poller, dials, d, why):
         """Give up a dial: a stranger's is closed; one we accepted is told
         to its rank, as the peer hanging up."""
-        if dials.pop(d.fd, None) is not None:
+        if dials.pop(d.fd, None) is not None and d.watched:
             watch_now(poller.fileno(), d.fd, False)
         close_now(d.fd)
         if d.coming:              # (see Connector.pair)
@@ -276,7 +291,8 @@ class Listener:
                 return self._drop(poller, dials, d, e)
             if d.step is None:        # done: the socket is its pair's, or closed
                 del dials[d.fd]
-                watch_now(poller.fileno(), d.fd, False)
+                if d.watched:
+                    watch_now(poller.fileno(), d.fd, False)
                 return self._hand_over(d)
 
     def _send(self, d, data):
