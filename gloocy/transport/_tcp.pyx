@@ -574,6 +574,3 @@ def _keepalive(sock, int dead_s):
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL,
                     max(1, (dead_s - idle) // count))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
-
-
-include "_answer.pxi"

@@ -246,7 +246,7 @@ class Connector:
             while True:
                 st = self.state.get(peer)
                 if st is None:
-                    if self.coming.get(peer) or self.listener.coming(self.rank, peer):
+                    if self.coming.get(peer):
                         # The peer is dialing us: its dial will do, and ours
                         # would only cost both sides a handshake (refused,
                         # or the second of two). Not for long: it is a hint
@@ -496,8 +496,7 @@ class Connector:
 
     def dial_coming(self, peer, n):
         """The listener begins (n = 1) or gives up (n = -1) authenticating
-        a dial from `peer` (see pair); n = 0: its Answerer, which counts
-        them, gave one up."""
+        a dial from `peer` (see pair)."""
         with self.cond:
             self._count_coming(peer, n)
 
@@ -520,7 +519,6 @@ class Connector:
         it is not accepted; else arrive() wakes it, once.)"""
         with self.cond:
             self._count_coming(peer, wake=False)
-            self.listener.judged(self.rank, peer)
             if self.closed:
                 self.cond.notify_all()
                 return None

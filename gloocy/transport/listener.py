@@ -3,13 +3,6 @@ answers every dial of a job's ranks living in the process, a step per
 message, and hands each authenticated connection to the rank's Connector
 (Connector.verdict, finish, arrive, hung_up).
 
-Where libcrypto could be opened, a dial's first two steps (its HELLO, our
-challenge, its proof) are answered in C on a thread of its own without the
-GIL (_answer.pxi's Answerer, which also counts the dials coming), and
-this thread sees only the events that need the ranks' state, a batch per
-hold of the GIL: a dial proven (its verdict, the host ids and its pair are
-made here), or given up after its HELLO. Strangers are closed in C, unseen.
-
 Its socket calls keep the GIL (_tcp.pyx: accept_now, recv_now, send_now,
 close_now, watch_now): it lets the GIL go only in epoll's wait, so a batch of ready
 dials is answered in one hold of it, however many rank threads the
@@ -26,8 +19,8 @@ import weakref
 from gloocy._quiet import start_quiet
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport import handshake, shm
-from gloocy.transport._tcp import (Answerer, accept_now, close_now, have_c_hmac, recv_now,
-                                   send_now, tcp_pair, watch_now)
+from gloocy.transport._tcp import (accept_now, close_now, recv_now, send_now, tcp_pair,
+                                   watch_now)
 
 __all__ = ["Listener"]
 
@@ -44,8 +37,7 @@ class _Dial:
     """A dial the listener is answering: the handshake's bytes so far."""
 
     __slots__ = ("fd", "address", "deadline", "step", "need", "buf", "hello",
-                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming",
-                 "watched")
+                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming")
 
     def __init__(self, fd, address, deadline):
         self.fd, self.address, self.deadline = fd, address, deadline
@@ -54,8 +46,6 @@ class _Dial:
         self.connector = None     # ... once it accepted: errors are told to it
         self.willing = self.local = False   # the dialer takes shared memory; we share it
         self.coming = False       # told to `dialed` as coming (Connector.dial_coming)
-        self.watched = True       # in the poller (a dial from the Answerer: once
-                                  # it waits for bytes)
 
 
 class _Listening:
@@ -78,7 +68,6 @@ class Listener:
 
     _lock = threading.Lock()
     _open = {}                    # (host, port, job tag) -> Listener
-    in_c = have_c_hmac            # the first steps in C (Answerer); else all here
 
     @classmethod
     def get(cls, host, port, tag):
@@ -108,9 +97,6 @@ class Listener:
                                       f"{e.strerror}") from None
             self.sock.listen(4096)
             self.sock.setblocking(False)
-            self.tag = tag
-            self.answerer = (Answerer(self.sock.fileno(), tag, self.answer_s)
-                             if self.in_c else None)
         except BaseException:
             self.sock.close()
             raise
@@ -125,9 +111,6 @@ class Listener:
                                       "job lives in this process")
             self.ranks[tag, rank] = weakref.ref(connector)
             self.answer_s = max(self.answer_s, connector.timeout)
-            if self.answerer is not None and tag == self.tag:
-                self.answerer.register(rank, bytes(connector.secret), connector.size,
-                                       self.answer_s)
 
     def serves(self, tag, rank):
         """Whether rank `rank` of job `tag` is still open in this process."""
@@ -137,8 +120,6 @@ class Listener:
     def unregister(self, tag, rank):
         with self._lock:
             self.ranks.pop((tag, rank), None)
-            if self.answerer is not None and tag == self.tag:
-                self.answerer.unregister(rank)
         self.release()
 
     def release(self):
@@ -149,8 +130,6 @@ class Listener:
                 return
             del self._open[self.key]
         self.closing = True
-        if self.answerer is not None:
-            self.answerer.stop()          # (wakes the thread's poll)
         self.sock.shutdown(socket.SHUT_RDWR)   # wakes the thread's poll
         if self.thread is not threading.current_thread():   # (a finalizer may run there)
             self.thread.join()
@@ -159,11 +138,8 @@ class Listener:
     def _serve(self):
         poller = select.epoll()
         dials = {}                # fd -> _Dial
-        if self.answerer is not None:     # its events, else the dials themselves
-            wake_fd, woken = self.answerer.event_fd, self._events
-        else:
-            wake_fd, woken = self.sock.fileno(), self._accept
-        poller.register(wake_fd, select.EPOLLIN)
+        listen_fd = self.sock.fileno()
+        poller.register(listen_fd, select.EPOLLIN)
         try:
             while not self.closing:
                 soonest = min((d.deadline for d in dials.values()), default=None)
@@ -171,8 +147,8 @@ class Listener:
                 if self.untold:
                     wait = min(wait, _RETELL_S)
                 for fd, _ in poller.poll(min(wait, 1.0)):
-                    if fd == wake_fd:
-                        woken(poller, dials)
+                    if fd == listen_fd:
+                        self._accept(poller, dials)
                     elif fd in dials:
                         self._step(poller, dials, dials[fd])
                 if self.untold:
@@ -183,55 +159,7 @@ class Listener:
         finally:
             for d in list(dials.values()):
                 self._drop(poller, dials, d, handshake.HungUp("we left"))
-            if self.answerer is not None:
-                self.answerer.stop()
-                for kind, fd, *_ in self.answerer.take():
-                    if kind == "proven":
-                        close_now(fd)
-                self.answerer.close()
             poller.close()
-
-    def coming(self, rank, peer):
-        """Whether the Answerer is answering a dial from `peer` to `rank`
-        (Connector.pair; the Connector counts those answered here)."""
-        return self.answerer is not None and self.answerer.coming(rank, peer)
-
-    def judged(self, rank, peer):
-        """A dial from `peer` to `rank` is judged (Connector.verdict)."""
-        if self.answerer is not None:
-            self.answerer.judged(rank, peer)
-
-    def _events(self, poller, dials):
-        """The Answerer's events since the last: dials given up after their
-        HELLO (a pair() waiting for one is woken), dials proven (they go on
-        here, from their verdict)."""
-        for kind, fd, wanted, peer, address in self.answerer.take():
-            with self._lock:
-                ref = self.ranks.get((self.tag, wanted))
-            connector = ref() if ref is not None else None
-            if kind != "proven":
-                if connector is not None:
-                    connector.dial_coming(peer, 0)
-                continue
-            if connector is None:     # its rank left meanwhile: as refused
-                close_now(fd)
-                continue
-            d = _Dial(fd, address, time.monotonic() + self.answer_s)
-            d.peer, d.dialed, d.watched = peer, connector, False
-            dials[fd] = d
-            try:
-                self._judge(d)
-            except (OSError, ProtocolError, RendezvousError) as e:
-                self._drop(poller, dials, d, e)
-                continue
-            if d.step is None:
-                del dials[fd]
-                self._hand_over(d)
-            else:
-                self._step(poller, dials, d)     # its host id is here already
-                if d.fd in dials:                # (not yet: wait for it)
-                    watch_now(poller.fileno(), fd, True)
-                    d.watched = True
 
     def _accept(self, poller, dials):
         listen_fd = self.sock.fileno()
@@ -253,7 +181,7 @@ class Listener:
     def _drop(self, poller, dials, d, why):
         """Give up a dial: a stranger's is closed; one we accepted is told
         to its rank, as the peer hanging up."""
-        if dials.pop(d.fd, None) is not None and d.watched:
+        if dials.pop(d.fd, None) is not None:
             watch_now(poller.fileno(), d.fd, False)
         close_now(d.fd)
         if d.coming:              # (see Connector.pair)
@@ -291,8 +219,7 @@ class Listener:
                 return self._drop(poller, dials, d, e)
             if d.step is None:        # done: the socket is its pair's, or closed
                 del dials[d.fd]
-                if d.watched:
-                    watch_now(poller.fileno(), d.fd, False)
+                watch_now(poller.fileno(), d.fd, False)
                 return self._hand_over(d)
 
     def _send(self, d, data):
@@ -318,8 +245,22 @@ class Listener:
             connector.dial_coming(d.peer, 1)    # (verdict or _drop ends it)
             d.coming = True
         elif d.step == _Listening.PROOF:
-            handshake.check_proof(d.dialed.secret, d.hello, d.nonce, got, d.peer)
-            self._judge(d)
+            connector = d.dialed
+            handshake.check_proof(connector.secret, d.hello, d.nonce, got, d.peer)
+            d.coming = False      # (the verdict ends it)
+            verdict = connector.verdict(d.peer)
+            if not verdict:       # refused (it waits for our rank's dial) or left
+                if verdict is False:
+                    self._send(d, handshake.REFUSE)
+                    for _ in range(128):  # its host id, sent with the proof: read,
+                        if not recv_now(d.fd, 512):   # lest closing reset the
+                            break                     # connection
+                d.step = None     # (_hand_over closes it)
+                return
+            d.connector = connector
+            d.deadline = time.monotonic() + connector.timeout   # as the dialer's
+            self._send(d, handshake.ACCEPT + connector.host_frame)
+            d.step, d.need = _Listening.HOST, shm.ID_HEADER_BYTES
         elif d.step == _Listening.HOST:
             d.willing, n = shm.id_length(got, d.connector.rank, d.peer, d.address)
             d.step, d.need = _Listening.HOST_ID, n
@@ -331,25 +272,6 @@ class Listener:
             d.local = shm.is_local(c.host_frame, got, d.willing, mode, c.rank,
                                    d.peer, d.address)
             d.step = None
-
-    def _judge(self, d):
-        """Dial `d` is proven: accept it (our host id goes with the
-        verdict), or refuse it."""
-        connector = d.dialed
-        d.coming = False          # (the verdict ends it)
-        verdict = connector.verdict(d.peer)
-        if not verdict:           # refused (it waits for our rank's dial) or left
-            if verdict is False:
-                self._send(d, handshake.REFUSE)
-                for _ in range(128):      # its host id, sent with the proof: read,
-                    if not recv_now(d.fd, 512):   # lest closing reset the
-                        break                     # connection
-            d.step = None         # (_hand_over closes it)
-            return
-        d.connector = connector
-        d.deadline = time.monotonic() + connector.timeout   # as the dialer's
-        self._send(d, handshake.ACCEPT + connector.host_frame)
-        d.step, d.need = _Listening.HOST, shm.ID_HEADER_BYTES
 
     def _hand_over(self, d):
         """A dial answered to the end: its pair to its rank (TCP at once;
