@@ -6,16 +6,28 @@
 # connections, so the algorithms, deadlines, fingerprints and failure
 # naming are the ones every collective has.
 #
-# The host layout is learnt at the first collective that may run
-# two-level, by an allgather of a digest of each rank's host identity
-# (gloocy.transport.shm.host_identity: host name, boot id and network
-# namespace, or GLOOCY_HOST_ID): it needs no pair to be connected before.
-# "auto" runs two-level where there are several hosts and some host has
-# more than one rank; "two_level" forces it wherever there are several
+# The host layout (gloocy.transport.shm.host_identity: host name, boot id
+# and network namespace, or GLOOCY_HOST_ID) is told by the rendezvous
+# (transport/lazy.py: rank 0 reads every rank's host once and puts the
+# layout in its go) and mapped through each communicator's ranks at its
+# first collective that may run two-level; where the links were made
+# otherwise (eager connections), that collective learns it by an
+# allgather of a digest of each rank's host identity (it needs no pair to
+# be connected before). "auto" runs two-level where there are several
+# hosts and some host has more than one rank, from a size per collective
+# (_select.pxi), and, at scale (two_level's at_scale), the barrier and
+# allreduce at any size; "two_level" forces it wherever there are several
 # hosts; any other name forces the flat algorithm over the pairs.
 
 import hashlib
 import re
+
+
+cdef enum:
+    # From this many ranks (GLOOCY_TWO_LEVEL_MIN_RANKS), where the ranks
+    # span hosts and some host has several, "auto" runs the barrier and
+    # every allreduce two-level (bench/results/scale/two-level-at-scale-2026-12-05.md).
+    TWO_LEVEL_MIN_RANKS = 64
 
 
 cdef enum:
@@ -89,11 +101,49 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
     """Set ctx.hier: the layout, and the local and leaders contexts where
     they serve. Collective over ctx."""
     ctx.hier = Hier.__new__(Hier)     # meanwhile: flat (not useful)
+    known = _known_hosts(ctx)
     if ctx.node_wanted:               # a derived context: has it one host?
-        ctx.node_wanted = False
-        share_node_segment(ctx, timeout)
+        ctx.node_wanted = False       # (not if the layout says otherwise)
+        if known is None or min(known) == max(known):
+            share_node_segment(ctx, timeout)
     if ctx.size < 3 or ctx.node is not None or ctx.comm_id >= HIER_LEADERS_ID:
         return 0
+    cdef Hier h = _layout_of(list(known) if known is not None
+                             else _asked_hosts(ctx, timeout), ctx.rank)
+    if len(h.hosts) > 1:
+        mine = h.hosts[h.host]
+        h.local = ctx.derive_ranks(
+            mine, ctx.comm_id | HIER_SHADOW_ID | HIER_LOCAL_ID)
+        connector = ctx.links.connector
+        if (known is not None and len(mine) > NODE_BCAST_TREE_MAX_RANKS
+                and connector.mode != "tcp"):
+            # Its members share a host (the layout says so): its node
+            # segment through the store, as _share_by_store does on one
+            # host, not over ~3 pairs a member.
+            _share_by_store(h.local, connector, h.local.seconds(timeout))
+        else:
+            h.local.node_wanted = len(mine) > 1
+        if ctx.rank == mine[0]:
+            h.leaders = ctx.derive_ranks(
+                [x[0] for x in h.hosts],
+                ctx.comm_id | HIER_SHADOW_ID | HIER_LEADERS_ID)
+    ctx.hier = h
+    return 0
+
+
+cdef object _known_hosts(Context ctx):
+    """Each of ctx's ranks' host index, as the job's rendezvous learnt it
+    (transport/lazy.py: rank 0's go), mapped through ctx's ranks: no
+    communication. None where the links were made otherwise."""
+    hosts = getattr(ctx.links.connector, "hosts", None)
+    if hosts is None:
+        return None
+    return [hosts[ctx._world[i]] for i in range(ctx.size)]
+
+
+cdef list _asked_hosts(Context ctx, object timeout):
+    """Each of ctx's ranks' host digest, by an allgather over ctx (a ring:
+    it needs no pair connected before; size - 1 steps)."""
     from gloocy.transport.shm import host_identity
     digest = hashlib.blake2b(host_identity().encode(), digest_size=8).digest()
     keys = _array("q", [0]) * ctx.size
@@ -106,25 +156,49 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
                                r"the first collective that may run "
                                r"two-level)", str(e), 1),) + e.args[1:]
         raise
-    cdef Hier h = _layout_of(list(keys), ctx.rank)
-    if len(h.hosts) > 1:
-        mine = h.hosts[h.host]
-        h.local = ctx.derive_ranks(
-            mine, ctx.comm_id | HIER_SHADOW_ID | HIER_LOCAL_ID)
-        h.local.node_wanted = len(mine) > 1
-        if ctx.rank == mine[0]:
-            h.leaders = ctx.derive_ranks(
-                [x[0] for x in h.hosts],
-                ctx.comm_id | HIER_SHADOW_ID | HIER_LEADERS_ID)
-    ctx.hier = h
-    return 0
+    return list(keys)
+
+
+cdef int _at_scale = 0                # (0: not read yet)
+
+
+cdef int _min_ranks_at_scale() except -1:
+    """GLOOCY_TWO_LEVEL_MIN_RANKS, read at the first call that asks (a bad
+    value fails that call): see two_level."""
+    global _at_scale
+    if _at_scale:
+        return _at_scale
+    import os
+    text = os.environ.get("GLOOCY_TWO_LEVEL_MIN_RANKS", "")
+    try:
+        n = int(text) if text else TWO_LEVEL_MIN_RANKS
+    except ValueError:
+        n = -1
+    if n < 3:
+        raise ValueError(f"GLOOCY_TWO_LEVEL_MIN_RANKS={text!r}: must be a "
+                         "whole number of ranks, at least 3")
+    _at_scale = n
+    return n
 
 
 cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
-                   object timeout) except -1:
+                   object timeout, bint at_scale=False) except -1:
     """ALGO_TWO_LEVEL if the call runs two-level, else the algorithm it
-    runs over the pairs (a forced "two_level" that cannot: automatic)."""
+    runs over the pairs (a forced "two_level" that cannot: automatic).
+    `at_scale` (barrier, allreduce): "auto" also runs it below auto_min
+    where ctx has GLOOCY_TWO_LEVEL_MIN_RANKS ranks or more (default
+    TWO_LEVEL_MIN_RANKS) and the rendezvous told the
+    layout (no call learns it then)."""
     cdef Hier h
+    if algo == ALGO_AUTO and at_scale and (auto_min < 0 or nbytes < auto_min):
+        if (ctx.size < _min_ranks_at_scale()
+                or ctx.comm_id >= HIER_LEADERS_ID):
+            return algo
+        if ctx.hier is None:
+            if getattr(ctx.links.connector, "hosts", None) is None:
+                return algo
+            _learn_hosts(ctx, timeout)
+        return ALGO_TWO_LEVEL if (<Hier>ctx.hier).useful else algo
     if algo != ALGO_TWO_LEVEL and (algo != ALGO_AUTO or auto_min < 0
                                    or nbytes < auto_min):
         return algo
