@@ -3,9 +3,17 @@
 # the hosts' leaders, a fan-out inside each host. Python names: Hier,
 # host_layout.
 
+cdef class Layout:
+    cdef list hosts                  # the ranks on each host; hosts ordered
+                                     # by their lowest rank, ranks ascending
+    cdef int *host_of                # host index of each rank
+    cdef int *local_rank             # each rank's index in its host's list
+
 cdef class Hier:
+    cdef Layout layout               # where its fields below come from
     cdef readonly list hosts         # our ranks on each host; hosts ordered
                                      # by their lowest rank, ranks ascending
+                                     # (shared: never change it)
     cdef int *host_of                # host index of each of our ranks
     cdef int *local_rank             # each rank's index in its host's list
     cdef readonly int host           # our host's index

@@ -39,12 +39,17 @@ cdef enum:
     HIER_LEADERS_ID = 0x08000000
 
 
-cdef class Hier:
-    """A context's host layout (fields: _hier.pxd)."""
+cdef class Layout:
+    """Which host each rank is on (fields: _hier.pxd); shared by the Hiers
+    of a process's world contexts (_world_layout)."""
 
     def __dealloc__(self):
         free(self.host_of)
         free(self.local_rank)
+
+
+cdef class Hier:
+    """A context's host layout (fields: _hier.pxd)."""
 
     @property
     def spans(self):
@@ -67,25 +72,70 @@ cdef class Hier:
 LEARNING = re.compile(r"\ballgather #\d+")
 
 
-cdef Hier _layout_of(list keys, int rank):
-    """The Hier of ranks with host digests `keys` (our rank `rank`)."""
-    cdef Hier h = Hier.__new__(Hier)
+cdef Layout _layout_of(keys):
+    """The Layout of ranks with host digests (or indexes) `keys`."""
+    cdef Layout t = Layout.__new__(Layout)
     cdef int n = len(keys), r
-    h.host_of = <int *>_alloc(n * sizeof(int))
-    h.local_rank = <int *>_alloc(n * sizeof(int))
+    t.host_of = <int *>_alloc(n * sizeof(int))
+    t.local_rank = <int *>_alloc(n * sizeof(int))
     index = {}
-    h.hosts = []
+    t.hosts = []
     for r in range(n):
         k = keys[r]
         if k not in index:
-            index[k] = len(h.hosts)
-            h.hosts.append([])
-        h.host_of[r] = index[k]
-        h.local_rank[r] = len(h.hosts[index[k]])
-        h.hosts[index[k]].append(r)
+            index[k] = len(t.hosts)
+            t.hosts.append([])
+        t.host_of[r] = index[k]
+        t.local_rank[r] = len(t.hosts[index[k]])
+        t.hosts[index[k]].append(r)
+    return t
+
+
+cdef Hier _hier_of(Layout t, int rank, int size):
+    """A Hier over layout t (borrowed: the Hier keeps t alive), for `rank`."""
+    cdef Hier h = Hier.__new__(Hier)
+    h.layout = t
+    h.hosts = t.hosts
+    h.host_of = t.host_of
+    h.local_rank = t.local_rank
     h.host = h.host_of[rank]
-    h.useful = len(h.hosts) > 1 and len(h.hosts) < n
+    h.useful = len(h.hosts) > 1 and len(h.hosts) < size
     return h
+
+
+# The world's layout in this process: {id(the connector's hosts array):
+# (that array, its Layout)}. Every rank thread of a process reads the same
+# array (transport/lazy.py's hosts_of_ranks): one Layout for them all.
+_WORLD_LAYOUTS = {}
+
+
+cdef Layout _world_layout(hosts):
+    got = _WORLD_LAYOUTS.get(id(hosts))
+    if got is not None and got[0] is hosts:
+        return got[1]
+    cdef Layout t = _layout_of(hosts)
+    if len(_WORLD_LAYOUTS) >= 8:          # (jobs of the past)
+        _WORLD_LAYOUTS.clear()
+    _WORLD_LAYOUTS[id(hosts)] = (hosts, t)
+    return t
+
+
+cdef Layout _known_layout(Context ctx):
+    """ctx's layout as the job's rendezvous told it (transport/lazy.py:
+    rank 0's go), mapped through ctx's ranks: no communication. None
+    where the links were made otherwise."""
+    hosts = getattr(ctx.links.connector, "hosts", None)
+    if hosts is None:
+        return None
+    cdef int i, n = ctx.size
+    cdef bint world = n == len(hosts)
+    for i in range(n):
+        if ctx._world[i] != i:
+            world = False
+            break
+    if world:
+        return _world_layout(hosts)
+    return _layout_of([hosts[ctx._world[i]] for i in range(n)])
 
 
 def host_layout(Context ctx):
@@ -101,15 +151,19 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
     """Set ctx.hier: the layout, and the local and leaders contexts where
     they serve. Collective over ctx."""
     ctx.hier = Hier.__new__(Hier)     # meanwhile: flat (not useful)
-    known = _known_hosts(ctx)
+    cdef Layout known = None
     if ctx.node_wanted:               # a derived context: has it one host?
         ctx.node_wanted = False       # (not if the layout says otherwise)
-        if known is None or min(known) == max(known):
+        known = _known_layout(ctx)
+        if known is None or len(known.hosts) == 1:
             share_node_segment(ctx, timeout)
     if ctx.size < 3 or ctx.node is not None or ctx.comm_id >= HIER_LEADERS_ID:
         return 0
-    cdef Hier h = _layout_of(list(known) if known is not None
-                             else _asked_hosts(ctx, timeout), ctx.rank)
+    if known is None:
+        known = _known_layout(ctx)
+    cdef Hier h = _hier_of(known if known is not None
+                           else _layout_of(_asked_hosts(ctx, timeout)),
+                           ctx.rank, ctx.size)
     if len(h.hosts) > 1:
         mine = h.hosts[h.host]
         h.local = ctx.derive_ranks(
@@ -129,16 +183,6 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
                 ctx.comm_id | HIER_SHADOW_ID | HIER_LEADERS_ID)
     ctx.hier = h
     return 0
-
-
-cdef object _known_hosts(Context ctx):
-    """Each of ctx's ranks' host index, as the job's rendezvous learnt it
-    (transport/lazy.py: rank 0's go), mapped through ctx's ranks: no
-    communication. None where the links were made otherwise."""
-    hosts = getattr(ctx.links.connector, "hosts", None)
-    if hosts is None:
-        return None
-    return [hosts[ctx._world[i]] for i in range(ctx.size)]
 
 
 cdef list _asked_hosts(Context ctx, object timeout):
