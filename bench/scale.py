@@ -385,6 +385,8 @@ def main():
     spent = cpu_through(results, ranges)
     if spent is not None:
         made = sum(conns) / 2
+        if made < len(ok) / 2:        # (per connection: meaningless then)
+            made = 0
         used = spent.get("barrier", 0) + spent.get("allreduce", 0)
         sw = cpu_through(results, ranges, 1)
         vol = cpu_through(results, ranges, 2)
