@@ -112,7 +112,8 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
                 store, f"{job}/go", lambda: _wait_for_go(store, job, rank, size, deadline),
                 deadline)
         go = tuple(map(int, got.split()[:3]))
-        connector.hosts = hosts_of_ranks(got.split()[3].decode(), size)
+        layout = got.split()[3:]          # (none: the ranks' hosts untold)
+        connector.hosts = hosts_of_ranks(layout[0].decode(), size) if layout else None
         if rank != 0:
             if go[1]:
                 node = _open_node_segment(rank, go[1], go[2])
@@ -122,7 +123,8 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
         if connector.host_key is not None:    # rings sized by the ranks here
             connector.ring = shm.ring_bytes(
-                connector.hosts.count(connector.hosts[rank]))
+                store.add(connector.host_key, 0) if connector.hosts is None
+                else connector.hosts.count(connector.hosts[rank]))
         return connector, node
     except BaseException:
         if node is not None:
