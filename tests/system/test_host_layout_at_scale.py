@@ -222,3 +222,49 @@ def test_a_peer_killed_in_an_automatic_two_level_barrier_is_named(victim):
             kind, lost, msg = r
             assert kind == "PeerLostError", (rank, r)
             assert lost == victim and f"rank {victim}" in msg, (rank, r)
+
+
+EXIT_RIGHT_AFTER = """
+import numpy as np
+from gloocy import MPI
+comm = MPI.COMM_WORLD
+x = np.full(4, comm.rank, np.int64)
+comm.Allreduce(MPI.IN_PLACE, x)
+assert (x == sum(range(comm.size))).all(), x
+ran = comm._ctx.last_algorithm
+sub = comm.Split(0, -comm.rank)
+y = np.ones(2)
+sub.Allreduce(MPI.IN_PLACE, y)
+assert (y == comm.size).all(), y
+print(comm.rank, ran, sub._ctx.last_algorithm, flush=True)
+sub.Free()
+"""
+
+
+def test_two_launchers_as_hosts_exit_right_after_two_level_calls(tmp_path):
+    """Two gloocy-run launchers (--nnodes 2) standing for two hosts of 3
+    ranks each (GLOOCY_HOST_ID per launcher): the automatic two-level
+    allreduce, in the world and in a Split, right before every rank
+    exits (no barrier): every rank ends cleanly, none names a peer lost."""
+    import socket
+    import subprocess
+    import sys
+    prog = tmp_path / "prog.py"
+    prog.write_text(EXIT_RIGHT_AFTER)
+    for attempt in range(3):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        procs = [subprocess.Popen(
+            [sys.executable, "-m", "gloocy.run", "-n", "3", "--nnodes", "2",
+             "--node-rank", str(node), "--store", f"127.0.0.1:{port}",
+             "--timeout", "60", str(prog)],
+            env={**os.environ, "GLOOCY_HOST_ID": f"launcher-{node}", **AT_SCALE},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for node in (0, 1)]
+        outs = [p.communicate(timeout=90) for p in procs]
+        for p, (out, err) in zip(procs, outs):
+            assert p.returncode == 0, (attempt, out, err[-3000:])
+        lines = sorted(line.split("] ", 1)[-1] for out, _ in outs
+                       for line in out.splitlines())
+        assert lines == [f"{r} two_level two_level" for r in range(6)], lines
