@@ -5,15 +5,17 @@ processes (issue 19's scale simulation).
     PYTHONPATH=. python bench/scale.py -n 4096 --procs 8
     PYTHONPATH=. python bench/scale.py -n 4096 --procs 8 --stop-after allreduce
     PYTHONPATH=. python bench/scale.py -n 4096 --procs 8 --host-per-process
+    PYTHONPATH=. python bench/scale.py -n 4096 --procs 8 --transport auto
 
 The parent serves a TCP store; each worker process raises its fd limit,
 starts its share of the ranks as threads, and each rank runs, timed by
 phase: start-up (gloocy.connect, lazy connections), a barrier, an
 allreduce of 128 B as gloocy chooses (recursive doubling) and then by
 ring, a bcast, a Split into 64 groups (with an allreduce in each), and
-Free. Ranks connect over TCP (GLOOCY_TRANSPORT=tcp:
-ranks as threads would otherwise share memory rings, 512 KiB a pair).
-With --host-per-process each worker process stands for a host of its own
+Free. Ranks connect over TCP (--transport tcp, the default:
+GLOOCY_TRANSPORT=tcp), or as gloocy chooses (--transport auto: every rank
+on this host, so the node segment serves the world's collectives). With
+--host-per-process each worker process stands for a host of its own
 (GLOOCY_HOST_ID, the transport left to gloocy): its ranks share memory,
 the processes talk over TCP, as ranks of a batch job on several nodes.
 Prints a markdown table: seconds per phase (the slowest rank: phases end
@@ -100,6 +102,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=
 
     t, at = {}, {}                # seconds per phase; when each ended (monotonic)
     cpu = {}                      # the process's CPU seconds when each ended
+    ran = {}                      # the algorithm each phase's last call ran
     comm = store = None
     try:
         at["thread"] = time.monotonic()
@@ -116,7 +119,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=
             # The process's other ranks through start-up before any dials
             # (its CPU until then is rendezvous's alone).
             gate.wait(timeout)
-            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
+            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out, ran)
 
         def phase(name, fn):
             s = time.monotonic()
@@ -124,16 +127,17 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=
             at[name] = time.monotonic()
             cpu[name] = process_cpu()
             t[name] = at[name] - s
+            ran[name] = comm._ctx.last_algorithm
 
         phase("barrier", comm.Barrier)
         if stop_after == "barrier":
-            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
+            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out, ran)
         x = np.full(16, rank, dtype=np.int64)
         # the algorithm gloocy picks for 128 B (recursive doubling), then ring
         phase("allreduce", lambda: comm.Allreduce(gloocy.IN_PLACE, x))
         assert (x == size * (size - 1) // 2).all()
         if stop_after == "allreduce":
-            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out)
+            return stop_early(rank, comm, t, at, cpu, store, startup_ops, out, ran)
         x[:] = rank
         phase("allreduce ring", lambda: comm.Allreduce(gloocy.IN_PLACE, x,
                                                        algorithm="ring"))
@@ -160,7 +164,7 @@ def rank_main(rank, size, url, secret, job, out, timeout, stop_after=None, gate=
         comm = None
         t["free"] = time.monotonic() - s
         out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns_all, dials=dials,
-                         kinds=kinds, startup_ops=startup_ops, ops=store.ops)
+                         kinds=kinds, startup_ops=startup_ops, ops=store.ops, ran=ran)
     except BaseException as e:      # noqa: B036 -- reported
         out[rank] = dict(error=f"{type(e).__name__}: {e}", at=at)
         if gate is not None:
@@ -179,7 +183,7 @@ def pair_kinds(comm):
                                     for p in links.connected))
 
 
-def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
+def stop_early(rank, comm, t, at, cpu, store, startup_ops, out, ran):
     """--stop-after: the phases so far, the connections made, and Free
     once every rank is through (the first ranks' Free, their store
     operations and goodbyes, would slow the others' last phase)."""
@@ -191,7 +195,7 @@ def stop_early(rank, comm, t, at, cpu, store, startup_ops, out):
     comm.Free()
     t["free"] = time.monotonic() - s
     out[rank] = dict(t=t, at=at, cpu=cpu, conns=conns, conns_all=conns, dials=dials,
-                     kinds=kinds, startup_ops=startup_ops, ops=store.ops)
+                     kinds=kinds, startup_ops=startup_ops, ops=store.ops, ran=ran)
 
 
 def worker(args):
@@ -202,8 +206,8 @@ def worker(args):
         sys.setswitchinterval(args.switch_interval)
     if args.host_per_process:     # (the transport: gloocy's choice)
         os.environ["GLOOCY_HOST_ID"] = f"{args.job}-host-{args.first}"
-    else:
-        os.environ["GLOOCY_TRANSPORT"] = "tcp"
+    elif args.transport != "auto":
+        os.environ["GLOOCY_TRANSPORT"] = args.transport
     ranks = range(args.first, args.first + args.count)
     out = {}
     gate = threading.Barrier(args.count)
@@ -297,6 +301,10 @@ def main():
     p.add_argument("--host-per-process", action="store_true",
                    help="each worker process a host of its own (GLOOCY_HOST_ID): "
                         "shared memory within, TCP between (default: all TCP)")
+    p.add_argument("--transport", choices=("tcp", "auto"), default="tcp",
+                   help="GLOOCY_TRANSPORT of the ranks (one host): tcp, or "
+                        "auto, gloocy's default (the node segment); "
+                        "--host-per-process leaves it to gloocy")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--first", type=int, default=0, help=argparse.SUPPRESS)
     p.add_argument("--count", type=int, default=0, help=argparse.SUPPRESS)
@@ -323,7 +331,8 @@ def main():
              "--first", str(first), "--count", str(min(per, args.n - first)),
              "--store", server.url, "--secret", secret.hex(), "--job", job,
              "--timeout", str(args.timeout),
-             "--switch-interval", str(args.switch_interval)]
+             "--switch-interval", str(args.switch_interval),
+             "--transport", args.transport]
             + (["--stop-after", args.stop_after] if args.stop_after else [])
             + (["--host-per-process"] if args.host_per_process else []),
             stdout=subprocess.PIPE))
@@ -364,7 +373,8 @@ def main():
     sops = [v["startup_ops"][0] for v in ok]
     strips = [v["startup_ops"][1] for v in ok]
     layout = ("a host per process: shared memory within, TCP between"
-              if args.host_per_process else "TCP")
+              if args.host_per_process else "TCP" if args.transport == "tcp"
+              else "one host, gloocy's default transport: the node segment")
     print(f"## {args.n} ranks as threads in {len(procs)} processes "
           f"({layout}; loaded 2-core machine)\n")
     print("| phase | seconds (slowest rank) |\n|---|---|")
@@ -375,6 +385,8 @@ def main():
     spent = cpu_through(results, ranges)
     if spent is not None:
         made = sum(conns) / 2
+        if made < len(ok) / 2:        # (per connection: meaningless then)
+            made = 0
         used = spent.get("barrier", 0) + spent.get("allreduce", 0)
         sw = cpu_through(results, ranges, 1)
         vol = cpu_through(results, ranges, 2)
@@ -394,6 +406,10 @@ def main():
           f"{max(conns)}, mean {sum(conns) / len(conns):.1f} (bound 2⌈log2 N⌉+2 "
           f"= {bound}); after the Split too: max "
           f"{max(v['conns_all'] for v in ok)}")
+    algos = collections.Counter(f"{ph} {name}" for v in ok
+                                for ph, name in v.get("ran", {}).items())
+    print("- algorithms run, ranks each: "
+          + ", ".join(f"{k} {n}" for k, n in sorted(algos.items())))
     kinds = collections.Counter()
     for v in ok:
         kinds.update(v.get("kinds", {}))

@@ -25,7 +25,8 @@ cdef object call_allreduce(Context ctx, object sendbuf, object recvbuf, int op,
     if sendbuf is not None:
         sb = get_buffer(sendbuf, "sendbuf", False)
         _same_layout(sb, rb)
-    algo = two_level(ctx, algo, rb.nbytes, AUTO_TWO_LEVEL_REDUCE_MIN, timeout)
+    algo = two_level(ctx, algo, rb.nbytes, AUTO_TWO_LEVEL_REDUCE_MIN, timeout,
+                     True)
     if algo == ALGO_TWO_LEVEL:
         return hier_allreduce(ctx, sb, rb, op, timeout)
     ctx.begin(&c, KIND_ALLREDUCE, op, rb.dtype, -1, rb.count, timeout)

@@ -14,7 +14,7 @@ cdef object call_barrier(Context ctx, object timeout, object algorithm=None):
     if ctx.size == 1:                   # nobody to wait for
         ctx.seconds(timeout)            # but a bad call is still an error
         return
-    algo = two_level(ctx, algo, 0, -1, timeout)
+    algo = two_level(ctx, algo, 0, -1, timeout, True)
     if algo == ALGO_TWO_LEVEL:
         return hier_barrier(ctx, timeout)
     # begin first: a derived context makes its node segment there, at its

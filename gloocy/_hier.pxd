@@ -3,9 +3,17 @@
 # the hosts' leaders, a fan-out inside each host. Python names: Hier,
 # host_layout.
 
+cdef class Layout:
+    cdef list hosts                  # the ranks on each host; hosts ordered
+                                     # by their lowest rank, ranks ascending
+    cdef int *host_of                # host index of each rank
+    cdef int *local_rank             # each rank's index in its host's list
+
 cdef class Hier:
+    cdef Layout layout               # where its fields below come from
     cdef readonly list hosts         # our ranks on each host; hosts ordered
                                      # by their lowest rank, ranks ascending
+                                     # (shared: never change it)
     cdef int *host_of                # host index of each of our ranks
     cdef int *local_rank             # each rank's index in its host's list
     cdef readonly int host           # our host's index
@@ -22,8 +30,13 @@ cdef class Hier:
 # bytes, which every rank knows alike; -1: never automatic), else the
 # algorithm it runs over the pairs; learns the host layout at the first
 # call that asks (a collective over ctx: every rank asks at the same call).
+# `at_scale` (barrier, allreduce): "auto" runs two-level at any size in a
+# communicator of GLOOCY_TWO_LEVEL_MIN_RANKS ranks or more (64) whose layout
+# the rendezvous told.
 cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
-                   object timeout) except -1
+                   object timeout, bint at_scale=*) except -1
+# GLOOCY_TWO_LEVEL_MIN_RANKS (default 64; read once; ValueError if bad).
+cdef int _min_ranks_at_scale() except -1
 
 # The two-level bodies of Context's entry points (arguments checked).
 cdef object hier_barrier(Context ctx, object timeout)

@@ -6,16 +6,28 @@
 # connections, so the algorithms, deadlines, fingerprints and failure
 # naming are the ones every collective has.
 #
-# The host layout is learnt at the first collective that may run
-# two-level, by an allgather of a digest of each rank's host identity
-# (gloocy.transport.shm.host_identity: host name, boot id and network
-# namespace, or GLOOCY_HOST_ID): it needs no pair to be connected before.
-# "auto" runs two-level where there are several hosts and some host has
-# more than one rank; "two_level" forces it wherever there are several
+# The host layout (gloocy.transport.shm.host_identity: host name, boot id
+# and network namespace, or GLOOCY_HOST_ID) is told by the rendezvous
+# (transport/lazy.py: rank 0 reads every rank's host once and puts the
+# layout in its go) and mapped through each communicator's ranks at its
+# first collective that may run two-level; where the links were made
+# otherwise (eager connections), that collective learns it by an
+# allgather of a digest of each rank's host identity (it needs no pair to
+# be connected before). "auto" runs two-level where there are several
+# hosts and some host has more than one rank, from a size per collective
+# (_select.pxi), and, at scale (two_level's at_scale), the barrier and
+# allreduce at any size; "two_level" forces it wherever there are several
 # hosts; any other name forces the flat algorithm over the pairs.
 
 import hashlib
 import re
+
+
+cdef enum:
+    # From this many ranks (GLOOCY_TWO_LEVEL_MIN_RANKS), where the ranks
+    # span hosts and some host has several, "auto" runs the barrier and
+    # every allreduce two-level (bench/results/scale/two-level-at-scale-2026-12-05.md).
+    TWO_LEVEL_MIN_RANKS = 64
 
 
 cdef enum:
@@ -27,12 +39,17 @@ cdef enum:
     HIER_LEADERS_ID = 0x08000000
 
 
-cdef class Hier:
-    """A context's host layout (fields: _hier.pxd)."""
+cdef class Layout:
+    """Which host each rank is on (fields: _hier.pxd); shared by the Hiers
+    of a process's world contexts (_world_layout)."""
 
     def __dealloc__(self):
         free(self.host_of)
         free(self.local_rank)
+
+
+cdef class Hier:
+    """A context's host layout (fields: _hier.pxd)."""
 
     @property
     def spans(self):
@@ -55,25 +72,70 @@ cdef class Hier:
 LEARNING = re.compile(r"\ballgather #\d+")
 
 
-cdef Hier _layout_of(list keys, int rank):
-    """The Hier of ranks with host digests `keys` (our rank `rank`)."""
-    cdef Hier h = Hier.__new__(Hier)
+cdef Layout _layout_of(keys):
+    """The Layout of ranks with host digests (or indexes) `keys`."""
+    cdef Layout t = Layout.__new__(Layout)
     cdef int n = len(keys), r
-    h.host_of = <int *>_alloc(n * sizeof(int))
-    h.local_rank = <int *>_alloc(n * sizeof(int))
+    t.host_of = <int *>_alloc(n * sizeof(int))
+    t.local_rank = <int *>_alloc(n * sizeof(int))
     index = {}
-    h.hosts = []
+    t.hosts = []
     for r in range(n):
         k = keys[r]
         if k not in index:
-            index[k] = len(h.hosts)
-            h.hosts.append([])
-        h.host_of[r] = index[k]
-        h.local_rank[r] = len(h.hosts[index[k]])
-        h.hosts[index[k]].append(r)
+            index[k] = len(t.hosts)
+            t.hosts.append([])
+        t.host_of[r] = index[k]
+        t.local_rank[r] = len(t.hosts[index[k]])
+        t.hosts[index[k]].append(r)
+    return t
+
+
+cdef Hier _hier_of(Layout t, int rank, int size):
+    """A Hier over layout t (borrowed: the Hier keeps t alive), for `rank`."""
+    cdef Hier h = Hier.__new__(Hier)
+    h.layout = t
+    h.hosts = t.hosts
+    h.host_of = t.host_of
+    h.local_rank = t.local_rank
     h.host = h.host_of[rank]
-    h.useful = len(h.hosts) > 1 and len(h.hosts) < n
+    h.useful = len(h.hosts) > 1 and len(h.hosts) < size
     return h
+
+
+# The world's layout in this process: {id(the connector's hosts array):
+# (that array, its Layout)}. Every rank thread of a process reads the same
+# array (transport/lazy.py's hosts_of_ranks): one Layout for them all.
+_WORLD_LAYOUTS = {}
+
+
+cdef Layout _world_layout(hosts):
+    got = _WORLD_LAYOUTS.get(id(hosts))
+    if got is not None and got[0] is hosts:
+        return got[1]
+    cdef Layout t = _layout_of(hosts)
+    if len(_WORLD_LAYOUTS) >= 8:          # (jobs of the past)
+        _WORLD_LAYOUTS.clear()
+    _WORLD_LAYOUTS[id(hosts)] = (hosts, t)
+    return t
+
+
+cdef Layout _known_layout(Context ctx):
+    """ctx's layout as the job's rendezvous told it (transport/lazy.py:
+    rank 0's go), mapped through ctx's ranks: no communication. None
+    where the links were made otherwise."""
+    hosts = getattr(ctx.links.connector, "hosts", None)
+    if hosts is None:
+        return None
+    cdef int i, n = ctx.size
+    cdef bint world = n == len(hosts)
+    for i in range(n):
+        if ctx._world[i] != i:
+            world = False
+            break
+    if world:
+        return _world_layout(hosts)
+    return _layout_of([hosts[ctx._world[i]] for i in range(n)])
 
 
 def host_layout(Context ctx):
@@ -89,11 +151,43 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
     """Set ctx.hier: the layout, and the local and leaders contexts where
     they serve. Collective over ctx."""
     ctx.hier = Hier.__new__(Hier)     # meanwhile: flat (not useful)
+    cdef Layout known = None
     if ctx.node_wanted:               # a derived context: has it one host?
-        ctx.node_wanted = False
-        share_node_segment(ctx, timeout)
+        ctx.node_wanted = False       # (not if the layout says otherwise)
+        known = _known_layout(ctx)
+        if known is None or len(known.hosts) == 1:
+            share_node_segment(ctx, timeout)
     if ctx.size < 3 or ctx.node is not None or ctx.comm_id >= HIER_LEADERS_ID:
         return 0
+    if known is None:
+        known = _known_layout(ctx)
+    cdef Hier h = _hier_of(known if known is not None
+                           else _layout_of(_asked_hosts(ctx, timeout)),
+                           ctx.rank, ctx.size)
+    if len(h.hosts) > 1:
+        mine = h.hosts[h.host]
+        h.local = ctx.derive_ranks(
+            mine, ctx.comm_id | HIER_SHADOW_ID | HIER_LOCAL_ID)
+        connector = ctx.links.connector
+        if (known is not None and len(mine) > NODE_BCAST_TREE_MAX_RANKS
+                and connector.mode != "tcp"):
+            # Its members share a host (the layout says so): its node
+            # segment through the store, as _share_by_store does on one
+            # host, not over ~3 pairs a member.
+            _share_by_store(h.local, connector, h.local.seconds(timeout))
+        else:
+            h.local.node_wanted = len(mine) > 1
+        if ctx.rank == mine[0]:
+            h.leaders = ctx.derive_ranks(
+                [x[0] for x in h.hosts],
+                ctx.comm_id | HIER_SHADOW_ID | HIER_LEADERS_ID)
+    ctx.hier = h
+    return 0
+
+
+cdef list _asked_hosts(Context ctx, object timeout):
+    """Each of ctx's ranks' host digest, by an allgather over ctx (a ring:
+    it needs no pair connected before; size - 1 steps)."""
     from gloocy.transport.shm import host_identity
     digest = hashlib.blake2b(host_identity().encode(), digest_size=8).digest()
     keys = _array("q", [0]) * ctx.size
@@ -106,25 +200,49 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
                                r"the first collective that may run "
                                r"two-level)", str(e), 1),) + e.args[1:]
         raise
-    cdef Hier h = _layout_of(list(keys), ctx.rank)
-    if len(h.hosts) > 1:
-        mine = h.hosts[h.host]
-        h.local = ctx.derive_ranks(
-            mine, ctx.comm_id | HIER_SHADOW_ID | HIER_LOCAL_ID)
-        h.local.node_wanted = len(mine) > 1
-        if ctx.rank == mine[0]:
-            h.leaders = ctx.derive_ranks(
-                [x[0] for x in h.hosts],
-                ctx.comm_id | HIER_SHADOW_ID | HIER_LEADERS_ID)
-    ctx.hier = h
-    return 0
+    return list(keys)
+
+
+cdef int _at_scale = 0                # (0: not read yet)
+
+
+cdef int _min_ranks_at_scale() except -1:
+    """GLOOCY_TWO_LEVEL_MIN_RANKS, read at the first call that asks (a bad
+    value fails that call): see two_level."""
+    global _at_scale
+    if _at_scale:
+        return _at_scale
+    import os
+    text = os.environ.get("GLOOCY_TWO_LEVEL_MIN_RANKS", "")
+    try:
+        n = int(text) if text else TWO_LEVEL_MIN_RANKS
+    except ValueError:
+        n = -1
+    if n < 3:
+        raise ValueError(f"GLOOCY_TWO_LEVEL_MIN_RANKS={text!r}: must be a "
+                         "whole number of ranks, at least 3")
+    _at_scale = n
+    return n
 
 
 cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
-                   object timeout) except -1:
+                   object timeout, bint at_scale=False) except -1:
     """ALGO_TWO_LEVEL if the call runs two-level, else the algorithm it
-    runs over the pairs (a forced "two_level" that cannot: automatic)."""
+    runs over the pairs (a forced "two_level" that cannot: automatic).
+    `at_scale` (barrier, allreduce): "auto" also runs it below auto_min
+    where ctx has GLOOCY_TWO_LEVEL_MIN_RANKS ranks or more (default
+    TWO_LEVEL_MIN_RANKS) and the rendezvous told the
+    layout (no call learns it then)."""
     cdef Hier h
+    if algo == ALGO_AUTO and at_scale and (auto_min < 0 or nbytes < auto_min):
+        if (ctx.size < _min_ranks_at_scale()
+                or ctx.comm_id >= HIER_LEADERS_ID):
+            return algo
+        if ctx.hier is None:
+            if getattr(ctx.links.connector, "hosts", None) is None:
+                return algo
+            _learn_hosts(ctx, timeout)
+        return ALGO_TWO_LEVEL if (<Hier>ctx.hier).useful else algo
     if algo != ALGO_TWO_LEVEL and (algo != ALGO_AUTO or auto_min < 0
                                    or nbytes < auto_min):
         return algo

@@ -263,7 +263,9 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     each rank's input; gather, scatter, alltoall: a block, as their
     uniform forms Gather, Scatter and Alltoall choose). `node`: every rank
     is on one host (a world of 2 or more with a node segment); `hosts`:
-    how many hosts the ranks are on (two-level where 1 < hosts < size);
+    how many hosts the ranks are on (two-level where 1 < hosts < size;
+    an allreduce of any size from GLOOCY_TWO_LEVEL_MIN_RANKS ranks, where
+    the rendezvous told the layout, as gloocy.connect's does);
     `cma_min`: the node segment's single-copy threshold for bcasts (they
     go through the segment from there, if that is below node_bcast_min)."""
     cdef int code
@@ -271,7 +273,9 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
         raise ValueError("size, nbytes, itemsize and hosts must be positive")
     if 1 < hosts < size and (
             nbytes >= TWO_LEVEL_MIN.get(collective, -1) >= 0
-            or 0 <= nbytes <= TWO_LEVEL_MAX.get(collective, -1)):
+            or 0 <= nbytes <= TWO_LEVEL_MAX.get(collective, -1)
+            or (collective == "allreduce"        # at scale (_hier.pxi)
+                and size >= _min_ranks_at_scale())):
         return "two_level"
     if node and size > 1:
         if collective in ("allreduce", "allgather", "alltoall",

@@ -21,6 +21,8 @@ Store keys (all under the job's prefix), O(1) per rank:
   tcp/R              rank R's address        pid/R   rank R's process id (not
                                              under GLOOCY_TRANSPORT=tcp)
   host/H (add)       ranks on host H         joined (add), all, go: start-up
+  on/R               rank R's host (H): rank 0 reads them all, once, only
+                     where the ranks span hosts, and puts the layout in go
   opened (add), opened_all: the ranks that opened rank 0's node segment
   bye/R              rank R left cleanly (set before its listener closes)
   abort/R            why rank R stopped on an error (for peers dialing it later)
@@ -28,6 +30,8 @@ Store keys (all under the job's prefix), O(1) per rank:
                      when it serves the store, once the others' clients left)
 """
 
+import array
+import functools
 import hashlib
 import os
 import select
@@ -76,32 +80,41 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         ops = [("set", f"{job}/tcp/{rank}", address)]
         if mode != "tcp":                 # (read by node segments' waits only)
             ops.append(("set", f"{job}/pid/{rank}", str(os.getpid()).encode()))
+        # Our host, for rank 0's layout (go) and the node segment's count
+        # (counted in every mode: rank 0 reads the ranks' hosts only when
+        # not all of them are on its own).
+        digest = hashlib.sha256(shm.host_identity().encode()).hexdigest()[:32]
+        host_key = f"{job}/host/{digest}"
         if mode in ("auto", "shm"):
-            connector.host_key = (f"{job}/host/" + hashlib.sha256(
-                shm.host_identity().encode()).hexdigest()[:32])
-            ops.append(("add", connector.host_key, 1))
+            connector.host_key = host_key
+        ops += [("add", host_key, 1), ("set", f"{job}/on/{rank}", digest.encode())]
         ops.append(("add", f"{job}/joined", 1))
         with one_at_a_time(store):        # (the rank threads of a process)
             if store.batch(ops)[-1] == size:
                 store.set(f"{job}/all", b"1")
         if rank == 0:
             _wait_for_all(store, job, size, deadline)
-            local = (connector.host_key is not None
-                     and store.add(connector.host_key, 0) == size)
+            here = store.add(host_key, 0)
+            local = connector.host_key is not None and here == size
             pid = fd = 0
             if local:
                 node = _new_node_segment(size)
                 if node is not None:      # the others open this one via /proc
                     connector.own_fd = os.dup(node)
                     pid, fd = os.getpid(), connector.own_fd
-            go = (int(hosts_store), pid, fd)
-            store.set(f"{job}/go", " ".join(map(str, go)).encode())
+            layout = (f"0*{size}" if here == size
+                      else host_runs(store.get_many([f"{job}/on/{r}" for r in range(size)])))
+            got = f"{int(hosts_store)} {pid} {fd} {layout}".encode()
+            store.set(f"{job}/go", got)
         else:
             # (the rank threads of one process: one asks, the others go in turn)
             got, pass_on = get_once(
                 store, f"{job}/go", lambda: _wait_for_go(store, job, rank, size, deadline),
                 deadline)
-            go = tuple(map(int, got.split()))
+        go = tuple(map(int, got.split()[:3]))
+        layout = got.split()[3:]          # (none: the ranks' hosts untold)
+        connector.hosts = hosts_of_ranks(layout[0].decode(), size) if layout else None
+        if rank != 0:
             if go[1]:
                 node = _open_node_segment(rank, go[1], go[2])
                 # rank 0 keeps its fd open until every rank has opened it
@@ -110,7 +123,8 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
         if connector.host_key is not None:    # rings sized by the ranks here
             connector.ring = shm.ring_bytes(
-                size if connector.all_local else store.add(connector.host_key, 0))
+                store.add(connector.host_key, 0) if connector.hosts is None
+                else connector.hosts.count(connector.hosts[rank]))
         return connector, node
     except BaseException:
         if node is not None:
@@ -119,6 +133,34 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         raise
     finally:
         pass_on()
+
+
+def host_runs(digests):
+    """The ranks' hosts (each rank's host digest, in rank order) as text
+    for rank 0's go: runs "h*k" (k ranks in a row on host h; hosts numbered
+    in the order of their lowest rank), comma-separated."""
+    index, runs = {}, []
+    for d in digests:
+        h = index.setdefault(d, len(index))
+        if runs and runs[-1][0] == h:
+            runs[-1][1] += 1
+        else:
+            runs.append([h, 1])
+    return ",".join(f"{h}*{k}" for h, k in runs)
+
+
+@functools.lru_cache(maxsize=4)
+def hosts_of_ranks(runs, size):
+    """host_runs' text as each rank's host index: one array for all the
+    rank threads of a process (read only)."""
+    out = array.array("i")
+    for run in runs.split(","):
+        h, k = run.split("*")
+        out.extend(array.array("i", [int(h)]) * int(k))
+    if len(out) != size:
+        raise RendezvousError(f"rank 0's host layout covers {len(out)} ranks, "
+                              f"not the job's {size}")
+    return out
 
 
 def _wait_for_all(store, job, size, deadline):
@@ -198,6 +240,7 @@ class Connector:
         self.ready = []           # peers whose ready pair is not installed
         self.links = None         # set once the Context exists
         self.host_key = None
+        self.hosts = None         # each rank's host index (start(): rank 0's go)
         self.all_local = False
         self.own_fd = None        # rank 0: the node segment, kept for the others
         self.owned = []           # store client, store server: closed with us

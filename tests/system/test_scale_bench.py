@@ -23,12 +23,15 @@ def run_scale(*args):
                           text=True, timeout=240)
 
 
-@pytest.mark.parametrize("layout, title, shm", [
-    ((), "(TCP;", False),
+@pytest.mark.parametrize("layout, title, shm, tcp", [
+    ((), "(TCP;", False, True),
     (("--host-per-process",), "(a host per process: shared memory within, TCP between;",
-     True),
+     True, True),
+    # one host, gloocy's default: the node segment (no TCP pair at all)
+    (("--transport", "auto"),
+     "(one host, gloocy's default transport: the node segment;", None, False),
 ])
-def test_every_phase_passes(layout, title, shm):
+def test_every_phase_passes(layout, title, shm, tcp):
     got = run_scale(*layout)
     assert got.returncode == 0, got.stdout + got.stderr
     assert f"## 12 ranks as threads in 3 processes {title}" in got.stdout
@@ -36,7 +39,8 @@ def test_every_phase_passes(layout, title, shm):
     # a host per process: ranks of a process share memory, the others TCP
     kinds = re.search(r"pairs by kind, in all \(each counted at both ends\): (.*)",
                       got.stdout).group(1)
-    assert ("ShmPair" in kinds) == shm and "TcpPair" in kinds, kinds
+    assert ("TcpPair" in kinds) == tcp, kinds
+    assert shm is None or ("ShmPair" in kinds) == shm, kinds
 
 
 @pytest.mark.parametrize("layout", [(), ("--host-per-process",)])
