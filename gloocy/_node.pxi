@@ -123,14 +123,14 @@ def cma_min_where_cpus(int size, int64_t own_cpus_min):
 def allgather_cma_min_bytes(int size):
     """From how many gathered bytes a node allgather among `size` ranks
     copies once (-1: never): GLOOCY_CMA_MIN_BYTES if set below its default
-    (NODE_CMA_MIN), else NODE_ALLGATHER_CMA_MIN where each rank has a CPU,
-    never where they outnumber the CPUs."""
+    (NODE_CMA_MIN), else `size` blocks of NODE_ALLGATHER_CMA_BLOCK where
+    each rank has a CPU, never where they outnumber the CPUs."""
     import os
     from gloocy.waiting import usable_cpus
     if os.environ.get("GLOOCY_CMA_MIN_BYTES", ""):
         n = cma_min_bytes()
         return n if n < NODE_CMA_MIN else -1
-    return NODE_ALLGATHER_CMA_MIN if size <= usable_cpus() else -1
+    return size * NODE_ALLGATHER_CMA_BLOCK if size <= usable_cpus() else -1
 
 
 def new_node_segment(int size, int64_t chunk):
@@ -723,11 +723,11 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
         longest = max(longest, sizes[j])
         total += sizes[j]
     stream = total >= ctx.node.stream_min     # too large to stay in cache
-    if mine != buf + offs[ctx.rank]:
+    if 0 <= ctx.node.allgather_cma_min <= total and ctx.node.cma > 0:
+        if node_allgatherv_cma(ctx, c, mine, buf, offs, sizes, stream):
+            return 0                          # else our block is in place
+    elif mine != buf + offs[ctx.rank]:
         copy_block(buf + offs[ctx.rank], mine, sizes[ctx.rank], stream)
-    if (0 <= ctx.node.allgather_cma_min <= total and ctx.node.cma > 0
-            and node_allgatherv_cma(ctx, c, buf, offs, sizes)):
-        return 0
     while True:
         node_ready(ctx, c)
         n = min(max(sizes[ctx.rank] - off, 0), chunk)
