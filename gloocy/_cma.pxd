@@ -25,11 +25,9 @@ cdef extern from "<unistd.h>" nogil:
 
 cdef int node_bcast_cma(Context ctx, Coll *c, char *buf, int64_t nbytes,
                         int root) except -1 nogil
-# An allgatherv reading the others' blocks from their send buffers (`mine`;
-# ours copied into buf meanwhile, whatever the outcome).
-cdef int node_allgatherv_cma(Context ctx, Coll *c, const char *mine, char *buf,
-                             const int64_t *offs, const int64_t *sizes,
-                             bint stream) except -1 nogil
+cdef int node_allgatherv_cma(Context ctx, Coll *c, char *buf,
+                             const int64_t *offs,
+                             const int64_t *sizes) except -1 nogil
 # node_reduce_scatter in one step (`mine` holds our block of `send`; the
 # heads carry `digest`, the counts' FNV-1a).
 cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,

@@ -172,28 +172,21 @@ cdef int node_bcast_cma(Context ctx, Coll *c, char *buf, int64_t nbytes,
     return _cma_finish(ctx, c)
 
 
-cdef int node_allgatherv_cma(Context ctx, Coll *c, const char *mine, char *buf,
-                             const int64_t *offs, const int64_t *sizes,
-                             bint stream) except -1 nogil:
-    """Each rank reads the others' blocks from their `mine` (their send
-    buffers, which the call never writes), then copies its own into
-    buf + offs[rank] (whatever the outcome). Reading the block from the
-    owner's result instead, just written by the owner's CPU, cost 4-6x
-    when the two CPUs share no cache (the VM's slow mode: 4 MiB at N = 2
-    in 1.2-1.5 ms, against 0.2-0.3 in the fast mode). 1 if done; 0: run
-    node_allgatherv (our block is in place)."""
+cdef int node_allgatherv_cma(Context ctx, Coll *c, char *buf,
+                             const int64_t *offs,
+                             const int64_t *sizes) except -1 nogil:
+    """Ours already at buf + offs[rank]; each rank reads the others'
+    blocks from their buffers. 1 if done; 0: run node_allgatherv."""
     cdef int64_t *h
     cdef int j, r = ctx.node.rank
-    cdef int ok = _cma_publish(ctx, c, mine, sizes[r])
-    if ok:
-        for j in range(ctx.node.size):
-            if j != r and sizes[j] > 0:
-                h = _cma_head(ctx.node, j)
-                _cma_note(ctx, j, cma_read(h[CMA_PID], h[CMA_ADDR], buf + offs[j],
-                                           min(sizes[j], h[CMA_LEN])))
-    if mine != buf + offs[r]:
-        copy_block(buf + offs[r], mine, sizes[r], stream)
-    return _cma_finish(ctx, c) if ok else 0
+    if not _cma_publish(ctx, c, buf + offs[r], sizes[r]):
+        return 0
+    for j in range(ctx.node.size):
+        if j != r and sizes[j] > 0:
+            h = _cma_head(ctx.node, j)
+            _cma_note(ctx, j, cma_read(h[CMA_PID], h[CMA_ADDR], buf + offs[j],
+                                       min(sizes[j], h[CMA_LEN])))
+    return _cma_finish(ctx, c)
 
 
 cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,

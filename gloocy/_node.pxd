@@ -85,18 +85,18 @@ cdef enum:
     # An allgather copies once from blocks of this many bytes (a segment of
     # N ranks: from N of them gathered; allgather_cma_min_bytes) where every
     # rank of the host has a CPU; where they outnumber the CPUs, never (the
-    # slots won at N = 4 on 2 CPUs, 4-64 MiB, 1.1-1.5x). The single copies
-    # read each block from its owner's send buffer (node_allgatherv_cma).
-    # This VM runs in two modes, job by job: in one a line written by one
-    # CPU is read by the other at cache speed, in the other (the CPUs
-    # sharing no cache, it seems) 2-5x slower, and the slots with it. At
-    # N = 2 against MPICH in the same job (bench/cma_vs_mpich.py, MPICH's
-    # median / ours, 2026-12-05 15:47 UTC, load 2): fast mode, slots 1 MiB
-    # 1.13-1.27x, 2 MiB 1.03-1.35x, single copies 1 MiB 0.98-1.42x, 2 MiB
-    # 0.96-1.11x; slow mode, slots 1 MiB 0.34-0.48x, 2 MiB 0.28-0.31x.
-    # Earlier (slots against single copies, 4 MiB blocks read from the
-    # result): fast mode at load 5, 1 MiB 89-111 vs 120-143 us, 4-64 MiB
-    # within 10% either way; load 350-800, 1 MiB 460-471 vs 94-96 us.
+    # slots won at N = 4 on 2 CPUs, 4-64 MiB, 1.1-1.5x). This VM runs in
+    # modes, job by job: in the slow one a line written by one CPU is read
+    # by the other 2-5x slower (the CPUs sharing no cache, it seems), and
+    # the slots with it; in another every copy (MPICH's too) takes twice
+    # its time. At N = 2 against MPICH in the same job (bench/cma_vs_mpich.py,
+    # MPICH's median / ours, 2026-12-05, bench/results/n2-n4-2026-12-05-h16e/):
+    # fast mode, slots 1 MiB 1.13-1.40x, 2 MiB 1.03-1.35x, single copies
+    # 1 MiB 0.98-1.42x, 2 MiB 0.96-1.11x; slow mode, slots 1 MiB 0.32-0.48x,
+    # 2 MiB 0.28-0.31x; the slower mode, slots 1 MiB 1.25-2.0x, single
+    # copies 1.11-1.57x. Reading each block from its owner's send buffer
+    # instead of its result (and copying our own after the reads) lost
+    # there at 4-16 MiB (e.g. 510-689 against 336-430 us at 4 MiB).
     NODE_ALLGATHER_CMA_BLOCK = 512 << 10
     # An alltoall copies once from this many bytes sent to the others (a
     # rank's stream) where every rank of the host has a CPU; where they

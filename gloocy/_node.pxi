@@ -723,11 +723,11 @@ cdef int node_allgatherv(Context ctx, Coll *c, const char *mine, char *buf,
         longest = max(longest, sizes[j])
         total += sizes[j]
     stream = total >= ctx.node.stream_min     # too large to stay in cache
-    if 0 <= ctx.node.allgather_cma_min <= total and ctx.node.cma > 0:
-        if node_allgatherv_cma(ctx, c, mine, buf, offs, sizes, stream):
-            return 0                          # else our block is in place
-    elif mine != buf + offs[ctx.rank]:
+    if mine != buf + offs[ctx.rank]:
         copy_block(buf + offs[ctx.rank], mine, sizes[ctx.rank], stream)
+    if (0 <= ctx.node.allgather_cma_min <= total and ctx.node.cma > 0
+            and node_allgatherv_cma(ctx, c, buf, offs, sizes)):
+        return 0
     while True:
         node_ready(ctx, c)
         n = min(max(sizes[ctx.rank] - off, 0), chunk)

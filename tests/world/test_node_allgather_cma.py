@@ -1,6 +1,6 @@
-"""Single-copy node allgather (issue 16): each rank reads the others'
-blocks with process_vm_readv straight from their send buffers, and copies
-its own into the result meanwhile (gloocy/_cma.pxi). With the default
+"""Single-copy node allgather (issue 16): each rank copies its own block
+into its result, then reads the others' blocks from theirs with
+process_vm_readv (gloocy/_cma.pxi). With the default
 thresholds (blocks from 512 KiB where every rank of the host has a CPU,
 never where they outnumber the CPUs) and with GLOOCY_CMA_MIN_BYTES; out of
 place, in place and ragged (Allgatherv), send buffers overwritten as soon
@@ -71,7 +71,7 @@ RAGGED = [[70001, 70001 + 4096], [0, 200003], [300007, 4095], [1 << 20, (1 << 20
 
 
 @pytest.mark.parametrize("n", [2, 3])
-def test_single_copy_allgatherv_reads_the_send_buffers(n):
+def test_single_copy_allgatherv_at_odd_and_ragged_sizes(n):
     with World(n, env={**SHM_ALLGATHER, **CMA_SMALL}) as w:
         for sizes in RAGGED:
             sizes = (sizes * n)[:n]
