@@ -102,10 +102,11 @@ cdef enum:
     # rank's stream) where every rank of the host has a CPU; where they
     # outnumber the CPUs, from NODE_CMA_MIN (cma_min_where_cpus; at N = 4
     # on 2 CPUs the slots won at 4 MiB, 0.85x, lost at 16-64, 1.12x). The
-    # two modes as for allgathers: at N = 2 against MPICH in the same job
-    # (as above), a 1 MiB alltoall (512 KiB streams): fast mode, slots
-    # 1.38-1.47x, single copies 1.02-1.08x; slow mode, slots 0.24-0.26x.
-    # From 2 MiB the single copies ran at 0.82-1.06x in either mode.
+    # modes as for allgathers: at N = 2 against MPICH in the same job (as
+    # above), a 1 MiB alltoall (512 KiB streams): fast mode, slots
+    # 1.29-1.47x, single copies 1.02-1.08x; slow mode, slots 0.23-0.27x,
+    # single copies 1.06-1.07x (jobs interleaved with those). From 2 MiB
+    # the single copies ran at 0.82-1.06x in either mode.
     NODE_ALLTOALL_CMA_MIN = 512 << 10
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
