@@ -84,8 +84,8 @@ cdef enum:
     NODE_RS_CMA_MIN = 1 << 20
     # An allgather copies once from blocks of this many bytes (a segment of
     # N ranks: from N of them gathered; allgather_cma_min_bytes) where every
-    # rank of the host has a CPU; where they outnumber the CPUs, never (the
-    # slots won at N = 4 on 2 CPUs, 4-64 MiB, 1.1-1.5x). This VM runs in
+    # rank of the host has a CPU; where they outnumber the CPUs, from
+    # NODE_ALLGATHER_CROWDED_BLOCK. This VM runs in
     # modes, job by job: in the slow one a line written by one CPU is read
     # by the other 2-5x slower (the CPUs sharing no cache, it seems), and
     # the slots with it; in another every copy (MPICH's too) takes twice
@@ -98,6 +98,14 @@ cdef enum:
     # instead of its result (and copying our own after the reads) lost
     # there at 4-16 MiB (e.g. 510-689 against 336-430 us at 4 MiB).
     NODE_ALLGATHER_CMA_BLOCK = 512 << 10
+    # At N = 4 on 2 CPUs against heavy-yield MPICH in the same job (four
+    # jobs, 16:47 UTC, load 4.5, cma_vs_mpich-n4-allgather-cma.txt; a Dup
+    # with the default code as control), slots / single copies: 16 MiB
+    # gathered 4089-6977 / 3839-4308 us, 64 MiB 20516-33907 / 15440-18446
+    # (MPICH's / ours: slots 0.46-1.62x, single copies 1.02-1.70x); 4 MiB
+    # mixed (1105-1456 / 1373-1411). Earlier runs (2026-12-04) had the slots
+    # ahead at 4-64 MiB by 1.1-1.5x; none since.
+    NODE_ALLGATHER_CROWDED_BLOCK = 4 << 20
     # An alltoall copies once from this many bytes sent to the others (a
     # rank's stream) where every rank of the host has a CPU; where they
     # outnumber the CPUs, from NODE_CMA_MIN (cma_min_where_cpus; at N = 4

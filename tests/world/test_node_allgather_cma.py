@@ -2,7 +2,7 @@
 into its result, then reads the others' blocks from theirs with
 process_vm_readv (gloocy/_cma.pxi). With the default
 thresholds (blocks from 512 KiB where every rank of the host has a CPU,
-never where they outnumber the CPUs) and with GLOOCY_CMA_MIN_BYTES; out of
+from 4 MiB where they outnumber the CPUs) and with GLOOCY_CMA_MIN_BYTES; out of
 place, in place and ragged (Allgatherv), send buffers overwritten as soon
 as the call returns, one rank unwilling (GLOOCY_CMA=0 on it alone) and one
 refused by the kernel. Every result is checked against the blocks the
@@ -23,6 +23,7 @@ from test_node_large import r_allgatherv
 SHM = {"GLOOCY_TRANSPORT": "shm"}
 SHM_ALLGATHER = {**SHM, "GLOOCY_ALGORITHM_ALLGATHER": "shm"}
 BLOCK_MIN = 512 << 10          # NODE_ALLGATHER_CMA_BLOCK
+CROWDED_BLOCK_MIN = 4 << 20    # NODE_ALLGATHER_CROWDED_BLOCK
 
 
 def r_allgathers(comm, totals):
@@ -45,13 +46,14 @@ def test_allgather_copies_once_from_512_kib_blocks_where_each_rank_has_a_cpu(
         n, monkeypatch):
     """With the default thresholds an allgather copies once from blocks of
     512 KiB where every rank of the host has a CPU (a page short: not),
-    never where they outnumber the CPUs; GLOOCY_CMA_MIN_BYTES at or above
-    its default (2 MiB) turns it off, below it sets the gathered bytes
-    from which it does. Right on every path."""
+    from 4 MiB blocks where they outnumber the CPUs; GLOOCY_CMA_MIN_BYTES
+    at or above its default (2 MiB) turns it off, below it sets the
+    gathered bytes from which it does. Right on every path."""
     from gloocy.waiting import usable_cpus
     monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
-    totals = [n * (BLOCK_MIN - 4096), n * BLOCK_MIN, n * (BLOCK_MIN + 4096), 6 << 20]
-    for env, threshold in (({}, n * BLOCK_MIN if n <= usable_cpus() else None),
+    block = BLOCK_MIN if n <= usable_cpus() else CROWDED_BLOCK_MIN
+    totals = [n * (block - 4096), n * block, n * (block + 4096), 6 << 20]
+    for env, threshold in (({}, n * block),
                            ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, None),
                            ({"GLOOCY_CMA_MIN_BYTES": str((2 << 20) - 1)}, (2 << 20) - 1)):
         once = [threshold is not None and t // n // 4 * 4 * n >= threshold
