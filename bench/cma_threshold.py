@@ -1,9 +1,11 @@
 """Two settings of the node segment against each other, inside one job:
 single copies against the slots (where the threshold GLOOCY_CMA_MIN_BYTES
 should lie on this machine), or, with --compare chunk, 256 KiB slots
-against 1 MiB ones (GLOOCY_SHM_CHUNK_BYTES; no single copies).
+against 1 MiB ones (GLOOCY_SHM_CHUNK_BYTES; no single copies), or, with
+--compare stream, results copied through the caches against streaming
+stores from 8 MiB (GLOOCY_STREAM_MIN_BYTES).
 
-    python bench/cma_threshold.py [-n 2] [--compare cma|chunk]
+    python bench/cma_threshold.py [-n 2] [--compare cma|chunk|stream]
                                   [--collective alltoall allgather
                                   allreduce reduce_scatter]
                                   [--sizes 1M,2M,4M,8M,16M,32M] [--iters 40]
@@ -33,6 +35,8 @@ COMPARISONS = {
                        "GLOOCY_CMA_MIN_BYTES": NEVER},
               "1M": {"GLOOCY_SHM_CHUNK_BYTES": str(1 << 20),
                      "GLOOCY_CMA_MIN_BYTES": NEVER}},
+    "stream": {"cached": {"GLOOCY_STREAM_MIN_BYTES": NEVER},
+               "stream": {"GLOOCY_STREAM_MIN_BYTES": str(8 << 20)}},
 }
 
 

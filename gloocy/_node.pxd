@@ -82,37 +82,40 @@ cdef enum:
     # other jobs' load each wait may cost a turn of the run queue. MPICH
     # took 102-105 us at 1 MiB in the same hour.
     NODE_RS_CMA_MIN = 1 << 20
-    # An allgather copies once from this many gathered bytes where every
-    # rank of the host has a CPU (allgather_cma_min_bytes; where they
-    # outnumber the CPUs, never: the slots won at N = 4 on 2 CPUs, 4-64
-    # MiB, 1.1-1.5x). At N = 2, alternating the two call by call at load
-    # 57 (2026-12-05, slowest rank's median, single copy vs slots): 16 MiB
-    # 2254 vs 2465 us, 64 MiB 13749 vs 15672; at load 350-800, 1 MiB 94-96
-    # vs 460-471, 2 MiB 188-194 vs 933-943, 4 MiB 400-446 vs 496-2742,
-    # 8 MiB 788-1049 vs 1127-5233, 16 MiB 2200-6293 vs 2593-17623, 64 MiB
-    # 9125-23688 vs 21040-37129: two waits against one per slot's worth,
-    # each of which can cost a turn of the run queue when other jobs load
-    # the machine (MPICH copies once at these sizes too). An earlier
-    # alternation at load 100-600 had the slots ahead by 2-13% at 4-64
-    # MiB (225 vs 210, 1769 vs 1562, 7260 vs 7123 us). Alternating jobs at
-    # load 5 (three each): 1 MiB 120-143 vs 89-111 (the slots ahead), 4
-    # MiB 343-476 vs 357-411, 16 MiB 2064-2150 vs 2030-2200, 64 MiB
-    # 8834-9481 vs 9522-10341.
-    NODE_ALLGATHER_CMA_MIN = 4 << 20
+    # An allgather copies once from blocks of this many bytes (a segment of
+    # N ranks: from N of them gathered; allgather_cma_min_bytes) where every
+    # rank of the host has a CPU; where they outnumber the CPUs, from
+    # NODE_ALLGATHER_CROWDED_BLOCK. This VM runs in
+    # modes, job by job: in the slow one a line written by one CPU is read
+    # by the other 2-5x slower (the CPUs sharing no cache, it seems), and
+    # the slots with it; in another every copy (MPICH's too) takes twice
+    # its time. At N = 2 against MPICH in the same job (bench/cma_vs_mpich.py,
+    # MPICH's median / ours, 2026-12-05, bench/results/n2-n4-2026-12-05-h16e/):
+    # fast mode, slots 1 MiB 1.13-1.40x, 2 MiB 1.03-1.35x, single copies
+    # 1 MiB 0.98-1.42x, 2 MiB 0.96-1.11x; slow mode, slots 1 MiB 0.32-0.48x,
+    # 2 MiB 0.28-0.31x; the slower mode, slots 1 MiB 1.25-2.0x, single
+    # copies 1.11-1.57x. Reading each block from its owner's send buffer
+    # instead of its result (and copying our own after the reads) lost
+    # there at 4-16 MiB (e.g. 510-689 against 336-430 us at 4 MiB).
+    NODE_ALLGATHER_CMA_BLOCK = 512 << 10
+    # At N = 4 on 2 CPUs against heavy-yield MPICH in the same job (four
+    # jobs, 16:47 UTC, load 4.5, cma_vs_mpich-n4-allgather-cma.txt; a Dup
+    # with the default code as control), slots / single copies: 16 MiB
+    # gathered 4089-6977 / 3839-4308 us, 64 MiB 20516-33907 / 15440-18446
+    # (MPICH's / ours: slots 0.46-1.62x, single copies 1.02-1.70x); 4 MiB
+    # mixed (1105-1456 / 1373-1411). Earlier runs (2026-12-04) had the slots
+    # ahead at 4-64 MiB by 1.1-1.5x; none since.
+    NODE_ALLGATHER_CROWDED_BLOCK = 4 << 20
     # An alltoall copies once from this many bytes sent to the others (a
     # rank's stream) where every rank of the host has a CPU; where they
     # outnumber the CPUs, from NODE_CMA_MIN (cma_min_where_cpus; at N = 4
-    # on 2 CPUs the slots won at 4 MiB, 0.85x, lost at 16-64, 1.12x).
-    # This VM runs in two modes, job by job: in one a slot line written by
-    # one CPU is read by the other at cache speed, in the other (the CPUs
-    # apparently sharing no cache) 2-5x slower, and the slots with it. At
-    # N = 2 (bench/cma_threshold.py, alltoall, slots / single copies,
-    # median; the single copies skipping the first step, 2026-12-05):
-    # fast mode 1 MiB 0.71-0.79x, 2 MiB 0.81-0.94x, 4-64 MiB 1.0-1.18x;
-    # slow mode (before the skip) 1 MiB 1.6x, 2 MiB 1.0-2.3x, 4 MiB
-    # 1.9-3.4x, 16 MiB 2.8-3.8x. From a 1 MiB stream (a 2 MiB alltoall at
-    # N = 2) the single copy loses at most 19% and wins up to 2.3x.
-    NODE_ALLTOALL_CMA_MIN = 1 << 20
+    # on 2 CPUs the slots won at 4 MiB, 0.85x, lost at 16-64, 1.12x). The
+    # modes as for allgathers: at N = 2 against MPICH in the same job (as
+    # above), a 1 MiB alltoall (512 KiB streams): fast mode, slots
+    # 1.29-1.47x, single copies 1.02-1.08x; slow mode, slots 0.23-0.27x,
+    # single copies 1.06-1.07x (jobs interleaved with those). From 2 MiB
+    # the single copies ran at 0.82-1.06x in either mode.
+    NODE_ALLTOALL_CMA_MIN = 512 << 10
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
