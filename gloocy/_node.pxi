@@ -529,6 +529,16 @@ cdef int node_sleep_words(Context ctx, uint64_t phase, int who, int ms) except -
     return r < 0 and (err == ETIMEDOUT or err == EINTR)
 
 
+cdef inline bint node_arrived_after_all(Context ctx, int i, uint64_t phase) noexcept nogil:
+    """Whether rank i, found gone, reached `phase` before it left: a rank
+    arrives before it closes, so read after the hang-up its phase is
+    final. (Read before, it may be one the rank passed and then left
+    while we looked, as a bcast's root does; the question asked under the
+    GIL takes long enough.)"""
+    ring_fence()
+    return ring_load(&ctx.node.ctl[i].phase) >= phase
+
+
 cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
     """PeerLostError if a peer that has not reached `phase` hung up (its
     process died; one that got there may have finished and left)."""
@@ -540,7 +550,9 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
         fds[0].fd = (<Pair>ctx._pair_ptrs[i]).wait_fd()
         fds[0].events = POLLRDHUP
         fds[0].revents = 0
-        if fds[0].fd >= 0 and poll(fds, 1, 0) > 0 and fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR):
+        if (fds[0].fd >= 0 and poll(fds, 1, 0) > 0
+                and fds[0].revents & (POLLRDHUP | POLLHUP | POLLERR)
+                and not node_arrived_after_all(ctx, i, phase)):
             # It may have told us why it stopped before it left (a peer of
             # its was lost): reading that raises the root cause instead.
             (<Pair>ctx._pair_ptrs[i]).progress()
@@ -552,8 +564,9 @@ cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
     # waiting ranks asking after all of theirs every slice queue on the GIL
     # for seconds. Those after it are asked once it arrives (or by a rank of
     # those before it that waits for them).
-    if unconnected >= 0 and lazy_peer_gone(ctx, unconnected,
-                                            ctx.node.ctl[unconnected].pid):
+    if (unconnected >= 0
+            and lazy_peer_gone(ctx, unconnected, ctx.node.ctl[unconnected].pid)
+            and not node_arrived_after_all(ctx, unconnected, phase)):
         return _raise_node_peer_lost(ctx, unconnected)
     return 0
 
