@@ -221,8 +221,8 @@ cdef int _min_ranks_at_scale() except -1:
     if n < 3:
         raise ValueError(f"GLOOCY_TWO_LEVEL_MIN_RANKS={text!r}: must be a "
                          "whole number of ranks, at least 3")
-    _at_scale = n
-    return n
+    _at_scale = min(n, 0x7fffffff)        # (more ranks than any job: never)
+    return _at_scale
 
 
 cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
@@ -238,9 +238,9 @@ cdef int two_level(Context ctx, int algo, int64_t nbytes, int64_t auto_min,
         if (ctx.size < _min_ranks_at_scale()
                 or ctx.comm_id >= HIER_LEADERS_ID):
             return algo
+        if getattr(ctx.links.connector, "hosts", None) is None:
+            return algo       # (untold: no call learns it, nor uses one learnt)
         if ctx.hier is None:
-            if getattr(ctx.links.connector, "hosts", None) is None:
-                return algo
             _learn_hosts(ctx, timeout)
         return ALGO_TWO_LEVEL if (<Hier>ctx.hier).useful else algo
     if algo != ALGO_TWO_LEVEL and (algo != ALGO_AUTO or auto_min < 0

@@ -10,7 +10,7 @@ ctypedef struct NodeHead:
     uint64_t cma_min                  # bytes from which calls copy once (_cma.pxi)
     uint64_t bcast_cma_min            # ... bcasts (see NODE_BCAST_CMA_MIN)
     uint64_t reduce_scatter_cma_min   # ... reduce_scatters
-    int64_t allgather_cma_min         # ... allgathers (-1: never)
+    int64_t allgather_cma_min         # ... allgathers (gathered bytes)
     uint64_t alltoall_cma_min         # ... alltoalls (bytes a rank sends the others)
     uint32_t nranks
     char _pad[12]
@@ -142,7 +142,7 @@ cdef class Node:
                                       # segment's: alike on every rank)
     cdef readonly int64_t bcast_cma_min  # ... bcasts do
     cdef readonly int64_t reduce_scatter_cma_min  # ... reduce_scatters do
-    cdef readonly int64_t allgather_cma_min  # ... allgathers do (-1: never)
+    cdef readonly int64_t allgather_cma_min  # ... allgathers do (gathered)
     cdef readonly int64_t alltoall_cma_min  # ... alltoalls do (bytes a rank
                                       # sends the others)
     cdef readonly uint64_t cma_calls  # calls done by single copy so far

@@ -122,17 +122,17 @@ def cma_min_where_cpus(int size, int64_t own_cpus_min):
 
 def allgather_cma_min_bytes(int size):
     """From how many gathered bytes a node allgather among `size` ranks
-    copies once (-1: never): GLOOCY_CMA_MIN_BYTES if set below its default
-    (NODE_CMA_MIN), else `size` blocks of NODE_ALLGATHER_CMA_BLOCK where
-    each rank has a CPU, of NODE_ALLGATHER_CROWDED_BLOCK where they
-    outnumber the CPUs."""
+    copies once: `size` blocks of GLOOCY_CMA_MIN_BYTES if set, else of
+    NODE_ALLGATHER_CMA_BLOCK where each rank has a CPU, of
+    NODE_ALLGATHER_CROWDED_BLOCK where they outnumber the CPUs."""
     import os
     from gloocy.waiting import usable_cpus
     if os.environ.get("GLOOCY_CMA_MIN_BYTES", ""):
-        n = cma_min_bytes()
-        return n if n < NODE_CMA_MIN else -1
-    return size * (NODE_ALLGATHER_CMA_BLOCK if size <= usable_cpus()
-                   else NODE_ALLGATHER_CROWDED_BLOCK)
+        block = cma_min_bytes()
+    else:
+        block = (NODE_ALLGATHER_CMA_BLOCK if size <= usable_cpus()
+                 else NODE_ALLGATHER_CROWDED_BLOCK)
+    return min(block, 0x7fffffffffffffff // size) * size
 
 
 def new_node_segment(int size, int64_t chunk):

@@ -77,6 +77,8 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         address = (advertise or listener.address).encode()
         listener.addresses[rank] = address    # (for the ranks of this process)
         # Sent together, answered in one round trip where the store can.
+        if mode in ("auto", "shm"):
+            _check_node_knobs(size)
         ops = [("set", f"{job}/tcp/{rank}", address)]
         if mode != "tcp":                 # (read by node segments' waits only)
             ops.append(("set", f"{job}/pid/{rank}", str(os.getpid()).encode()))
@@ -209,8 +211,16 @@ def _new_node_segment(size):
     from gloocy._core import new_node_segment
     try:
         return new_node_segment(size, shm.chunk_bytes(size))
-    except (OSError, ValueError):
+    except OSError:
         return None
+
+
+def _check_node_knobs(size):
+    """ValueError naming a bad GLOOCY_SHM_CHUNK_BYTES or GLOOCY_CMA_MIN_BYTES,
+    on every rank before it joins (rank 0 reads them for the segment)."""
+    from gloocy._core import cma_min_bytes
+    shm.chunk_bytes(size)
+    cma_min_bytes()
 
 
 def _unregister(listener, tag, rank):

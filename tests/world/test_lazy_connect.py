@@ -317,6 +317,27 @@ def server_keys_left(server, prefix):
         client.close()
 
 
+@pytest.mark.parametrize("knob", ["GLOOCY_CMA_MIN_BYTES", "GLOOCY_SHM_CHUNK_BYTES"])
+def test_a_bad_node_knob_is_named_by_every_rank_at_start_up(knob, monkeypatch):
+    """(Rank 0 reads them to make the node segment: a bad one once left the
+    job without a segment, silently.)"""
+    monkeypatch.setenv(knob, "abc")
+    size = 3
+    server = HashStore(timeout=30.0)
+    stores = [server.client() for _ in range(size)]
+    errors = [None] * size
+
+    def rank_main(r):
+        try:
+            gloocy.connect(r, size, stores[r], job="knob", secret=b"k" * 32,
+                           timeout=10.0).Free()
+        except ValueError as e:
+            errors[r] = str(e)
+    in_threads(rank_main, size)
+    free_all([], stores, server)
+    assert all(e is not None and knob in e for e in errors), errors
+
+
 def test_scale_thread_world():
     """The suite's version of bench/scale.py: 96 ranks (1024 under
     --long), barrier, allreduce both ways, bcast: results right,

@@ -47,17 +47,17 @@ def test_allgather_copies_once_from_512_kib_blocks_where_each_rank_has_a_cpu(
     """With the default thresholds an allgather copies once from blocks of
     512 KiB where every rank of the host has a CPU (a page short: not),
     from 4 MiB blocks where they outnumber the CPUs; GLOOCY_CMA_MIN_BYTES
-    at or above its default (2 MiB) turns it off, below it sets the
-    gathered bytes from which it does. Right on every path."""
+    sets the block size from which it does (1 GiB: none here). Right on
+    every path."""
     from gloocy.waiting import usable_cpus
     monkeypatch.delenv("GLOOCY_CMA_MIN_BYTES", raising=False)
     block = BLOCK_MIN if n <= usable_cpus() else CROWDED_BLOCK_MIN
     totals = [n * (block - 4096), n * block, n * (block + 4096), 6 << 20]
     for env, threshold in (({}, n * block),
-                           ({"GLOOCY_CMA_MIN_BYTES": str(2 << 20)}, None),
-                           ({"GLOOCY_CMA_MIN_BYTES": str((2 << 20) - 1)}, (2 << 20) - 1)):
-        once = [threshold is not None and t // n // 4 * 4 * n >= threshold
-                for t in totals]
+                           ({"GLOOCY_CMA_MIN_BYTES": str(1 << 30)}, n << 30),
+                           ({"GLOOCY_CMA_MIN_BYTES": str(block + 4096)},
+                            n * (block + 4096))):
+        once = [t // n // 4 * 4 * n >= threshold for t in totals]
         want = [int(sum(once[:i + 1])) for i in range(len(once))]
         with World(n, env={**SHM_ALLGATHER, **env}) as w:
             got = w.run(r_allgathers, totals, timeout=90)
