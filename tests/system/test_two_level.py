@@ -297,14 +297,20 @@ def test_a_peer_killed_in_a_two_level_call_is_named(victim):
     before = shm_names()
     with World(4, backend="processes", hosts=[2, 2]) as world:
         got = world.run(r_die_or_allreduce, victim, check=False, timeout=60)
-        for rank, r in enumerate(got):
-            if rank == victim:
-                assert getattr(r, "type_name", None) == "ProcessDied"
-                continue
-            kind, lost, msg = r
-            assert kind == "PeerLostError", (rank, r)
-            assert lost == victim and f"rank {victim}" in msg, (rank, r)
+        assert_every_survivor_names(victim, got)
     assert shm_names() - before == set()
+
+
+def assert_every_survivor_names(victim, got):
+    """Each rank's (error type, rank named, message) from a call in which
+    rank `victim` died: the others raised PeerLostError naming it."""
+    for rank, r in enumerate(got):
+        if rank == victim:
+            assert getattr(r, "type_name", None) == "ProcessDied"
+            continue
+        kind, lost, msg = r
+        assert kind == "PeerLostError", (rank, r)
+        assert lost == victim and f"rank {victim}" in msg, (rank, r)
 
 
 def r_die_in_a_pipelined_call(comm, victim, n, call):
