@@ -131,6 +131,30 @@ def test_auto_runs_barrier_and_small_allreduce_two_level_at_scale(
         np.testing.assert_array_equal(one, [0])
 
 
+def r_large_then_small_allreduce(comm):
+    """The algorithms of a 1 MiB allreduce (two-level from 64 KiB at any
+    rank count) and of an 8 B one after it, with their results."""
+    ran, ok = [], True
+    for count in (1 << 17, 1):
+        x = np.ones(count, np.int64)
+        comm.Allreduce(MPI.IN_PLACE, x)
+        ran.append(comm._ctx.last_algorithm)
+        ok = ok and bool((x == comm.size).all())
+    return ran, ok
+
+
+def test_under_eager_connections_small_calls_stay_flat_after_a_large_one():
+    """Eager links: the rendezvous tells no layout, so the at-scale rule
+    does not apply; a large call learning the layout by its allgather
+    must not turn the small calls after it two-level (it once did)."""
+    with World(5, backend="processes",
+               env={"GLOOCY_TEST_HOSTS": "2", "GLOOCY_CONNECT": "eager",
+                    **AT_SCALE}) as world:
+        for ran, ok in world.run(r_large_then_small_allreduce):
+            assert ok
+            assert ran[0] == "two_level" and ran[1] != "two_level", ran
+
+
 def r_forced(comm):
     """The algorithms a barrier and a small allreduce run when forced flat
     (the keyword; the environment's GLOOCY_ALGORITHM_BARRIER)."""
