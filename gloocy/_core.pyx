@@ -48,6 +48,7 @@ include "_reduce.pxi"
 include "_gather.pxi"
 include "_p2p.pxi"
 include "_node_spread.pxi"    # ... local ranks kept on CPUs of their own
+include "_node_segment.pxi"   # the node segment: size, settings, mapping
 include "_node.pxi"           # through the node segment (one host)
 include "_node_watch.pxi"     # ... its calls over the pairs beside it
 include "_node_exchange.pxi"

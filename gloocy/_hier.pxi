@@ -151,16 +151,13 @@ cdef int _learn_hosts(Context ctx, object timeout) except -1:
     """Set ctx.hier: the layout, and the local and leaders contexts where
     they serve. Collective over ctx."""
     ctx.hier = Hier.__new__(Hier)     # meanwhile: flat (not useful)
-    cdef Layout known = None
+    cdef Layout known = _known_layout(ctx)
     if ctx.node_wanted:               # a derived context: has it one host?
         ctx.node_wanted = False       # (not if the layout says otherwise)
-        known = _known_layout(ctx)
         if known is None or len(known.hosts) == 1:
             share_node_segment(ctx, timeout)
     if ctx.size < 3 or ctx.node is not None or ctx.comm_id >= HIER_LEADERS_ID:
         return 0
-    if known is None:
-        known = _known_layout(ctx)
     cdef Hier h = _hier_of(known if known is not None
                            else _layout_of(_asked_hosts(ctx, timeout)),
                            ctx.rank, ctx.size)

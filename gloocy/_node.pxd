@@ -1,6 +1,6 @@
-# The node segment (_node.pxi): one shared mapping for a world whose ranks
-# are all on one host, the steps ranks take through it, and the node
-# collectives built on whole-buffer steps. Python names:
+# The node segment (_node.pxi, _node_segment.pxi): one shared mapping for
+# a world whose ranks are all on one host, the steps ranks take through it,
+# and the node collectives built on whole-buffer steps. Python names:
 # node_segment_bytes, new_node_segment. (The atomics of _atomics.h are
 # declared in _node.pxi: the transports, which include this file, do not
 # see that header.)

@@ -113,9 +113,10 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             got, pass_on = get_once(
                 store, f"{job}/go", lambda: _wait_for_go(store, job, rank, size, deadline),
                 deadline)
-        go = tuple(map(int, got.split()[:3]))
-        layout = got.split()[3:]          # (none: the ranks' hosts untold)
-        connector.hosts = hosts_of_ranks(layout[0].decode(), size) if layout else None
+        fields = got.split()              # (no 4th: the ranks' hosts untold)
+        go = tuple(map(int, fields[:3]))
+        connector.hosts = (hosts_of_ranks(fields[3].decode(), size)
+                           if len(fields) > 3 else None)
         if rank != 0:
             if go[1]:
                 node = _open_node_segment(rank, go[1], go[2])
