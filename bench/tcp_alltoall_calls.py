@@ -8,10 +8,11 @@ and the TCP socket buffers.
         --sizes 1M,4M,16M --calls 20 --blocks 5 [--port 29517] [--out FILE.json]
 
 Rank 0 prints a line per (size, library, block): the median, min and max
-call in µs, and per call the CPU run time, the time spent runnable but
-waiting for a CPU, voluntary and involuntary context switches. A job in
-the VM's slow mode shows in both libraries' blocks; a slowness of one
-library alone shows in its own. Timings only; asserts nothing.
+call in µs, each rank's CPU time per call (all its threads), the time its
+calling thread waited for a CPU while runnable, and in how many calls both
+ranks' calling threads ended on one CPU (where the scheduler stacked them:
+see bench/results/tcp-alltoall-swing-2026-12-05.md). --out keeps every
+call's time and CPU. Timings only; asserts nothing about speed.
 """
 
 from __future__ import annotations
