@@ -1,0 +1,174 @@
+"""gloocy:tcp's alltoall call by call, against torch-gloo's all_to_all_single
+in the same job (both libraries initialised in every rank, blocks of calls
+alternating), with what each rank's kernel says about the calls: CPU time
+run and waited for (/proc/self/schedstat), context switches (getrusage)
+and the TCP socket buffers.
+
+    GLOOCY_TRANSPORT=tcp python -m gloocy.run -n 2 python bench/tcp_alltoall_calls.py \\
+        --sizes 1M,4M,16M --calls 20 --blocks 5 [--port 29517] [--out FILE.json]
+
+Rank 0 prints a line per (size, library, block): the median, min and max
+call in µs, each rank's CPU time per call (all its threads), the time its
+calling thread waited for a CPU while runnable, and in how many calls both
+ranks' calling threads ended on one CPU (where the scheduler stacked them:
+see bench/results/tcp-alltoall-swing-2026-12-05.md). --out keeps every
+call's time and CPU. Timings only; asserts nothing about speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import datetime
+import json
+import os
+import resource
+import socket
+import time
+
+import numpy as np
+
+
+def parse_size(text: str) -> int:
+    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    return int(text[:-1]) * units[text[-1]] if text[-1] in units else int(text)
+
+
+def schedstat() -> tuple[int, int, int]:
+    """(ns run, ns waiting to run, time slices) of this thread so far."""
+    with open("/proc/thread-self/schedstat") as f:
+        run, wait, slices = f.read().split()
+    return int(run), int(wait), int(slices)
+
+
+def switches() -> tuple[int, int]:
+    ru = resource.getrusage(resource.RUSAGE_THREAD)
+    return ru.ru_nvcsw, ru.ru_nivcsw
+
+
+def tcp_buffers() -> list[tuple[int, int]]:
+    """(SO_SNDBUF, SO_RCVBUF) of this process's connected TCP sockets."""
+    out = []
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            fd = os.dup(int(name))
+        except OSError:
+            continue
+        try:
+            s = socket.socket(fileno=fd)
+        except OSError:
+            os.close(fd)
+            continue
+        with s:
+            if s.type != socket.SOCK_STREAM:
+                continue
+            try:
+                s.getpeername()
+            except OSError:
+                continue
+            out.append((s.getsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF),
+                        s.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF)))
+    return out
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def migrations() -> int:
+    """How often the scheduler has moved this thread between CPUs."""
+    with open("/proc/thread-self/sched") as f:
+        for line in f:
+            if line.startswith("se.nr_migrations"):
+                return int(line.split(":")[1])
+    return 0
+
+
+def block(call, calls: int) -> dict:
+    times = np.empty(calls)
+    cpus = np.empty(calls, dtype=np.int64)
+    m0 = migrations()
+    s0, c0, p0 = schedstat(), switches(), time.process_time()
+    for i in range(calls):
+        t = time.perf_counter()
+        call()
+        times[i] = time.perf_counter() - t
+        cpus[i] = _libc.sched_getcpu()
+    s1, c1, p1 = schedstat(), switches(), time.process_time()
+    return dict(times_us=(times * 1e6).tolist(),
+                cpu_us=(p1 - p0) * 1e6 / calls,
+                cpus=cpus.tolist(), migrations=migrations() - m0,
+                run_us=(s1[0] - s0[0]) / 1e3 / calls,
+                waitcpu_us=(s1[1] - s0[1]) / 1e3 / calls,
+                vcsw=(c1[0] - c0[0]) / calls, ivcsw=(c1[1] - c0[1]) / calls)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--sizes", default="1M,4M,16M",
+                   help="send buffer bytes per rank, comma-separated (K, M, G)")
+    p.add_argument("--calls", type=int, default=20, help="calls per block")
+    p.add_argument("--blocks", type=int, default=5, help="blocks per library")
+    p.add_argument("--port", type=int, default=29517, help="torch's rendezvous port")
+    p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--out", default="", help="rank 0 writes the figures here (JSON)")
+    a = p.parse_args()
+
+    import gloocy
+    comm = gloocy.init()
+    rank, size = comm.rank, comm.size
+    libs = {}
+    if not a.no_torch:
+        import torch
+        import torch.distributed as dist
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{a.port}",
+                                rank=rank, world_size=size,
+                                timeout=datetime.timedelta(seconds=120))
+    rows = []
+    for text in a.sizes.split(","):
+        n = parse_size(text) // 4 // size * size
+        send = np.arange(n, dtype=np.float32) + rank * n
+        recv = np.empty_like(send)
+        libs = {"gloocy:tcp": lambda: comm.Alltoall(send, recv)}
+        if not a.no_torch:
+            ts, tr = torch.from_numpy(send), torch.from_numpy(recv)
+            libs["torch-gloo"] = lambda: dist.all_to_all_single(tr, ts)
+        for name, call in libs.items():         # checked once, warmed up
+            recv[:] = -1
+            call()
+            want = np.concatenate([np.arange(n, dtype=np.float32)[
+                rank * (n // size):(rank + 1) * (n // size)] + r * n
+                for r in range(size)])
+            if not np.array_equal(recv, want):
+                raise SystemExit(f"rank {rank}: {name} gave a wrong result")
+            for _ in range(3):
+                call()
+        for b in range(a.blocks):
+            for name, call in libs.items():
+                comm.Barrier()
+                r = block(call, a.calls)
+                r.update(lib=name, size=n * 4, block=b, rank=rank,
+                         buffers=tcp_buffers() if name == "gloocy:tcp" else [])
+                rows.append(r)
+    every = comm.gather(rows, root=0)
+    if rank == 0:
+        for r0 in every[0]:
+            peers = [next(x for x in rs if x["lib"] == r0["lib"] and
+                          x["size"] == r0["size"] and x["block"] == r0["block"])
+                     for rs in every]
+            t = np.array(r0["times_us"])
+            same = sum(x == y for x, y in zip(peers[0]["cpus"], peers[1]["cpus"]))
+            print(f"{r0['size'] >> 10:>6} KiB {r0['lib']:<11} b{r0['block']} "
+                  f"med {np.median(t):7.0f} min {t.min():7.0f} max {t.max():7.0f} us"
+                  f" | cpu/call " + " ".join(f"{x['cpu_us']:6.0f}" for x in peers)
+                  + " waiting for a CPU " + " ".join(f"{x['waitcpu_us']:6.0f}" for x in peers)
+                  + f" | on one CPU {same}/{len(t)}", flush=True)
+        if a.out:
+            with open(a.out, "w") as f:
+                json.dump(every, f)
+    if not a.no_torch:
+        dist.destroy_process_group()
+    comm.Free()
+
+
+if __name__ == "__main__":
+    main()
