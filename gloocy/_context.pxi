@@ -118,7 +118,7 @@ cdef class Context:
         for i in range(links.size):
             self._local[i] = -1
         for i in range(size):
-            self._pair_ptrs[i] = <void *>self._pairs[i]
+            self._pair_ptrs[i] = <void *>PyList_GET_ITEM(self._pairs, i)
             self._local[self._world[i]] = i
             if i != rank and self._pair_ptrs[i] != unconnected:
                 self._conn[self._nconn] = self._pair_ptrs[i]
@@ -591,6 +591,8 @@ cdef int _check_given_pairs(list pairs, int rank) except -1:
     `rank` (a C loop: thousands of ranks cost microseconds)."""
     cdef Py_ssize_t i
     for i in range(len(pairs)):
+        if <void *>PyList_GET_ITEM(pairs, i) == unconnected and i != rank:
+            continue                    # (no reference counted: the common slot)
         p = pairs[i]
         if i == rank:
             if p is not None:
