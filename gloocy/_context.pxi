@@ -107,8 +107,11 @@ cdef class Context:
                 or self._local is NULL):
             raise MemoryError()
         # C loops: a world of thousands costs microseconds here
-        if world is None:             # all of the links, in their order
-            self._pairs = list(links.pairs)
+        if world is None:             # all of the links, in their order:
+            # their very list (install_pair writes the same slot of it), not
+            # a copy: a rank of thousands holds one list of N slots fewer,
+            # for the garbage collector's full collections to walk
+            self._pairs = links.pairs
             for i in range(size):
                 self._world[i] = i
         else:
