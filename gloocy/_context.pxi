@@ -107,8 +107,11 @@ cdef class Context:
                 or self._local is NULL):
             raise MemoryError()
         # C loops: a world of thousands costs microseconds here
-        if world is None:             # all of the links, in their order
-            self._pairs = list(links.pairs)
+        if world is None:             # all of the links, in their order:
+            # their very list (install_pair writes the same slot of it), not
+            # a copy: a rank of thousands holds one list of N slots fewer,
+            # for the garbage collector's full collections to walk
+            self._pairs = links.pairs
             for i in range(size):
                 self._world[i] = i
         else:
@@ -118,7 +121,7 @@ cdef class Context:
         for i in range(links.size):
             self._local[i] = -1
         for i in range(size):
-            self._pair_ptrs[i] = <void *>self._pairs[i]
+            self._pair_ptrs[i] = <void *>PyList_GET_ITEM(self._pairs, i)
             self._local[self._world[i]] = i
             if i != rank and self._pair_ptrs[i] != unconnected:
                 self._conn[self._nconn] = self._pair_ptrs[i]
@@ -591,6 +594,8 @@ cdef int _check_given_pairs(list pairs, int rank) except -1:
     `rank` (a C loop: thousands of ranks cost microseconds)."""
     cdef Py_ssize_t i
     for i in range(len(pairs)):
+        if <void *>PyList_GET_ITEM(pairs, i) == unconnected and i != rank:
+            continue                    # (no reference counted: the common slot)
         p = pairs[i]
         if i == rank:
             if p is not None:

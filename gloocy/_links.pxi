@@ -2,6 +2,10 @@
 # them. Frames carry their communicator's id, so a Dup or Split costs no
 # socket: only an agreement on a fresh id (see Context.derive).
 
+from cpython.list cimport PyList_GET_ITEM
+from cpython.object cimport PyObject
+
+
 cdef class Links:
     """The pairs to every other process, a lock, and what the communicators
     over them share: the any-source receives and the next free id."""
@@ -17,8 +21,8 @@ cdef class Links:
         self.views = []
         pthread_mutex_init(&self.lock, NULL)
         for i in range(len(pairs)):   # (a C loop: thousands of unconnected slots)
-            p = pairs[i]
-            if p is not None and p is not unconnected_pair:
+            if _is_pair(PyList_GET_ITEM(pairs, i)):
+                p = pairs[i]
                 (<Pair>p).wild_head = &self.wild_head
                 (<Pair>p).wild_tail = &self.wild_tail
 
@@ -185,3 +189,10 @@ cdef int _posted_unconnected() except -1 with gil:
 cdef LazyPair unconnected_pair = LazyPair()
 cdef void *unconnected = <void *>unconnected_pair
 UNCONNECTED = unconnected_pair
+
+
+cdef inline bint _is_pair(PyObject *slot) noexcept:
+    """Whether a slot of a pairs list (a borrowed pointer: no reference
+    counted, which thousands of slots a rank would cost) holds a real pair,
+    not None or UNCONNECTED."""
+    return <void *>slot != <void *>None and <void *>slot != unconnected
