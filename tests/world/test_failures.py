@@ -317,6 +317,31 @@ def test_ranks_that_exit_at_once_on_an_error_pass_on_its_root_cause(tmp_path,
     assert all(r["named"] == 5 for [r] in got), got
 
 
+@pytest.mark.transports("tcp")
+def test_a_dial_out_of_file_descriptors_says_so_at_once(tmp_path, transport):
+    # No socket can be made: the fd limit is the reason to give, at once,
+    # not "could not connect before the deadline" after retrying to it.
+    job = Job(tmp_path, 2, """
+        import resource
+        time.sleep(0.3)
+        if rank == 0:
+            used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used, used))
+            t0 = time.monotonic()
+            try:
+                comm.send("hello", dest=1)
+            except gloocy.RendezvousError as e:
+                report(text=str(e), after=time.monotonic() - t0)
+        else:
+            time.sleep(2)
+    """, transport)
+    (code, reports, stderr), _ = job.results()
+    assert len(reports) == 1, stderr
+    [r] = reports
+    assert "out of file descriptors" in r["text"] and "ulimit -n" in r["text"], r
+    assert "rank 1" in r["text"] and r["after"] < NAMED_WITHIN, r
+
+
 def test_a_receive_from_itself_outlives_a_peer_that_leaves(tmp_path, transport):
     # A receive from ourselves waits in the any-source list; a peer that
     # leaves meanwhile sends nothing it waits for, so must not fail it.
