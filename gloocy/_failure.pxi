@@ -50,8 +50,11 @@ cdef int fail(Context ctx, BaseException exc, Coll *c) except -1:
             install_arrivals(links)
         links.told = (why, code, culprit, origin)   # ... and those that will
         if links.connector is not None:
-            # ... and those that dial us once we are gone (lazy.py: _dial)
+            # ... and those that dial us once we are gone (lazy.py: _dial),
+            # there before the error reaches the user: a program that ends
+            # with os._exit on it would otherwise lose the record
             links.connector.record_abort(why, code, culprit, origin)
+            links.connector.recorded()
         if ctx.node is not None:
             connect_members(ctx)        # node collectives move no frames
         for p in links.pairs:

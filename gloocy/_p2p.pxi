@@ -297,6 +297,10 @@ cdef object _match(Context ctx, int source, int tag, bint block,
         try:
             _p2p_want(&x, &c, NULL, 0, tag)
             with nogil:
+                if block and source >= 0 and source != ctx.rank:
+                    # connected (as a receive's post does), so that a peer
+                    # gone before we ever spoke is named now, not at the deadline
+                    pair_of(ctx, source)
                 found = probe_stashed(ctx, &c, &x, source, block, take,
                                       source == -1, seen)
         except BaseException as e:

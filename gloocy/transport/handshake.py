@@ -3,8 +3,10 @@ the full mesh of them (every rank connects to the lower ones and accepts
 the higher ones).
 """
 
+import errno
 import hashlib
 import hmac
+import resource
 import socket
 import struct
 import threading
@@ -136,6 +138,15 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
     return sock
 
 
+def _out_of_fds(e):
+    """Why a socket could not be made, when it is the fd limit."""
+    if e.errno == errno.ENFILE:
+        return "the system is out of file descriptors (ENFILE)"
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return (f"this process is out of file descriptors (its open-file limit "
+            f"is {soft}: raise it with ulimit -n, or connect fewer peers)")
+
+
 def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
             after_proof=b""):
     """dial()'s work, on a non-blocking fd (returned; None: refused) of a
@@ -164,8 +175,12 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
             _tcp.close_now(fd)
             raise RendezvousError(f"rank {rank}: could not connect to rank "
                                   f"{peer} at {fmt(addr)} before the deadline") from None
-        except OSError:
-            pass
+        except OSError as e:
+            if e.errno in (errno.EMFILE, errno.ENFILE):    # no retry frees one
+                if fd is not None:
+                    _tcp.close_now(fd)
+                raise RendezvousError(f"rank {rank}: could not connect to rank "
+                                      f"{peer}: {_out_of_fds(e)}") from None
         except BaseException:
             if fd is not None:
                 _tcp.close_now(fd)

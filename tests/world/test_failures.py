@@ -270,6 +270,78 @@ def test_object_receives_and_probes_name_a_peer_that_died(tmp_path, transport, c
     assert r["after"] < NAMED_WITHIN, r
 
 
+@pytest.mark.parametrize("call", ["comm.recv(source=2)", "comm.probe(source=2)",
+                                  "comm.mprobe(source=2)"])
+def test_object_receives_name_a_peer_gone_before_it_was_ever_connected(
+        tmp_path, transport, call):
+    # No pair to rank 2 was ever made: the wait connects it, as a posted
+    # receive does, and so names the loss at once (it waited out the
+    # deadline, 60 s, with nobody named).
+    job = Job(tmp_path, 3, f"""
+        if rank == 2:
+            os._exit(0)                  # no goodbye, never connected
+        time.sleep(0.5)
+        if rank == 0:
+            t0 = time.monotonic()
+            try:
+                {call}
+            except gloocy.PeerLostError as e:
+                report(lost=e.rank, after=time.monotonic() - t0)
+    """, transport)
+    (code, reports, stderr), *_ = job.results()
+    assert code == 0, stderr
+    [r] = reports
+    assert r["lost"] == 2 and r["after"] < NAMED_WITHIN, r
+
+
+def test_ranks_that_exit_at_once_on_an_error_pass_on_its_root_cause(tmp_path,
+                                                                    transport):
+    # Rank 5 dies before anyone spoke to it. A rank that hears of it from
+    # its barrier ends with os._exit at once (no interpreter shutdown to
+    # wait for anything); a rank that dials such a rank later must still
+    # name rank 5, from the record the exited rank left in the store before
+    # its error was raised, not the exited rank as lost.
+    job = Job(tmp_path, 6, """
+        if rank == 5:
+            os._exit(0)
+        time.sleep(0.5)
+        try:
+            comm.Barrier(timeout=20)
+        except gloocy.GloocyError as e:
+            report(error=type(e).__name__, named=getattr(e, "rank", None),
+                   origin=getattr(e, "origin", None), text=str(e)[:300])
+        os._exit(0)
+    """, transport)
+    got = [reports for code, reports, _ in job.results()[:5]]
+    assert all(len(r) == 1 for r in got), got
+    assert all(r["named"] == 5 for [r] in got), got
+
+
+@pytest.mark.transports("tcp")
+def test_a_dial_out_of_file_descriptors_says_so_at_once(tmp_path, transport):
+    # No socket can be made: the fd limit is the reason to give, at once,
+    # not "could not connect before the deadline" after retrying to it.
+    job = Job(tmp_path, 2, """
+        import resource
+        time.sleep(0.3)
+        if rank == 0:
+            used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used, used))
+            t0 = time.monotonic()
+            try:
+                comm.send("hello", dest=1)
+            except gloocy.RendezvousError as e:
+                report(text=str(e), after=time.monotonic() - t0)
+        else:
+            time.sleep(2)
+    """, transport)
+    (code, reports, stderr), _ = job.results()
+    assert len(reports) == 1, stderr
+    [r] = reports
+    assert "out of file descriptors" in r["text"] and "ulimit -n" in r["text"], r
+    assert "rank 1" in r["text"] and r["after"] < NAMED_WITHIN, r
+
+
 def test_a_receive_from_itself_outlives_a_peer_that_leaves(tmp_path, transport):
     # A receive from ourselves waits in the any-source list; a peer that
     # leaves meanwhile sends nothing it waits for, so must not fail it.
