@@ -27,16 +27,38 @@ a socket per pair.
 
 The peer can write anything into the segment: positions read from it are
 checked before any copy, and our own positions are kept privately.
+
+Large point-to-point messages copy once (single copies, set up by
+allow_single_copy): the sender puts a P2P_SINGLE frame in the message's
+place in the ring, a header saying where the payload is in its memory
+(`count`: the address, `length`: the size), and sends nothing after it
+until the receiver answers (KIND_P2P_READ). The receiver matches the frame
+as any other and reads the payload with process_vm_readv from the
+sender's process (its pid is the one the kernel gave at set-up, never one
+from a frame): into the posted receive, or into the stash at once when
+none is posted, so that the send completes without waiting for its
+receive, as before. Then it answers READ_DONE and the send is done. If
+the kernel refuses (EPERM: Yama, a container, seccomp) or GLOOCY_CMA=0 on
+the receiver, it answers READ_REFUSED and stops reading from this peer;
+the sender then streams that payload through the ring (a P2P_STREAMED
+frame, which goes to the receive its P2P_SINGLE frame chose) and sends
+every later message so. Answers go between frames, ahead of the queue, so
+that two ranks waiting for each other's answers both get them.
 """
 
-from libc.errno cimport errno, EINTR, EAGAIN
-from libc.stdint cimport int64_t, uint32_t, uint64_t
+from libc.errno cimport (errno, EINTR, EAGAIN, EPERM, EACCES, ENOSYS, ESRCH,
+                        EFAULT)
+from libc.stdint cimport int64_t, uint32_t, uint64_t, INT64_MAX, UINT64_MAX
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 from posix.unistd cimport close as c_close, read as c_read, write as c_write
 
 from gloocy._core cimport (WordWait, WORD_U32, WORDS_NONE, WORDS_READY,
-                           WORD_AWAKE, WORD_ASLEEP, WORD_POLLING)
+                           WORD_AWAKE, WORD_ASLEEP, WORD_POLLING,
+                           Xfer, Header, HEADER_SIZE, KIND_P2P, KIND_P2P_READ,
+                           P2P_SINGLE, P2P_STREAMED, READ_DONE, READ_REFUSED,
+                           XFER_DONE, XF_HEAP, init_header, check_frame,
+                           cma_read)
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
 
 cdef extern from "_atomics.h" nogil:
@@ -233,6 +255,17 @@ cdef class ShmPair(StreamPair):
     cdef Waker own_waker        # in-process: our rank's eventfd, and the peer's
     cdef Waker peer_waker
     cdef bint polling           # in-process: wait_events asked for a poll(2)
+    # Single copies (see the top of this file):
+    cdef int64_t peer_pid       # the peer's process, from the set-up's socket
+    cdef int64_t single_min     # our sends from this many bytes copy once (0: none)
+    cdef bint read_ok           # we read the peer's P2P_SINGLE frames (else refuse)
+    cdef Xfer *held             # our send whose P2P_SINGLE frame waits for its answer
+    cdef Xfer *refused          # the receive (or stash) whose payload comes streamed
+    cdef int answer_due         # the answer we owe the peer: 1 + a ReadAnswer (0: none)
+    cdef readonly uint64_t single_reads     # messages we read with one copy
+    cdef readonly uint64_t single_sent      # our sends the peer read so
+    cdef readonly int refused_err           # errno that stopped our reads (0: none,
+                                            # or GLOOCY_CMA=0)
 
     def __cinit__(self, int sock_fd, int mem_fd, uint64_t ring, int rank,
                   int peer, bint first, str address="shared memory"):
@@ -264,6 +297,27 @@ cdef class ShmPair(StreamPair):
         self.out_ctl, self.in_ctl = (ctl, ctl + 1) if self.first else (ctl + 1, ctl)
         self.out_data, self.in_data = ((data, data + ring) if self.first
                                        else (data + ring, data))
+
+    def allow_single_copy(self, int64_t peer_pid, int64_t min_bytes, bint willing):
+        """Copy point-to-point messages of at least `min_bytes` (>= 1) once,
+        to and from the peer's process `peer_pid` (what the kernel said of
+        the set-up's socket; 0: unknown, no single copies). Unwilling
+        (GLOOCY_CMA=0): none of ours, and the peer's are refused."""
+        if min_bytes < 1:
+            raise ValueError(f"min_bytes: {min_bytes} is not a byte count >= 1")
+        if self.fd == NO_SOCKET or self.fd < 0 or peer_pid <= 0 or not willing:
+            return
+        self.peer_pid = peer_pid
+        self.single_min = min_bytes
+        self.read_ok = True
+
+    @property
+    def single_copies(self):
+        """(sends of ours the peer read once, messages of the peer's we read
+        once, whether we may still send so, the errno that stopped our
+        reads or 0)."""
+        return (self.single_sent, self.single_reads, self.single_min > 0,
+                self.refused_err)
 
     @property
     def in_process(self):
@@ -405,12 +459,243 @@ cdef class ShmPair(StreamPair):
         self.armed = False
 
     cdef int progress(self) except -1 nogil:
+        cdef int moved
         if self.armed:
             self.disarm()
         if self.polling:                # (in process: a poll(2) is over)
             self.polling = False
             self.own_waker.drain()
-        return StreamPair.progress(self)
+        moved = StreamPair.progress(self)
+        if self.answer_due:
+            moved |= self.send_answer()
+        return moved
+
+    # -- single copies ------------------------------------------------------
+
+    cdef bint wants_space(self) noexcept nogil:
+        """We wait for room in our ring: for a frame (not for the answer to
+        one held), or for the answer we owe."""
+        return ((self.send_head is not NULL and self.send_head is not self.held)
+                or self.answer_due != 0)
+
+    cdef int put_header(self, Header *h) except -1 nogil:
+        """Write a lone header into our ring whole (so that the stream is
+        never left mid-frame by it): 1, or 0 when it does not fit now."""
+        cdef iovec iov
+        cdef uint64_t used = self.out_head - ring_load(&self.out_ctl.tail)
+        if used > self.mask + 1:
+            return self.corrupt()
+        if self.mask + 1 - used < HEADER_SIZE:
+            return 0
+        iov.iov_base = h
+        iov.iov_len = HEADER_SIZE
+        self.stream_send(&iov, 1)
+        return 1
+
+    cdef int send_some(self) except -1 nogil:
+        cdef int moved = self.send_answer()
+        moved |= StreamPair.send_some(self)
+        if self.answer_due:
+            moved |= self.send_answer()
+        return moved
+
+    cdef int send_answer(self) except -1 nogil:
+        """The answer we owe, between two frames of ours; 1 if it went."""
+        cdef Header h
+        if not self.answer_due or self.fd < 0 or self.cut or self.peer_gone:
+            return 0
+        if self.send_head is not NULL and self.send_head.done != 0:
+            return 0                    # mid-frame: after it
+        init_header(&h)
+        h.kind = KIND_P2P_READ
+        h.op = self.answer_due - 1
+        if not self.put_header(&h):
+            return 0
+        self.answer_due = 0
+        return 1
+
+    cdef int send_aside(self, Xfer *x) except -1 nogil:
+        """A large point-to-point send goes as a P2P_SINGLE frame, and waits
+        (held, at the head of the queue) for its answer."""
+        cdef Header d
+        if x is self.held:
+            return 1
+        if (self.single_min == 0 or x.hdr.kind != KIND_P2P
+                or x.nbytes < self.single_min
+                or (x.hdr.op & (P2P_SINGLE | P2P_STREAMED)) != 0):
+            return 0
+        d = x.hdr
+        d.op |= P2P_SINGLE
+        d.count = <uint64_t><size_t>x.buf
+        if not self.put_header(&d):
+            return 1
+        self.held = x
+        return 2
+
+    cdef int side_frame(self) except -1 nogil:
+        cdef Header *h = &self.in_hdr
+        if h.kind == KIND_P2P_READ:
+            self.in_hdr_got = 0
+            self.answered(h.op)
+            return 1
+        if h.kind == KIND_P2P and (h.op & P2P_STREAMED):
+            return self.take_streamed()
+        if self.refused is not NULL:
+            return self.bad_frame("another frame before the payload this rank "
+                                  "asked it to stream")
+        if h.kind == KIND_P2P and (h.op & P2P_SINGLE):
+            return self.take_single()
+        return 0
+
+    cdef int answered(self, int answer) except -1 nogil:
+        """The peer answered our held P2P_SINGLE frame: the send is done, or
+        it streams now (and every later one)."""
+        cdef Xfer *x = self.held
+        if x is NULL:
+            return 0                    # forgotten (abandon): nothing to do
+        self.held = NULL
+        if answer == READ_DONE:
+            self.send_head = x.next
+            if self.send_head is NULL:
+                self.send_tail = NULL
+            x.next = NULL
+            x.state = XFER_DONE
+            self.single_sent += 1
+        else:
+            self.single_min = 0
+            x.hdr.op |= P2P_STREAMED
+        self.send_some()
+        return 0
+
+    cdef int take_single(self) except -1 nogil:
+        """A P2P_SINGLE frame: match it (or stash it), read its payload from
+        the sender's memory, answer. Refused: answer so, and its payload
+        comes streamed (take_streamed)."""
+        cdef Header d = self.in_hdr
+        cdef uint64_t addr = d.count
+        cdef Xfer *x
+        cdef int err
+        d.op &= ~P2P_SINGLE
+        d.count = 0
+        if (d.length == 0 or d.length > <uint64_t>INT64_MAX or addr == 0
+                or addr > UINT64_MAX - d.length):
+            return self.bad_frame("a single-copy frame with an impossible "
+                                  "address or length")
+        x = self.claim(&d, &self.recv_head, &self.recv_tail)
+        if x is NULL:
+            x = self.stash(&d)
+        else:
+            check_frame(&d, x, self.rank, self.peer)
+            x.hdr = d
+            x.nbytes = <int64_t>d.length
+            x.peer = self.peer
+        x.done = 0
+        self.in_hdr_got = 0
+        err = self.read_single(x, addr)
+        if err == 0:
+            x.state = XFER_DONE
+            self.single_reads += 1
+            self.answer_due = 1 + READ_DONE
+            self.send_answer()
+            if x.flags & XF_HEAP:
+                self.hand_to_any_source(x)
+        else:
+            self.read_ok = False
+            self.refused_err = max(err, 0)
+            self.refused = x
+            self.answer_due = 1 + READ_REFUSED
+            self.send_answer()
+        return 1
+
+    cdef int read_single(self, Xfer *x, uint64_t addr) except -2 nogil:
+        """x's payload from `addr` in the peer's process: 0; the errno when
+        the kernel refuses (-1: we do not read, GLOOCY_CMA=0). A stash grows
+        as the bytes come, never ahead of them."""
+        cdef int err = 0
+        cdef int64_t n = x.nbytes
+        if not self.read_ok:
+            return -1
+        if not (x.flags & XF_HEAP):
+            err = cma_read(self.peer_pid, <int64_t>addr, x.buf, n)
+        else:
+            while x.done < n and err == 0:
+                if x.done == x.cap:
+                    self.grow_stash(x)
+                err = cma_read(self.peer_pid, <int64_t>addr + x.done,
+                               x.buf + x.done, x.cap - x.done)
+                if err == 0:
+                    x.done = x.cap
+        x.done = 0
+        if err == 0 or err == EPERM or err == EACCES or err == ENOSYS:
+            return err
+        if err == ESRCH:
+            return self.lost("its process is gone (it died while this rank "
+                             "read a message from its memory)", 0)
+        self.drain()
+        if self.sock_eof:
+            return self.lost("it died while this rank read a message from "
+                             "its memory", err)
+        return self.bad_read(addr, n, err)
+
+    cdef int take_streamed(self) except -1 nogil:
+        """The payload of a message whose P2P_SINGLE frame we refused: into
+        the receive (or stash) that frame chose."""
+        cdef Xfer *x = self.refused
+        if x is NULL or self.in_hdr.length != <uint64_t>x.nbytes:
+            return self.bad_frame("a streamed payload this rank did not ask for")
+        self.refused = NULL
+        x.done = 0
+        self.in_x = x
+        return 1
+
+    cdef int bad_frame(self, str what) except -1 with gil:
+        from gloocy.errors import ProtocolError
+        raise ProtocolError(f"rank {self.rank}: peer rank {self.peer} "
+                            f"({self.address}) sent {what}")
+
+    cdef int bad_read(self, uint64_t addr, int64_t n, int err) except -1 with gil:
+        import os
+        from gloocy.errors import ProtocolError
+        raise ProtocolError(
+            f"rank {self.rank}: peer rank {self.peer} ({self.address}) offered "
+            f"a {n}-byte message at {addr:#x} in its memory, which could not "
+            f"be read (process_vm_readv: {os.strerror(err)})")
+
+    cdef int post_recv(self, Xfer *x) except -1 nogil:
+        """A stashed message whose payload comes streamed (refused) and that
+        x is the oldest match for: x takes its place."""
+        cdef Xfer *u = self.refused
+        if (u is not NULL and (u.flags & XF_HEAP) and self.fd >= 0
+                and not self.cut and self.find_unexpected(x, True) is u
+                and self.any_source_for(u) is NULL):
+            check_frame(&u.hdr, x, self.rank, self.peer)
+            x.hdr = u.hdr
+            x.nbytes = u.nbytes
+            x.peer = self.peer
+            x.done = 0
+            self.refused = x
+            self.drop_unexpected(u)
+            self.matched(&x.hdr)
+            return 0
+        return StreamPair.post_recv(self, x)
+
+    cdef bint busy(self) noexcept nogil:
+        return (StreamPair.busy(self) or self.refused is not NULL
+                or self.answer_due != 0)
+
+    cdef bint expecting(self) noexcept nogil:
+        return (StreamPair.expecting(self) or self.refused is not NULL
+                or self.held is not NULL)
+
+    cdef void abandon(self) noexcept nogil:
+        # A receive of ours waiting for its streamed payload is forgotten:
+        # that payload could not be placed, the stream is cut there.
+        if self.refused is not NULL and not (self.refused.flags & XF_HEAP):
+            self.refused = NULL
+            self.cut = True
+            self.parked = True
+        self.held = NULL
+        StreamPair.abandon(self)
 
     cdef int wait_fd(self) noexcept nogil:
         """In process: the rank's eventfd while a poll(2) is asked for (see
@@ -424,7 +709,7 @@ cdef class ShmPair(StreamPair):
         """About to sleep: ask the peer for a wake-up when it moves what we
         wait for. If it moved already, answer POLLOUT on the socket, which
         is writable, so that poll(2) returns at once."""
-        cdef bint want_space = self.send_head is not NULL
+        cdef bint want_space = self.wants_space()
         cdef bint want_data = not self.parked
         if self.fd < 0 or self.peer_gone:
             return 0
@@ -455,7 +740,7 @@ cdef class ShmPair(StreamPair):
         """About to sleep on futexes: put our flags up (WORD_ASLEEP) and
         hand them out. A dead peer wakes no futex: the sleeper looks at the
         socket when its slice ends (drain_wakeups)."""
-        cdef bint want_space = self.send_head is not NULL
+        cdef bint want_space = self.wants_space()
         cdef bint want_data = not self.parked
         cdef int n = 0
         if self.fd < 0 or self.peer_gone:
