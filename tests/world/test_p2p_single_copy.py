@@ -354,3 +354,39 @@ def test_a_sender_killed_mid_stream_is_named(tmp_path):
             killer.join()
     lost, right, reads = got[0]
     assert lost == 1 and right >= 4 and reads >= right
+
+
+def r_buffer_gone(comm, n, ready):
+    """Rank 1 Isends from a mapping it then unmaps (as if its frame named
+    memory it does not have) before rank 0 receives: rank 0's read fails,
+    naming rank 1 (rank 1's process then ends)."""
+    import ctypes
+    import mmap
+    if comm.rank == 1:
+        m = mmap.mmap(-1, n)
+        arr = np.frombuffer(m, np.uint8)
+        arr[:] = payload(1, 0, 1, n)
+        req = comm.Isend(arr, 0, 1)
+        libc = ctypes.CDLL(None, use_errno=True)
+        addr = arr.__array_interface__["data"][0]
+        assert libc.munmap(ctypes.c_void_p(addr), ctypes.c_size_t(n)) == 0
+        open(ready, "w").close()
+        try:
+            req.Wait()              # (rank 0 stops on its error: ours then)
+        finally:
+            os._exit(0)             # the mapping's object must not unmap again
+    deadline = time.monotonic() + 20
+    while not os.path.exists(ready) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        comm.Recv(np.zeros(n, np.uint8), 1, 1)
+        return "received"
+    except gloocy.errors.ProtocolError as e:
+        return "ProtocolError", "rank 1" in str(e), "could not be read" in str(e)
+
+
+def test_a_message_whose_memory_is_gone_is_a_protocol_error_naming_the_sender(tmp_path):
+    with World(2, env=SHM) as w:
+        got = w.run(r_buffer_gone, 1 << 20, str(tmp_path / "ready"), timeout=40,
+                    check=False)
+    assert got[0] == ("ProtocolError", True, True)
