@@ -122,6 +122,13 @@ cdef enum ReadAnswer:
     READ_REFUSED = 1              # could not read (the kernel refused, or
                                   # GLOOCY_CMA=0): send the payload as a
                                   # P2P_STREAMED frame, and no more P2P_SINGLE
+    READ_SPLIT = 2                # the receiver reads the first `tag` bytes;
+                                  # the sender writes the rest to address
+                                  # `count` + `tag` in the receiver, then
+                                  # answers READ_WRITTEN (and waits for DONE)
+    READ_WRITTEN = 3              # the sender's answer to READ_SPLIT: root 0
+                                  # if it wrote its part, else 1 (the receiver
+                                  # reads it too)
 
 
 # The wire header in front of every payload (48 bytes, little-endian).

@@ -79,7 +79,7 @@ cdef int check_header(const Header *got, int rank, int peer) except -1 nogil:
             or ((got.kind == KIND_BYE or got.kind == KIND_P2P_ACK
                  or got.kind == KIND_P2P_READ) and got.length != 0)
             or (got.kind == KIND_P2P and (got.op & ~P2P_MODES) != 0)
-            or (got.kind == KIND_P2P_READ and got.op > READ_REFUSED)
+            or (got.kind == KIND_P2P_READ and got.op > READ_WRITTEN)
             or (got.kind == KIND_ABORT and got.length > ABORT_MAX)):
         return _raise_bad_header(got, rank, peer)
     return 0

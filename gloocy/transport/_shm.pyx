@@ -44,11 +44,23 @@ the sender then streams that payload through the ring (a P2P_STREAMED
 frame, which goes to the receive its P2P_SINGLE frame chose) and sends
 every later message so. Answers go between frames, ahead of the queue, so
 that two ranks waiting for each other's answers both get them.
+
+A receive of at least split_min bytes, posted when its P2P_SINGLE frame
+comes, is copied by both processes, each on its CPU: the receiver answers
+READ_SPLIT (its buffer's address, and how much it reads itself), reads
+the first half while the sender writes the second with process_vm_writev,
+which answers READ_WRITTEN; the receiver answers READ_DONE. The ring's
+control line carries a word that makes the write safe: the receiver sets
+it SPLIT_OFFERED before it answers READ_SPLIT; the sender writes only if it
+turns it SPLIT_WRITING, and sets SPLIT_WRITTEN after; a receiver that
+abandons its receive (an error) takes the offer back, or waits until the
+write is over before the buffer can go.
 """
 
 from libc.errno cimport (errno, EINTR, EAGAIN, EPERM, EACCES, ENOSYS, ESRCH,
                         EFAULT)
 from libc.stdint cimport int64_t, uint32_t, uint64_t, INT64_MAX, UINT64_MAX
+from posix.time cimport clock_gettime, timespec, CLOCK_MONOTONIC
 from libc.stdlib cimport free
 from libc.string cimport memcpy, memset
 from posix.unistd cimport close as c_close, read as c_read, write as c_write
@@ -57,8 +69,9 @@ from gloocy._core cimport (WordWait, WORD_U32, WORDS_NONE, WORDS_READY,
                            WORD_AWAKE, WORD_ASLEEP, WORD_POLLING,
                            Xfer, Header, HEADER_SIZE, KIND_P2P, KIND_P2P_READ,
                            P2P_SINGLE, P2P_STREAMED, READ_DONE, READ_REFUSED,
+                           READ_SPLIT, READ_WRITTEN,
                            XFER_DONE, XF_HEAP, init_header, check_frame,
-                           cma_read)
+                           cma_read, cma_write)
 from gloocy.transport._stream cimport StreamPair, iovec, WOULD_BLOCK
 
 cdef extern from "_atomics.h" nogil:
@@ -107,10 +120,17 @@ cdef extern from *:
       return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
     static inline uint32_t word_load(const uint32_t *p)
     { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+    static inline int word_cas(uint32_t *p, uint32_t old, uint32_t new_)
+    { return __atomic_compare_exchange_n(p, &old, new_, 0, __ATOMIC_ACQ_REL,
+                                         __ATOMIC_ACQUIRE); }
     """
     int fd_load(const int *p) nogil
     int fd_publish(int *p, int fd) nogil
     uint32_t word_load(const uint32_t *p) nogil
+    int word_cas(uint32_t *p, uint32_t old, uint32_t new_) nogil
+
+cdef extern from "<sched.h>" nogil:
+    int sched_yield()
 
 cdef extern from "<poll.h>" nogil:
     enum:
@@ -127,10 +147,16 @@ ctypedef struct RingCtl:
     uint32_t reader_sleeps      # the reader sleeps until head moves (WORD_*)
     uint32_t writer_sleeps      # the writer sleeps until tail moves (WORD_*)
     uint32_t writer_closed      # in-process pairs: the writer closed its end
-    char _pad2[52]
+    uint32_t split              # the split copy of the message in this ring (SPLIT_*)
+    char _pad2[48]
 
 cdef enum:
     READ_AHEAD = 4096           # a small frame comes out in one copy
+    SPLIT_IDLE = 0              # RingCtl.split: no split copy
+    SPLIT_OFFERED = 1           # the receiver asked the sender to write
+    SPLIT_WRITING = 2           # the sender writes
+    SPLIT_WRITTEN = 3           # ... and is done
+    SPLIT_WAIT_NS = 5000000000  # an abandoning receiver waits for a write this long
     NO_SOCKET = 0x7fffffff      # an in-process pair's fd: open, but no file
 
 
@@ -262,8 +288,19 @@ cdef class ShmPair(StreamPair):
     cdef Xfer *held             # our send whose P2P_SINGLE frame waits for its answer
     cdef Xfer *refused          # the receive (or stash) whose payload comes streamed
     cdef int answer_due         # the answer we owe the peer: 1 + a ReadAnswer (0: none)
+    cdef uint64_t answer_addr   # ... READ_SPLIT's: our buffer, and our part
+    cdef int64_t answer_at
+    cdef int written_due        # READ_WRITTEN we owe: 1 + its root (0: none)
+    cdef int64_t split_min      # receives from this many bytes copy split (0: never)
+    cdef bint read_proven       # a read from the peer worked (a split may go)
+    cdef bint write_ok          # we write the peer's split parts (else: say so)
+    cdef Xfer *split            # the receive the peer writes the second part of
+    cdef uint64_t split_addr    # ... its payload's address in the peer
+    cdef int split_err          # ... how our read of the first part went
+    cdef bint split_dropped     # a READ_WRITTEN for a receive abandoned may come
     cdef readonly uint64_t single_reads     # messages we read with one copy
     cdef readonly uint64_t single_sent      # our sends the peer read so
+    cdef uint64_t split_done                # receives the peer wrote half of
     cdef readonly int refused_err           # errno that stopped our reads (0: none,
                                             # or GLOOCY_CMA=0)
 
@@ -298,18 +335,23 @@ cdef class ShmPair(StreamPair):
         self.out_data, self.in_data = ((data, data + ring) if self.first
                                        else (data + ring, data))
 
-    def allow_single_copy(self, int64_t peer_pid, int64_t min_bytes, bint willing):
+    def allow_single_copy(self, int64_t peer_pid, int64_t min_bytes, bint willing,
+                          int64_t split_min=0):
         """Copy point-to-point messages of at least `min_bytes` (>= 1) once,
         to and from the peer's process `peer_pid` (what the kernel said of
-        the set-up's socket; 0: unknown, no single copies). Unwilling
+        the set-up's socket; 0: unknown, no single copies), receives of at
+        least `split_min` bytes by both processes (0: never). Unwilling
         (GLOOCY_CMA=0): none of ours, and the peer's are refused."""
-        if min_bytes < 1:
-            raise ValueError(f"min_bytes: {min_bytes} is not a byte count >= 1")
+        if min_bytes < 1 or split_min < 0:
+            raise ValueError(f"min_bytes, split_min: {min_bytes}, {split_min} "
+                             "are not byte counts >= 1 (split_min: >= 0)")
         if self.fd == NO_SOCKET or self.fd < 0 or peer_pid <= 0 or not willing:
             return
         self.peer_pid = peer_pid
         self.single_min = min_bytes
+        self.split_min = max(split_min, 2 * 4096) if split_min else 0
         self.read_ok = True
+        self.write_ok = True
 
     @property
     def single_copies(self):
@@ -318,6 +360,12 @@ cdef class ShmPair(StreamPair):
         reads or 0)."""
         return (self.single_sent, self.single_reads, self.single_min > 0,
                 self.refused_err)
+
+    @property
+    def split_copies(self):
+        """(receives of ours the peer wrote half of, whether we still write
+        the peer's halves)."""
+        return self.split_done, self.write_ok
 
     @property
     def in_process(self):
@@ -466,17 +514,21 @@ cdef class ShmPair(StreamPair):
             self.polling = False
             self.own_waker.drain()
         moved = StreamPair.progress(self)
-        if self.answer_due:
+        if self.owes():
             moved |= self.send_answer()
         return moved
 
     # -- single copies ------------------------------------------------------
 
+    cdef bint owes(self) noexcept nogil:
+        """An answer of ours waits to go."""
+        return self.answer_due != 0 or self.written_due != 0
+
     cdef bint wants_space(self) noexcept nogil:
         """We wait for room in our ring: for a frame (not for the answer to
         one held), or for the answer we owe."""
         return ((self.send_head is not NULL and self.send_head is not self.held)
-                or self.answer_due != 0)
+                or self.owes())
 
     cdef int put_header(self, Header *h) except -1 nogil:
         """Write a lone header into our ring whole (so that the stream is
@@ -495,24 +547,38 @@ cdef class ShmPair(StreamPair):
     cdef int send_some(self) except -1 nogil:
         cdef int moved = self.send_answer()
         moved |= StreamPair.send_some(self)
-        if self.answer_due:
+        if self.owes():
             moved |= self.send_answer()
         return moved
 
     cdef int send_answer(self) except -1 nogil:
-        """The answer we owe, between two frames of ours; 1 if it went."""
+        """The answers we owe, between two frames of ours; 1 if one went."""
         cdef Header h
-        if not self.answer_due or self.fd < 0 or self.cut or self.peer_gone:
+        cdef int moved = 0
+        if not self.owes() or self.fd < 0 or self.cut or self.peer_gone:
             return 0
         if self.send_head is not NULL and self.send_head.done != 0:
             return 0                    # mid-frame: after it
         init_header(&h)
         h.kind = KIND_P2P_READ
-        h.op = self.answer_due - 1
-        if not self.put_header(&h):
-            return 0
-        self.answer_due = 0
-        return 1
+        if self.written_due:
+            h.op = READ_WRITTEN
+            h.root = self.written_due - 1
+            if not self.put_header(&h):
+                return 0
+            self.written_due = 0
+            moved = 1
+        if self.answer_due:
+            h.op = self.answer_due - 1
+            h.root = -1
+            if h.op == READ_SPLIT:
+                h.count = self.answer_addr
+                h.tag = <uint64_t>self.answer_at
+            if not self.put_header(&h):
+                return moved
+            self.answer_due = 0
+            moved = 1
+        return moved
 
     cdef int send_aside(self, Xfer *x) except -1 nogil:
         """A large point-to-point send goes as a P2P_SINGLE frame, and waits
@@ -536,25 +602,30 @@ cdef class ShmPair(StreamPair):
         cdef Header *h = &self.in_hdr
         if h.kind == KIND_P2P_READ:
             self.in_hdr_got = 0
-            self.answered(h.op)
+            self.answered(h)
             return 1
         if h.kind == KIND_P2P and (h.op & P2P_STREAMED):
             return self.take_streamed()
-        if self.refused is not NULL:
-            return self.bad_frame("another frame before the payload this rank "
-                                  "asked it to stream")
+        if self.refused is not NULL or self.split is not NULL:
+            return self.bad_frame("another frame before it finished the "
+                                  "message this rank was taking")
         if h.kind == KIND_P2P and (h.op & P2P_SINGLE):
             return self.take_single()
         return 0
 
-    cdef int answered(self, int answer) except -1 nogil:
+    cdef int answered(self, const Header *h) except -1 nogil:
         """The peer answered our held P2P_SINGLE frame: the send is done, or
-        it streams now (and every later one)."""
+        it streams now (and every later one), or we write our part; or it
+        wrote its part of our receive."""
         cdef Xfer *x = self.held
+        if h.op == READ_WRITTEN:
+            return self.written(h.root)
+        if h.op == READ_SPLIT:
+            return self.write_part(x, h.count, <int64_t>h.tag)
         if x is NULL:
             return 0                    # forgotten (abandon): nothing to do
         self.held = NULL
-        if answer == READ_DONE:
+        if h.op == READ_DONE:
             self.send_head = x.next
             if self.send_head is NULL:
                 self.send_tail = NULL
@@ -597,8 +668,16 @@ cdef class ShmPair(StreamPair):
             x.peer = self.peer
         x.done = 0
         self.in_hdr_got = 0
-        err = self.read_single(x, addr)
+        if (self.split_min and x.nbytes >= self.split_min and self.read_proven
+                and self.read_ok and not (x.flags & XF_HEAP)):
+            return self.read_part(x, addr)
+        return self.finish_single(x, self.read_single(x, addr))
+
+    cdef int finish_single(self, Xfer *x, int err) except -1 nogil:
+        """x's payload is read (err 0): done, answer so; else refused:
+        answer so, and it comes streamed."""
         if err == 0:
+            self.read_proven = True
             x.state = XFER_DONE
             self.single_reads += 1
             self.answer_due = 1 + READ_DONE
@@ -613,6 +692,65 @@ cdef class ShmPair(StreamPair):
             self.send_answer()
         return 1
 
+    cdef int read_part(self, Xfer *x, uint64_t addr) except -1 nogil:
+        """A split copy of x: offer the peer the second half (READ_SPLIT),
+        read the first; READ_WRITTEN finishes it (written)."""
+        cdef int64_t at = x.nbytes // 2 // 4096 * 4096
+        flag_set(&self.in_ctl.split, SPLIT_OFFERED)
+        self.answer_addr = <uint64_t><size_t>x.buf
+        self.answer_at = at
+        self.answer_due = 1 + READ_SPLIT
+        self.send_answer()
+        self.split = x
+        self.split_addr = addr
+        self.split_err = self.read_checked(addr, x.buf, at)
+        return 1
+
+    cdef int written(self, int root) except -1 nogil:
+        """The peer wrote its part of our split receive (root 0), or could
+        not (we read it too)."""
+        cdef Xfer *x = self.split
+        cdef int64_t at
+        cdef int err
+        if x is NULL:
+            if self.split_dropped:      # for a receive abandoned: forget it
+                self.split_dropped = False
+                return 0
+            return self.bad_frame("a single-copy write this rank did not ask for")
+        self.split = NULL
+        flag_set(&self.in_ctl.split, SPLIT_IDLE)
+        at = x.nbytes // 2 // 4096 * 4096
+        err = self.split_err
+        if err == 0 and root != 0:
+            err = self.read_checked(self.split_addr + <uint64_t>at, x.buf + at,
+                                    x.nbytes - at)
+        elif err == 0:
+            self.split_done += 1
+        return self.finish_single(x, err)
+
+    cdef int write_part(self, Xfer *x, uint64_t addr, int64_t at) except -1 nogil:
+        """The peer reads the first `at` bytes of our held send x and asks
+        us to write the rest to `addr` + `at` in its memory, if it still
+        offers it (RingCtl.split); READ_WRITTEN says how it went."""
+        cdef int err = -1
+        if x is not NULL and (at <= 0 or at >= x.nbytes or addr == 0
+                              or addr > UINT64_MAX - <uint64_t>x.nbytes):
+            return self.bad_frame("a split answer with an impossible address "
+                                  "or part")
+        if (x is not NULL and self.write_ok
+                and word_cas(&self.out_ctl.split, SPLIT_OFFERED, SPLIT_WRITING)):
+            err = cma_write(self.peer_pid, <int64_t>(addr + <uint64_t>at),
+                            x.buf + at, x.nbytes - at)
+            flag_set(&self.out_ctl.split, SPLIT_WRITTEN)
+            if err == ESRCH:
+                return self.lost("its process is gone (it died while this "
+                                 "rank wrote a message into its memory)", 0)
+            if err:
+                self.write_ok = False   # the peer reads our parts from now on
+        self.written_due = 1 + (err != 0)
+        self.send_answer()
+        return 0
+
     cdef int read_single(self, Xfer *x, uint64_t addr) except -2 nogil:
         """x's payload from `addr` in the peer's process: 0; the errno when
         the kernel refuses (-1: we do not read, GLOOCY_CMA=0). A stash grows
@@ -622,16 +760,22 @@ cdef class ShmPair(StreamPair):
         if not self.read_ok:
             return -1
         if not (x.flags & XF_HEAP):
-            err = cma_read(self.peer_pid, <int64_t>addr, x.buf, n)
-        else:
-            while x.done < n and err == 0:
-                if x.done == x.cap:
-                    self.grow_stash(x)
-                err = cma_read(self.peer_pid, <int64_t>addr + x.done,
-                               x.buf + x.done, x.cap - x.done)
-                if err == 0:
-                    x.done = x.cap
+            return self.read_checked(addr, x.buf, n)
+        while x.done < n and err == 0:
+            if x.done == x.cap:
+                self.grow_stash(x)
+            err = self.read_checked(addr + <uint64_t>x.done, x.buf + x.done,
+                                    x.cap - x.done)
+            if err == 0:
+                x.done = x.cap
         x.done = 0
+        return err
+
+    cdef int read_checked(self, uint64_t addr, char *dst, int64_t n) except -2 nogil:
+        """n bytes from `addr` in the peer's process: 0; the errno when the
+        kernel refuses; raises when the peer is gone or the bytes are not
+        there."""
+        cdef int err = cma_read(self.peer_pid, <int64_t>addr, dst, n)
         if err == 0 or err == EPERM or err == EACCES or err == ENOSYS:
             return err
         if err == ESRCH:
@@ -687,15 +831,36 @@ cdef class ShmPair(StreamPair):
 
     cdef bint busy(self) noexcept nogil:
         return (StreamPair.busy(self) or self.refused is not NULL
-                or self.answer_due != 0)
+                or self.split is not NULL or self.owes())
 
     cdef bint expecting(self) noexcept nogil:
         return (StreamPair.expecting(self) or self.refused is not NULL
-                or self.held is not NULL)
+                or self.split is not NULL or self.held is not NULL)
+
+    cdef void withdraw_split(self) noexcept nogil:
+        """Our split receive is abandoned (its buffer may go once we
+        return): take the offer back, or wait until the peer's write is
+        over (or the peer gone, or SPLIT_WAIT_NS)."""
+        cdef timespec t0, t
+        if self.split is NULL:
+            return
+        self.split = NULL
+        self.split_dropped = True
+        if not word_cas(&self.in_ctl.split, SPLIT_OFFERED, SPLIT_IDLE):
+            clock_gettime(CLOCK_MONOTONIC, &t0)
+            while word_load(&self.in_ctl.split) == SPLIT_WRITING:
+                sched_yield()
+                self.drain()
+                clock_gettime(CLOCK_MONOTONIC, &t)
+                if self.sock_eof or ((t.tv_sec - t0.tv_sec) * 1000000000
+                                     + t.tv_nsec - t0.tv_nsec) > SPLIT_WAIT_NS:
+                    break
+        flag_set(&self.in_ctl.split, SPLIT_IDLE)
 
     cdef void abandon(self) noexcept nogil:
         # A receive of ours waiting for its streamed payload is forgotten:
         # that payload could not be placed, the stream is cut there.
+        self.withdraw_split()
         if self.refused is not NULL and not (self.refused.flags & XF_HEAP):
             self.refused = NULL
             self.cut = True

@@ -63,8 +63,11 @@ DEFAULT_CHUNK = 1 << 18       # 2 parities x N slots stay in cache
 SHARED_CPU_CHUNK = 1 << 20
 SHARED_CPU_SEGMENT = 16 << 20
 # Point-to-point messages from this many bytes copy once between local
-# processes (process_vm_readv; see _shm.pyx): GLOOCY_CMA_P2P_MIN_BYTES.
+# processes (process_vm_readv; see _shm.pyx): GLOOCY_CMA_P2P_MIN_BYTES;
+# receives from P2P_SPLIT_MIN are copied half by each process
+# (GLOOCY_CMA_P2P_SPLIT_MIN_BYTES; 0: never), where there are CPUs for two.
 P2P_SINGLE_MIN = 256 << 10
+P2P_SPLIT_MIN = 1 << 20
 _PEERCRED = struct.Struct("3i")      # struct ucred: pid, uid, gid
 
 
@@ -134,6 +137,23 @@ def p2p_single_min():
     if n < 1:
         raise ValueError(f"GLOOCY_CMA_P2P_MIN_BYTES={text!r}: must be a byte "
                          "count >= 1")
+    return n
+
+
+def p2p_split_min():
+    """GLOOCY_CMA_P2P_SPLIT_MIN_BYTES (default P2P_SPLIT_MIN where this
+    process may use two CPUs, else 0): from how many bytes a single-copy
+    receive is copied half by each process (0: never)."""
+    text = os.environ.get("GLOOCY_CMA_P2P_SPLIT_MIN_BYTES", "")
+    if text == "":
+        return P2P_SPLIT_MIN if usable_cpus() >= 2 else 0
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"GLOOCY_CMA_P2P_SPLIT_MIN_BYTES={text!r}: must be a "
+                         "byte count (0: never)")
     return n
 
 
@@ -241,7 +261,8 @@ def shm_pair(sock, rank, peer, deadline, *, node=None, ring=None):
             pid = _peer_pid(conn)
             pair = ShmPair(conn.detach(), memfd, ring, rank, peer, rank < peer)
             pair.allow_single_copy(pid, p2p_single_min(),
-                                   os.environ.get("GLOOCY_CMA", "1") != "0")
+                                   os.environ.get("GLOOCY_CMA", "1") != "0",
+                                   p2p_split_min())
             return pair, node
         finally:
             conn.close()

@@ -582,7 +582,7 @@ class Header(NamedTuple):
 MAGIC, VERSION = 0x59434C47, 1
 BYE, P2P, ABORT, ACK, READ, KIND_LAST, ABORT_MAX = 0, 12, 13, 14, 15, 16, 1024
 # A P2P frame's op: bits (Ssend 1; single copy 2 and 4, shared memory only,
-# as READ frames: refused over TCP); a READ frame's: 0 or 1.
+# as READ frames: refused over TCP); a READ frame's: 0 to 3.
 P2P_MODES, P2P_SHM_ONLY = 7, 6
 # The kind byte: the object call that made a collective (1..9, 0: none) in
 # the high 4 bits, the kind in the low 4.
@@ -665,7 +665,7 @@ def expected_from(h, honest):
             or (h.kind in (BYE, ACK, READ) and h.length != 0)
             or (h.kind == ABORT and h.length > ABORT_MAX)
             or (h.kind == P2P and h.op & ~P2P_MODES)
-            or (h.kind == READ and h.op > 1)):
+            or (h.kind == READ and h.op > 3)):
         return ProtocolError
     if h.kind == READ or (h.kind == P2P and h.op & P2P_SHM_ONLY):
         return ProtocolError

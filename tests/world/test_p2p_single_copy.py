@@ -390,3 +390,39 @@ def test_a_message_whose_memory_is_gone_is_a_protocol_error_naming_the_sender(tm
         got = w.run(r_buffer_gone, 1 << 20, str(tmp_path / "ready"), timeout=40,
                     check=False)
     assert got[0] == ("ProtocolError", True, True)
+
+
+SPLIT = 256 << 10                   # GLOOCY_CMA_P2P_SPLIT_MIN_BYTES in the tests
+
+
+def r_split(comm, sizes, refuse_writes):
+    """Rank 1 sends rank 0 a message to prove the reads, then one of each
+    size to a posted Irecv (rank 0 copies the first half, rank 1 writes
+    the second, unless its writes are refused: seccomp): [right], rank
+    0's split counters, rank 1's."""
+    if comm.rank == 1 and refuse_writes:
+        _refuse_cross_memory_attach()       # rank 1 neither reads nor writes
+    out = []
+    for k, n in enumerate([MIN] + sizes):
+        if comm.rank == 0:
+            buf = np.zeros(n, np.uint8)
+            req = comm.Irecv(buf, 1, k)
+            comm.Send(b"!", 1, 90)
+            req.Wait()
+            out.append(bool(np.array_equal(buf, payload(1, 0, k, n))))
+        else:
+            comm.Recv(bytearray(1), 0, 90)
+            comm.Send(payload(1, 0, k, n), 0, k)
+    return out, comm._ctx.links.pairs[1 - comm.rank].split_copies
+
+
+@pytest.mark.parametrize("refuse_writes", [False, True])
+def test_large_posted_receives_are_copied_half_by_each_process(refuse_writes):
+    sizes = [SPLIT - 1, SPLIT, SPLIT + 12345, (16 << 20) + 3]
+    env = {**SHM, "GLOOCY_CMA_P2P_SPLIT_MIN_BYTES": SPLIT}
+    with World(2, env=env) as w:
+        got = w.run(r_split, sizes, refuse_writes, timeout=90)
+    assert got[0][0] == [True] * (1 + len(sizes))
+    halves = 0 if refuse_writes else 3
+    assert got[0][1] == (halves, True)
+    assert got[1][1] == (0, not refuse_writes)
