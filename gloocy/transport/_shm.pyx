@@ -49,7 +49,11 @@ A receive of at least split_min bytes, posted when its P2P_SINGLE frame
 comes, is copied by both processes, each on its CPU: the receiver answers
 READ_SPLIT (its buffer's address, and how much it reads itself), reads
 the first half while the sender writes the second with process_vm_writev,
-which answers READ_WRITTEN; the receiver answers READ_DONE. The ring's
+which answers READ_WRITTEN; the receiver answers READ_DONE. A sender that
+has not begun its half when the receiver is done with its own (asleep,
+or busy outside gloocy) loses it: the receiver takes the offer back and
+reads that half too, so that no receive waits for a sender's progress
+(the sender's late READ_WRITTEN then says it wrote nothing). The ring's
 control line carries a word that makes the write safe: the receiver sets
 it SPLIT_OFFERED before it answers READ_SPLIT; the sender writes only if it
 turns it SPLIT_WRITING, and sets SPLIT_WRITTEN after; a receiver that
@@ -297,10 +301,11 @@ cdef class ShmPair(StreamPair):
     cdef Xfer *split            # the receive the peer writes the second part of
     cdef uint64_t split_addr    # ... its payload's address in the peer
     cdef int split_err          # ... how our read of the first part went
-    cdef bint split_dropped     # a READ_WRITTEN for a receive abandoned may come
+    cdef int stale_written      # READ_WRITTENs to come for splits taken back
     cdef readonly uint64_t single_reads     # messages we read with one copy
     cdef readonly uint64_t single_sent      # our sends the peer read so
     cdef uint64_t split_done                # receives the peer wrote half of
+    cdef uint64_t split_taken               # ... whose half we read after all
     cdef readonly int refused_err           # errno that stopped our reads (0: none,
                                             # or GLOOCY_CMA=0)
 
@@ -363,9 +368,10 @@ cdef class ShmPair(StreamPair):
 
     @property
     def split_copies(self):
-        """(receives of ours the peer wrote half of, whether we still write
-        the peer's halves)."""
-        return self.split_done, self.write_ok
+        """(receives of ours the peer wrote half of, split receives whose
+        half we read after all (the peer had not begun it), whether we still
+        write the peer's halves)."""
+        return self.split_done, self.split_taken, self.write_ok
 
     @property
     def in_process(self):
@@ -696,14 +702,32 @@ cdef class ShmPair(StreamPair):
         """A split copy of x: offer the peer the second half (READ_SPLIT),
         read the first; READ_WRITTEN finishes it (written)."""
         cdef int64_t at = x.nbytes // 2 // 4096 * 4096
+        cdef int64_t took, t0
         flag_set(&self.in_ctl.split, SPLIT_OFFERED)
         self.answer_addr = <uint64_t><size_t>x.buf
         self.answer_at = at
         self.answer_due = 1 + READ_SPLIT
         self.send_answer()
+        t0 = mono_ns()
         self.split = x
         self.split_addr = addr
         self.split_err = self.read_checked(addr, x.buf, at)
+        # Give a sender that was asleep as long as our half took to begin
+        # (yielding the CPU: it may wait for ours).
+        took = mono_ns() - t0
+        t0 += took
+        while (word_load(&self.in_ctl.split) == SPLIT_OFFERED
+               and mono_ns() - t0 < took):
+            sched_yield()
+        if word_cas(&self.in_ctl.split, SPLIT_OFFERED, SPLIT_IDLE):
+            # The peer has not begun its half: ours now.
+            self.split = NULL
+            self.stale_written += 1
+            self.split_taken += 1
+            if self.split_err == 0:
+                self.split_err = self.read_checked(addr + <uint64_t>at, x.buf + at,
+                                                   x.nbytes - at)
+            return self.finish_single(x, self.split_err)
         return 1
 
     cdef int written(self, int root) except -1 nogil:
@@ -713,8 +737,8 @@ cdef class ShmPair(StreamPair):
         cdef int64_t at
         cdef int err
         if x is NULL:
-            if self.split_dropped:      # for a receive abandoned: forget it
-                self.split_dropped = False
+            if self.stale_written:      # for a split taken back: forget it
+                self.stale_written -= 1
                 return 0
             return self.bad_frame("a single-copy write this rank did not ask for")
         self.split = NULL
@@ -841,19 +865,17 @@ cdef class ShmPair(StreamPair):
         """Our split receive is abandoned (its buffer may go once we
         return): take the offer back, or wait until the peer's write is
         over (or the peer gone, or SPLIT_WAIT_NS)."""
-        cdef timespec t0, t
+        cdef int64_t t0
         if self.split is NULL:
             return
         self.split = NULL
-        self.split_dropped = True
+        self.stale_written += 1
         if not word_cas(&self.in_ctl.split, SPLIT_OFFERED, SPLIT_IDLE):
-            clock_gettime(CLOCK_MONOTONIC, &t0)
+            t0 = mono_ns()
             while word_load(&self.in_ctl.split) == SPLIT_WRITING:
                 sched_yield()
                 self.drain()
-                clock_gettime(CLOCK_MONOTONIC, &t)
-                if self.sock_eof or ((t.tv_sec - t0.tv_sec) * 1000000000
-                                     + t.tv_nsec - t0.tv_nsec) > SPLIT_WAIT_NS:
+                if self.sock_eof or mono_ns() - t0 > SPLIT_WAIT_NS:
                     break
         flag_set(&self.in_ctl.split, SPLIT_IDLE)
 
@@ -934,6 +956,12 @@ cdef class ShmPair(StreamPair):
             self.disarm()
             return WORDS_READY
         return n
+
+
+cdef inline int64_t mono_ns() noexcept nogil:
+    cdef timespec t
+    clock_gettime(CLOCK_MONOTONIC, &t)
+    return t.tv_sec * 1000000000 + t.tv_nsec
 
 
 cdef inline void put_word(WordWait *w, uint32_t *flag) noexcept nogil:

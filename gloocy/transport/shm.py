@@ -66,8 +66,8 @@ SHARED_CPU_SEGMENT = 16 << 20
 # processes (process_vm_readv; see _shm.pyx): GLOOCY_CMA_P2P_MIN_BYTES;
 # receives from P2P_SPLIT_MIN are copied half by each process
 # (GLOOCY_CMA_P2P_SPLIT_MIN_BYTES; 0: never), where there are CPUs for two.
-P2P_SINGLE_MIN = 256 << 10
-P2P_SPLIT_MIN = 1 << 20
+P2P_SINGLE_MIN = 64 << 10
+P2P_SPLIT_MIN = 128 << 10
 _PEERCRED = struct.Struct("3i")      # struct ucred: pid, uid, gid
 
 

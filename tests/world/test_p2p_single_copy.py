@@ -418,11 +418,17 @@ def r_split(comm, sizes, refuse_writes):
 
 @pytest.mark.parametrize("refuse_writes", [False, True])
 def test_large_posted_receives_are_copied_half_by_each_process(refuse_writes):
-    sizes = [SPLIT - 1, SPLIT, SPLIT + 12345, (16 << 20) + 3]
+    # (16 MiB ten times: a sender the machine's load keeps from its CPU
+    # loses its half, taken back; at least one must be written)
+    sizes = [SPLIT - 1, SPLIT, SPLIT + 12345] + [(16 << 20) + 3] * 10
     env = {**SHM, "GLOOCY_CMA_P2P_SPLIT_MIN_BYTES": SPLIT}
     with World(2, env=env) as w:
         got = w.run(r_split, sizes, refuse_writes, timeout=90)
     assert got[0][0] == [True] * (1 + len(sizes))
-    halves = 0 if refuse_writes else 3
-    assert got[0][1] == (halves, True)
-    assert got[1][1] == (0, not refuse_writes)
+    halves, taken, _ = got[0][1]
+    if refuse_writes:           # its writes fail (then it tries none): 0 halves
+        assert halves == 0 and taken <= len(sizes) - 1
+        assert got[1][1][:2] == (0, 0)
+    else:                       # every receive from SPLIT split, one way or other
+        assert halves + taken == len(sizes) - 1 and halves >= 1
+        assert got[1][1] == (0, 0, True)
