@@ -713,8 +713,9 @@ cdef class ShmPair(StreamPair):
         self.split_addr = addr
         self.split_err = self.read_checked(addr, x.buf, at)
         # Give a sender that was asleep as long as our half took to begin
-        # (yielding the CPU: it may wait for ours).
-        took = mono_ns() - t0
+        # (yielding the CPU: it may wait for ours); none where we send it
+        # a message too (an exchange: it is busy with ours, as we were).
+        took = 0 if self.held is not NULL else mono_ns() - t0
         t0 += took
         while (word_load(&self.in_ctl.split) == SPLIT_OFFERED
                and mono_ns() - t0 < took):

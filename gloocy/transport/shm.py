@@ -140,13 +140,25 @@ def p2p_single_min():
     return n
 
 
+_local_ranks = 0          # ranks of the job on this host, as the set-up learnt
+
+
+def note_local_ranks(n):
+    """The set-up learnt that `n` ranks of the job share this host."""
+    global _local_ranks
+    _local_ranks = n
+
+
 def p2p_split_min():
-    """GLOOCY_CMA_P2P_SPLIT_MIN_BYTES (default P2P_SPLIT_MIN where this
-    process may use two CPUs, else 0): from how many bytes a single-copy
-    receive is copied half by each process (0: never)."""
+    """GLOOCY_CMA_P2P_SPLIT_MIN_BYTES (default P2P_SPLIT_MIN where every
+    local rank has a CPU, else 0: with 8 ranks on 2 CPUs both halves of a
+    pair's copies waited for CPUs, 1.15-1.6x slower than one reader,
+    bench/results/p2p-single-copy-2026-12-05.md): from how many bytes a
+    single-copy receive is copied half by each process (0: never)."""
     text = os.environ.get("GLOOCY_CMA_P2P_SPLIT_MIN_BYTES", "")
     if text == "":
-        return P2P_SPLIT_MIN if usable_cpus() >= 2 else 0
+        cpus = usable_cpus()
+        return P2P_SPLIT_MIN if cpus >= 2 and _local_ranks <= cpus else 0
     try:
         n = int(text)
     except ValueError:

@@ -432,3 +432,30 @@ def test_large_posted_receives_are_copied_half_by_each_process(refuse_writes):
     else:                       # every receive from SPLIT split, one way or other
         assert halves + taken == len(sizes) - 1 and halves >= 1
         assert got[1][1] == (0, 0, True)
+
+
+def r_split_by_default(comm, n):
+    """Rank 1 sends rank 0 two messages of n bytes to posted receives (the
+    first proves the reads): rank 0's split counters (halves, taken)."""
+    for k in range(2):
+        if comm.rank == 0:
+            buf = np.zeros(n, np.uint8)
+            req = comm.Irecv(buf, 1, k)
+            comm.Send(b"!", 1, 90)
+            req.Wait()
+            assert np.array_equal(buf, payload(1, 0, k, n))
+        elif comm.rank == 1:
+            comm.Recv(bytearray(1), 0, 90)
+            comm.Send(payload(1, 0, k, n), 0, k)
+    return comm._ctx.links.pairs[1].split_copies[:2] if comm.rank == 0 else None
+
+
+@pytest.mark.parametrize("size", [2, 3])
+def test_receives_split_by_default_only_where_every_local_rank_has_a_cpu(size):
+    from gloocy.waiting import usable_cpus
+    if usable_cpus() < 2:
+        pytest.skip("one usable CPU: no split at any size")
+    env = {k: v for k, v in SHM.items() if k != "GLOOCY_CMA_P2P_MIN_BYTES"}
+    with World(size, env=env) as w:
+        halves, taken = w.run(r_split_by_default, 1 << 20, timeout=60)[0]
+    assert halves + taken == (1 if size <= usable_cpus() else 0)
