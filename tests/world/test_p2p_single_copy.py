@@ -459,3 +459,36 @@ def test_receives_split_by_default_only_where_every_local_rank_has_a_cpu(size):
     with World(size, env=env) as w:
         halves, taken = w.run(r_split_by_default, 1 << 20, timeout=60)[0]
     assert halves + taken == (1 if size <= usable_cpus() else 0)
+
+
+def r_unexpected_in_turn(comm, sizes):
+    """Rank 1 sends rank 0 each message before rank 0 posts its receive
+    (rank 0 waits in a Recv of a small one sent after it), one at a time:
+    each stash reuses the spare buffer the one before left (larger than
+    some messages). Rank 0 probes each, then takes it (Recv, or a matched
+    Mprobe's Recv): [(probed count, right)]."""
+    out = []
+    for k, n in enumerate(sizes):
+        if comm.rank == 1:
+            comm.Send(payload(1, 0, k, n), 0, k)
+            comm.Send(b"x", 0, 100 + k)
+            continue
+        comm.Recv(bytearray(1), 1, 100 + k)
+        st = Status()
+        if k % 2:
+            msg = comm.Mprobe(1, k, st)
+            buf = np.zeros(st.Get_count(), np.uint8)
+            msg.Recv(buf)
+        else:
+            comm.Probe(1, k, st)
+            buf = np.zeros(st.Get_count(), np.uint8)
+            comm.Recv(buf, 1, k)
+        out.append((st.Get_count(), bool(np.array_equal(buf, payload(1, 0, k, n)))))
+    return out
+
+
+def test_unexpected_messages_one_after_another_keep_their_sizes():
+    sizes = [3 << 20, (1 << 20) + 5, (2 << 20) + 7, 5 << 20, MIN + 1]
+    with World(2, env=SHM) as w:
+        got = w.run(r_unexpected_in_turn, sizes, timeout=90)
+    assert got[0] == [(n, True) for n in sizes]
