@@ -247,15 +247,20 @@ def test_a_receive_too_small_is_the_same_error_on_both_paths(threshold):
     assert got[0] == ("MismatchError", True, True, True)
 
 
-def r_refused(comm, how, sizes):
+def r_refused(comm, how, sizes, ready):
     """Rank 0 cannot read rank 1 (GLOOCY_CMA=0 as its pair is made, or
     the kernel refuses it: seccomp); messages both ways, expected,
-    unexpected and both-first: [right], the counters."""
+    unexpected and both-first: [right], the counters. (Rank 1 waits for
+    the file `ready`: its first send makes the pair, lazily.)"""
     if comm.rank == 0:
         if how == "unwilling":
             os.environ["GLOOCY_CMA"] = "0"
         else:
             _refuse_cross_memory_attach()
+        open(ready, "w").close()
+    deadline = time.monotonic() + 20
+    while not os.path.exists(ready) and time.monotonic() < deadline:
+        time.sleep(0.005)
     ok = [r_expected_and_unexpected(comm, sizes)[0]]
     ok.append(r_both_send_first(comm, sizes, False)[0])
     ok.append(r_both_send_first(comm, sizes, True)[0])
@@ -263,14 +268,14 @@ def r_refused(comm, how, sizes):
 
 
 @pytest.mark.parametrize("how", ["unwilling", "refused"])
-def test_a_refused_read_falls_back_to_the_ring(how):
+def test_a_refused_read_falls_back_to_the_ring(how, tmp_path):
     """The first message to rank 0 is refused and comes streamed, later
     ones take the ring at once; rank 0's messages to rank 1 still copy
     once where rank 1 may read them (seccomp), not when rank 0 is
     unwilling (GLOOCY_CMA=0 stops its sends too)."""
     sizes = [MIN, 4 << 20]
     with World(2, env={**SHM, "GLOOCY_CONNECT": "lazy"}) as w:
-        got = w.run(r_refused, how, sizes, timeout=90)
+        got = w.run(r_refused, how, sizes, str(tmp_path / "ready"), timeout=90)
     for ok, _ in got:
         assert ok[0] in ([], [(True, n, t) for n in sizes for t in (1, 2)])
         assert ok[1] == ok[2] == [True] * len(sizes)
