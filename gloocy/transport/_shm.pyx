@@ -49,7 +49,8 @@ A receive of at least split_min bytes, posted when its P2P_SINGLE frame
 comes, is copied by both processes, each on its CPU: the receiver answers
 READ_SPLIT (its buffer's address, and how much it reads itself), reads
 the first half while the sender writes the second with process_vm_writev,
-which answers READ_WRITTEN; the receiver answers READ_DONE. A sender that
+which answers READ_WRITTEN; the receiver answers READ_DONE. (Not while
+the receiver sends the sender a message too: both are busy then.) A sender that
 has not begun its half when the receiver is done with its own (asleep,
 or busy outside gloocy) loses it: the receiver takes the offer back and
 reads that half too, so that no receive waits for a sender's progress
@@ -712,8 +713,11 @@ cdef class ShmPair(StreamPair):
             x.peer = self.peer
         x.done = 0
         self.in_hdr_got = 0
+        # (Not where we send the peer a message too, an exchange: it is
+        # busy with ours as we are with its; each reading all was faster.)
         if (self.split_min and x.nbytes >= self.split_min and self.read_proven
-                and self.read_ok and not (x.flags & XF_HEAP)):
+                and self.read_ok and not (x.flags & XF_HEAP)
+                and self.held is NULL):
             return self.read_part(x, addr)
         return self.finish_single(x, self.read_single(x, addr))
 
@@ -753,9 +757,8 @@ cdef class ShmPair(StreamPair):
         self.split_addr = addr
         self.split_err = self.read_checked(addr, x.buf, at)
         # Give a sender that was asleep as long as our half took to begin
-        # (yielding the CPU: it may wait for ours); none where we send it
-        # a message too (an exchange: it is busy with ours, as we were).
-        took = 0 if self.held is not NULL else mono_ns() - t0
+        # (yielding the CPU: it may wait for ours).
+        took = mono_ns() - t0
         t0 += took
         while (word_load(&self.in_ctl.split) == SPLIT_OFFERED
                and mono_ns() - t0 < took):
