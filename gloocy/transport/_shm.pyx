@@ -853,8 +853,9 @@ cdef class ShmPair(StreamPair):
             u.cap = cap
 
     cdef void drop_unexpected(self, Xfer *u) noexcept nogil:
-        """Pair's, but a large stash buffer is kept as the spare."""
-        if (u.cap >= SPARE_MIN and u.cap <= SPARE_MAX
+        """Pair's, but a large stash buffer is kept as the spare (where
+        single copies may use it)."""
+        if (self.peer_pid > 0 and u.cap >= SPARE_MIN and u.cap <= SPARE_MAX
                 and xfer_unlink(&self.unexp_head, &self.unexp_tail, u)):
             free(spare_give(u.buf, u.cap))
             free(u)
