@@ -599,7 +599,10 @@ cdef class ShmPair(StreamPair):
         """The answers we owe, between two frames of ours; 1 if one went."""
         cdef Header h
         cdef int moved = 0
-        if not self.owes() or self.fd < 0 or self.cut or self.peer_gone:
+        if not self.owes():
+            return 0
+        if self.fd < 0 or self.cut or self.peer_gone:
+            self.answer_due = self.written_due = 0      # nobody to tell
             return 0
         if self.send_head is not NULL and self.send_head.done != 0:
             return 0                    # mid-frame: after it
