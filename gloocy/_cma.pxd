@@ -23,6 +23,10 @@ cdef extern from "<unistd.h>" nogil:
     enum:
         _SC_NPROCESSORS_ONLN
 
+# n bytes at `addr` in process `pid` to dst (from src): 0, or the errno (point-to-
+# point single copies between local ranks use it too: transport/_shm.pyx).
+cdef int cma_read(int64_t pid, int64_t addr, char *dst, int64_t n) noexcept nogil
+cdef int cma_write(int64_t pid, int64_t addr, const char *src, int64_t n) noexcept nogil
 cdef int node_bcast_cma(Context ctx, Coll *c, char *buf, int64_t nbytes,
                         int root) except -1 nogil
 cdef int node_allgatherv_cma(Context ctx, Coll *c, char *buf,

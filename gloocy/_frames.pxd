@@ -27,7 +27,9 @@ cdef enum Kind:
                                   # tag: 1 + the rank it stopped first (0: the peer)
     KIND_P2P_ACK = 14             # a synchronous send was matched: seq is the
                                   # sender's ack id, no payload, tag 0
-    KIND_LAST = 15
+    KIND_P2P_READ = 15            # shared memory: the answer to a P2P_SINGLE
+                                  # frame (op: a ReadAnswer), no payload
+    KIND_LAST = 16
     ABORT_MAX = 1024              # longest abort message
     # A header's kind byte: the kind in the low bits; in the high bits, the
     # object collective (lower-case method) that made a collective call, so
@@ -103,10 +105,30 @@ cdef enum XferFlags:
     XF_SELF_ONLY = 4              # p2p receive in the any-source list that only
                                   # a send of this process to itself may match
 
-# The op byte of a KIND_P2P frame (OP_NONE for a standard send).
+# The op byte of a KIND_P2P frame (OP_NONE for a standard send): bits.
 cdef enum P2PMode:
     P2P_SYNC = 1                  # Ssend: the receiver answers with a KIND_P2P_ACK
                                   # carrying this frame's seq once it matches it
+    P2P_SINGLE = 2                # shared memory, single copy: no payload follows;
+                                  # it is `length` bytes at address `count` in the
+                                  # sender, which waits for a KIND_P2P_READ
+    P2P_STREAMED = 4              # the payload of the P2P_SINGLE frame just
+                                  # refused (READ_REFUSED), for its receive only
+    P2P_MODES = 7                 # every bit a KIND_P2P frame may carry
+
+# The op byte of a KIND_P2P_READ frame.
+cdef enum ReadAnswer:
+    READ_DONE = 0                 # read: the send is done
+    READ_REFUSED = 1              # could not read (the kernel refused, or
+                                  # GLOOCY_CMA=0): send the payload as a
+                                  # P2P_STREAMED frame, and no more P2P_SINGLE
+    READ_SPLIT = 2                # the receiver reads the first `tag` bytes;
+                                  # the sender writes the rest to address
+                                  # `count` + `tag` in the receiver, then
+                                  # answers READ_WRITTEN (and waits for DONE)
+    READ_WRITTEN = 3              # the sender's answer to READ_SPLIT: root 0
+                                  # if it wrote its part, else 1 (the receiver
+                                  # reads it too)
 
 
 # The wire header in front of every payload (48 bytes, little-endian).

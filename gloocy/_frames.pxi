@@ -8,7 +8,8 @@ KIND_NAMES = {KIND_BYE: "bye", KIND_BARRIER: "barrier", KIND_BCAST: "bcast",
               KIND_SCATTERV: "scatter", KIND_ALLTOALLV: "alltoall",
               KIND_REDUCE_SCATTER: "reduce_scatter", KIND_SCAN: "scan",
               KIND_EXSCAN: "exscan", KIND_P2P: "send/recv",
-              KIND_ABORT: "abort", KIND_P2P_ACK: "ssend acknowledgement"}
+              KIND_ABORT: "abort", KIND_P2P_ACK: "ssend acknowledgement",
+              KIND_P2P_READ: "single-copy answer"}
 # The object collectives, by the code they put in a call's kind (OBJ_SHIFT).
 OBJECT_CALLS = ("", "bcast", "gather", "scatter", "allgather",
                 "alltoall", "reduce", "allreduce", "scan", "exscan")
@@ -34,6 +35,7 @@ cdef bint frame_matches(const Header *got, const Xfer *want) noexcept nogil:
     if want.hdr.kind == KIND_P2P_ACK:
         return got.kind == KIND_P2P_ACK and got.seq == want.hdr.seq
     return (got.kind != KIND_P2P and got.kind != KIND_P2P_ACK
+            and got.kind != KIND_P2P_READ
             and got.seq == want.hdr.seq and got.tag == want.hdr.tag)
 
 
@@ -73,9 +75,11 @@ cdef int check_header(const Header *got, int rank, int peer) except -1 nogil:
     if (got.magic != FRAME_MAGIC or got.version != FRAME_VERSION
             or kind >= KIND_LAST or obj >= OBJ_LAST
             or (obj and (kind == KIND_BYE or kind == KIND_P2P or kind == KIND_ABORT
-                         or kind == KIND_P2P_ACK))
-            or ((got.kind == KIND_BYE or got.kind == KIND_P2P_ACK)
-                and got.length != 0)
+                         or kind == KIND_P2P_ACK or kind == KIND_P2P_READ))
+            or ((got.kind == KIND_BYE or got.kind == KIND_P2P_ACK
+                 or got.kind == KIND_P2P_READ) and got.length != 0)
+            or (got.kind == KIND_P2P and (got.op & ~P2P_MODES) != 0)
+            or (got.kind == KIND_P2P_READ and got.op > READ_WRITTEN)
             or (got.kind == KIND_ABORT and got.length > ABORT_MAX)):
         return _raise_bad_header(got, rank, peer)
     return 0

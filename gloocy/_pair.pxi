@@ -128,7 +128,7 @@ cdef class Pair:
 
     cdef void matched(self, const Header *h) noexcept nogil:
         cdef Ack *a
-        if h.kind != KIND_P2P or h.op != P2P_SYNC:
+        if h.kind != KIND_P2P or (h.op & P2P_SYNC) == 0:
             return
         a = <Ack *>malloc(sizeof(Ack))
         if a is NULL:

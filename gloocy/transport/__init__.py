@@ -160,6 +160,7 @@ def _pairs(socks, rank, size, mode, dead_s, deadline):
         local = shm.local_peers(socks, rank, "tcp" if mode == "ibverbs" else mode,
                                 deadline)
         rdma = _rdma_peers(socks, local, rank, mode, deadline)
+        shm.note_local_ranks(len(local) + 1)
         if rank == 0 and len(local) == size - 1:
             node = new_node_segment(size, shm.chunk_bytes(size))
         for peer in sorted(socks):

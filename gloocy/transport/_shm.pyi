@@ -22,6 +22,21 @@ class ShmPair(StreamPair):
     def in_process(self) -> bool:
         """Whether both ends are rank threads of this process (no socket)."""
 
+    def allow_single_copy(self, peer_pid: int, min_bytes: int, willing: bool,
+                          split_min: int = 0) -> None:
+        """Copy point-to-point messages from `min_bytes` once with the
+        peer's process `peer_pid` (receives from `split_min` half each)."""
+
+    @property
+    def single_copies(self) -> tuple[int, int, bool, int]:
+        """(sends the peer read once, messages read once from it, whether
+        sends still go so, the errno that stopped our reads or 0)."""
+
+    @property
+    def split_copies(self) -> tuple[int, int, bool]:
+        """(receives the peer wrote half of, split receives whose half we
+        read after all, whether we still write the peer's halves)."""
+
     def __new__(cls, sock_fd: int, mem_fd: int, ring: int, rank: int,
                 peer: int, first: bool, address: str = "shared memory") -> Self: ...
 

@@ -47,6 +47,15 @@ cdef class StreamPair(Pair):
     cdef ssize_t stream_recv(self, char *dst, size_t n) except -2 nogil
     cdef void stream_close(self) noexcept nogil
 
+    # A transport's own ways (shared memory: single copies, _shm.pyx).
+    # send_aside: before sending the head frame x: 0, send it as usual;
+    # 1, not now (nothing moved); 2, not now (something moved). side_frame:
+    # a header has come (in_hdr): 1 if the transport took it (it then
+    # resets in_hdr_got, or sets in_x to read a payload into); the default
+    # takes none and refuses the single-copy frames it does not carry.
+    cdef int send_aside(self, Xfer *x) except -1 nogil
+    cdef int side_frame(self) except -1 nogil
+    cdef int not_carried(self) except -1 with gil
     cdef int send_some(self) except -1 nogil
     cdef int recv_some(self) except -1 nogil
     cdef int64_t read_into(self, char *dst, int64_t need, bint direct) except -2 nogil

@@ -13,13 +13,14 @@ from libc.stdlib cimport malloc, free
 from libc.string cimport memcpy, memset
 
 from gloocy._core cimport (Pair, Xfer, Header, HEADER_SIZE, KIND_BYE,
-                           KIND_ABORT, KIND_P2P, ABORT_MAX, XFER_DONE, XF_HEAP,
+                           KIND_ABORT, KIND_P2P, KIND_P2P_READ, P2P_SINGLE,
+                           P2P_STREAMED, ABORT_MAX, XFER_DONE, XF_HEAP,
                            XF_SELF_ONLY,
                            init_header, should_park, check_header,
                            check_frame, check_unmatched, raise_peer_abort,
                            xfer_append, xfer_unlink)
 
-from gloocy.errors import PeerLostError
+from gloocy.errors import PeerLostError, ProtocolError
 
 cdef extern from "<poll.h>" nogil:
     enum:
@@ -55,6 +56,20 @@ cdef class StreamPair(Pair):
 
     cdef void stream_close(self) noexcept nogil:
         pass
+
+    cdef int send_aside(self, Xfer *x) except -1 nogil:
+        return 0
+
+    cdef int side_frame(self) except -1 nogil:
+        if (self.in_hdr.kind == KIND_P2P_READ or (self.in_hdr.kind == KIND_P2P
+                and self.in_hdr.op & (P2P_SINGLE | P2P_STREAMED))):
+            return self.not_carried()
+        return 0
+
+    cdef int not_carried(self) except -1 with gil:
+        raise ProtocolError(f"rank {self.rank}: peer rank {self.peer} "
+                            f"({self.address}) sent a single-copy frame, which "
+                            f"this connection does not carry")
 
     cdef int lost(self, const char *what, int err) except -1 with gil:
         detail = what.decode()
@@ -93,8 +108,13 @@ cdef class StreamPair(Pair):
         cdef ssize_t n
         cdef int moved = 0
         cdef int64_t total
+        cdef int aside
         while self.send_head is not NULL:
             x = self.send_head
+            if x.done == 0:
+                aside = self.send_aside(x)
+                if aside:
+                    return moved | (aside - 1)
             total = HEADER_SIZE + x.nbytes
             while x.done < total:
                 if x.done < HEADER_SIZE:
@@ -195,8 +215,8 @@ cdef class StreamPair(Pair):
             return WOULD_BLOCK
         if n == 0:
             self.peer_gone = True
-            if (self.in_x is NULL and self.in_hdr_got == 0 and self.send_head is NULL
-                    and self.recv_head is NULL and not self.any_source_waits()):
+            if (not self.busy() and self.in_hdr_got == 0
+                    and not self.any_source_waits()):
                 # Nothing of ours needed more from it: a call that does
                 # raises then (post_recv); one that does not, completes.
                 return WOULD_BLOCK
@@ -236,6 +256,8 @@ cdef class StreamPair(Pair):
                     continue
                 if self.in_hdr.kind == KIND_ABORT:
                     self.in_x = self.stash(&self.in_hdr)   # read, then raise
+                    continue
+                if self.side_frame():
                     continue
                 self.start_payload()
                 continue

@@ -125,9 +125,10 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
                     store.set(f"{job}/opened_all", b"1")
         connector.store_hosted, connector.all_local = bool(go[0]), bool(go[1])
         if connector.host_key is not None:    # rings sized by the ranks here
-            connector.ring = shm.ring_bytes(
-                store.add(connector.host_key, 0) if connector.hosts is None
-                else connector.hosts.count(connector.hosts[rank]))
+            here = (store.add(connector.host_key, 0) if connector.hosts is None
+                    else connector.hosts.count(connector.hosts[rank]))
+            connector.ring = shm.ring_bytes(here)
+            shm.note_local_ranks(here)
         return connector, node
     except BaseException:
         if node is not None:

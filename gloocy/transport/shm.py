@@ -62,6 +62,13 @@ DEFAULT_CHUNK = 1 << 18       # 2 parities x N slots stay in cache
 # from 32.
 SHARED_CPU_CHUNK = 1 << 20
 SHARED_CPU_SEGMENT = 16 << 20
+# Point-to-point messages from this many bytes copy once between local
+# processes (process_vm_readv; see _shm.pyx): GLOOCY_CMA_P2P_MIN_BYTES;
+# receives from P2P_SPLIT_MIN are copied half by each process
+# (GLOOCY_CMA_P2P_SPLIT_MIN_BYTES; 0: never), where there are CPUs for two.
+P2P_SINGLE_MIN = 64 << 10
+P2P_SPLIT_MIN = 128 << 10
+_PEERCRED = struct.Struct("3i")      # struct ucred: pid, uid, gid
 
 
 def host_identity():
@@ -115,6 +122,62 @@ def chunk_bytes(local_ranks=2):
         raise ValueError(f"GLOOCY_SHM_CHUNK_BYTES={text!r}: must be a multiple "
                          "of 64 and at least 4096")
     return n
+
+
+def p2p_single_min():
+    """GLOOCY_CMA_P2P_MIN_BYTES (default P2P_SINGLE_MIN): from how many
+    bytes a point-to-point message between local processes copies once."""
+    text = os.environ.get("GLOOCY_CMA_P2P_MIN_BYTES", "")
+    if text == "":
+        return P2P_SINGLE_MIN
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise ValueError(f"GLOOCY_CMA_P2P_MIN_BYTES={text!r}: must be a byte "
+                         "count >= 1")
+    return n
+
+
+_local_ranks = 0          # ranks of the job on this host, as the set-up learnt
+
+
+def note_local_ranks(n):
+    """The set-up learnt that `n` ranks of the job share this host."""
+    global _local_ranks
+    _local_ranks = n
+
+
+def p2p_split_min():
+    """GLOOCY_CMA_P2P_SPLIT_MIN_BYTES (default P2P_SPLIT_MIN where every
+    local rank has a CPU, else 0: with 8 ranks on 2 CPUs both halves of a
+    pair's copies waited for CPUs, 1.15-1.6x slower than one reader,
+    bench/results/p2p-single-copy-2026-12-05.md): from how many bytes a
+    single-copy receive is copied half by each process (0: never)."""
+    text = os.environ.get("GLOOCY_CMA_P2P_SPLIT_MIN_BYTES", "")
+    if text == "":
+        cpus = usable_cpus()
+        return P2P_SPLIT_MIN if cpus >= 2 and _local_ranks <= cpus else 0
+    try:
+        n = int(text)
+    except ValueError:
+        n = -1
+    if n < 0:
+        raise ValueError(f"GLOOCY_CMA_P2P_SPLIT_MIN_BYTES={text!r}: must be a "
+                         "byte count (0: never)")
+    return n
+
+
+def _peer_pid(conn):
+    """The process at the other end of the Unix socket `conn`, as the
+    kernel recorded it at connect (0 where it cannot say)."""
+    try:
+        pid, _, _ = _PEERCRED.unpack(conn.getsockopt(
+            socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size))
+    except OSError:
+        return 0
+    return pid if pid != os.getpid() else 0
 
 
 def _ring_forced():
@@ -207,7 +270,12 @@ def shm_pair(sock, rank, peer, deadline, *, node=None, ring=None):
             conn, memfd, ring, node = _take(sock, peer, deadline)
         try:
             conn.setblocking(False)
-            return ShmPair(conn.detach(), memfd, ring, rank, peer, rank < peer), node
+            pid = _peer_pid(conn)
+            pair = ShmPair(conn.detach(), memfd, ring, rank, peer, rank < peer)
+            pair.allow_single_copy(pid, p2p_single_min(),
+                                   os.environ.get("GLOOCY_CMA", "1") != "0",
+                                   p2p_split_min())
+            return pair, node
         finally:
             conn.close()
             os.close(memfd)

@@ -580,7 +580,10 @@ class Header(NamedTuple):
 
 
 MAGIC, VERSION = 0x59434C47, 1
-BYE, P2P, ABORT, ACK, KIND_LAST, ABORT_MAX = 0, 12, 13, 14, 15, 1024
+BYE, P2P, ABORT, ACK, READ, KIND_LAST, ABORT_MAX = 0, 12, 13, 14, 15, 16, 1024
+# A P2P frame's op: bits (Ssend 1; single copy 2 and 4, shared memory only,
+# as READ frames: refused over TCP); a READ frame's: 0 to 3.
+P2P_MODES, P2P_SHM_ONLY = 7, 6
 # The kind byte: the object call that made a collective (1..9, 0: none) in
 # the high 4 bits, the kind in the low 4.
 KIND_MASK, OBJ_SHIFT, OBJ_LAST = 0x0F, 4, 10
@@ -658,9 +661,13 @@ def expected_from(h, honest):
     None for success, else the exception class."""
     kind, obj = h.kind & KIND_MASK, h.kind >> OBJ_SHIFT
     if (h.magic != MAGIC or h.version != VERSION or kind >= KIND_LAST
-            or obj >= OBJ_LAST or (obj and kind in (BYE, P2P, ABORT, ACK))
-            or (h.kind in (BYE, ACK) and h.length != 0)
-            or (h.kind == ABORT and h.length > ABORT_MAX)):
+            or obj >= OBJ_LAST or (obj and kind in (BYE, P2P, ABORT, ACK, READ))
+            or (h.kind in (BYE, ACK, READ) and h.length != 0)
+            or (h.kind == ABORT and h.length > ABORT_MAX)
+            or (h.kind == P2P and h.op & ~P2P_MODES)
+            or (h.kind == READ and h.op > 3)):
+        return ProtocolError
+    if h.kind == READ or (h.kind == P2P and h.op & P2P_SHM_ONLY):
         return ProtocolError
     if h.kind in (BYE, P2P, ACK):   # a goodbye, a message for a later recv or
         return PeerLostError        # an Ssend's acknowledgement; then the
@@ -699,6 +706,10 @@ _lies = st.fixed_dictionaries({}, optional={
 @example(lies={"kind": ACK, "length": 0})               # nobody asked for it
 @example(lies={"kind": ACK, "length": 8})
 @example(lies={"kind": 1 << OBJ_SHIFT | ACK, "length": 0})
+@example(lies={"kind": P2P, "op": 2, "length": 0})       # single copy over TCP
+@example(lies={"kind": P2P, "op": 4, "length": 0})
+@example(lies={"kind": P2P, "op": 8, "length": 0})       # no such mode
+@example(lies={"kind": READ, "length": 0})
 def test_a_lying_header_is_named(lies):
     with lying_peer() as (comm, sock):
         before = vm_size()
