@@ -47,10 +47,12 @@ PHASE_NAMES = {"start-up": "rendezvous", "barrier": "barrier", "allreduce": "all
 
 
 class CountingStore:
-    """A store client that counts its operations."""
+    """A store client that counts its operations: a batch's each, and each
+    key a get_many reads (rank 0 reads every rank's host where they span
+    hosts: N in one request)."""
 
     COUNTED = ("set", "get", "add", "wait", "check", "delete", "clear",
-               "compare_set", "batch")
+               "compare_set", "batch", "get_many")
 
     def __init__(self, inner):
         self.inner, self.ops, self.trips = inner, 0, 0   # operations, requests
@@ -61,7 +63,7 @@ class CountingStore:
             return attr
 
         def counted(*args, **kwargs):
-            self.ops += len(args[0]) if name == "batch" else 1
+            self.ops += len(args[0]) if name in ("batch", "get_many") else 1
             self.trips += 1
             return attr(*args, **kwargs)
         return counted

@@ -218,11 +218,15 @@ def _new_node_segment(size):
 
 
 def _check_node_knobs(size):
-    """ValueError naming a bad GLOOCY_SHM_CHUNK_BYTES or GLOOCY_CMA_MIN_BYTES,
-    on every rank before it joins (rank 0 reads them for the segment)."""
+    """ValueError naming a bad GLOOCY_SHM_CHUNK_BYTES, GLOOCY_CMA_MIN_BYTES
+    or GLOOCY_CMA_P2P_(SPLIT_)MIN_BYTES, on every rank before it joins
+    (rank 0 reads the first two for the segment; the others are read as
+    shared-memory pairs are made, long after start-up)."""
     from gloocy._core import cma_min_bytes
     shm.chunk_bytes(size)
     cma_min_bytes()
+    shm.p2p_single_min()
+    shm.p2p_split_min()
 
 
 def _unregister(listener, tag, rank):

@@ -317,7 +317,9 @@ def server_keys_left(server, prefix):
         client.close()
 
 
-@pytest.mark.parametrize("knob", ["GLOOCY_CMA_MIN_BYTES", "GLOOCY_SHM_CHUNK_BYTES"])
+@pytest.mark.parametrize("knob", ["GLOOCY_CMA_MIN_BYTES", "GLOOCY_SHM_CHUNK_BYTES",
+                                  "GLOOCY_CMA_P2P_MIN_BYTES",
+                                  "GLOOCY_CMA_P2P_SPLIT_MIN_BYTES"])
 def test_a_bad_node_knob_is_named_by_every_rank_at_start_up(knob, monkeypatch):
     """(Rank 0 reads them to make the node segment: a bad one once left the
     job without a segment, silently.)"""
