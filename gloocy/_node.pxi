@@ -213,7 +213,7 @@ cdef int node_wait_for(Context ctx, Coll *c, uint64_t phase, int who) except -1 
         node_check_pair_calls(ctx, c, phase, who)
         slept = True
         if node_sleep(ctx, phase, who, min(node_slice_ms(ctx), left // 1000000 + 1)):
-            node_check_peers(ctx, phase)
+            node_check_peers(ctx, phase, who)
             _check_signals()
         if ctx.links.failed:
             return _raise_links_failed(ctx)
@@ -398,13 +398,17 @@ cdef inline bint node_arrived_after_all(Context ctx, int i, uint64_t phase) noex
     return ring_load(&ctx.node.ctl[i].phase) >= phase
 
 
-cdef int node_check_peers(Context ctx, uint64_t phase) except -1 nogil:
+cdef int node_check_peers(Context ctx, uint64_t phase, int who) except -1 nogil:
     """PeerLostError if a peer that has not reached `phase` hung up (its
-    process died; one that got there may have finished and left)."""
+    process died; one that got there may have finished and left). `who`:
+    the rank the wait is for (-1: every rank), the only one asked after
+    (a tree's member waits for its parent; asking after the first rank
+    behind instead, a live one waiting too, never found a dead root)."""
     cdef pollfd fds[1]
     cdef int i, unconnected = -1
     for i in range(ctx.size):
-        if i == ctx.rank or ring_load(&ctx.node.ctl[i].phase) >= phase:
+        if (i == ctx.rank or (who >= 0 and i != who)
+                or ring_load(&ctx.node.ctl[i].phase) >= phase):
             continue
         fds[0].fd = (<Pair>ctx._pair_ptrs[i]).wait_fd()
         fds[0].events = POLLRDHUP

@@ -218,6 +218,29 @@ def test_barrier_names_a_peer_gone_before_it_was_connected(size):
     assert any(name == "PeerLostError" and rank == 3 for name, rank, _ in got), got
 
 
+def test_a_tree_bcast_names_its_root_gone_before_it_ever_spoke():
+    """Past NODE_BCAST_TREE_MAX_RANKS (32) a node bcast runs as a tree: a
+    member waits for its parent, itself waiting. The root's children ask
+    after the root, not after the first rank behind (a live member
+    waiting too), so every rank names it well before the deadline (each
+    timed out naming it as `culprit`, 20 s, before)."""
+    size, root = 40, 37
+
+    def bcast(comm):
+        t0 = time.monotonic()
+        try:
+            comm.Bcast(np.zeros(4), root=root, timeout=20)
+        except gloocy.GloocyError as e:
+            return type(e).__name__, getattr(e, "rank", None), time.monotonic() - t0
+        return "through", None, 0.0
+
+    with World(size, comm_timeout=30.0) as w:
+        w.kill(root)
+        got = w.run(bcast, ranks=[r for r in range(size) if r != root], check=False)
+    assert all(name == "PeerLostError" and rank == root for name, rank, _ in got), got
+    assert max(t for *_, t in got) < 10, got
+
+
 def test_eager_knob_makes_the_full_mesh():
     with World(5, env={"GLOOCY_CONNECT": "eager"}) as w:
         assert w.run(connected) == [[p for p in range(5) if p != r] for r in range(5)]
