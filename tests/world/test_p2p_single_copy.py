@@ -302,22 +302,27 @@ def r_send_to_the_dying(comm, n, started):
         return e.rank, type(e).__name__
 
 
-def test_a_receiver_killed_while_a_send_waits_is_named(tmp_path):
+def run_killing_rank_1(tmp_path, fn, n, after):
+    """fn(comm, n, started) in a world of 2; rank 1 is killed `after` s
+    once the file `started` appears: what each rank returned."""
     started = str(tmp_path / "started")
     with World(2, env=SHM) as w:
         def kill():
             deadline = time.monotonic() + 25
             while not os.path.exists(started) and time.monotonic() < deadline:
                 time.sleep(0.01)
-            time.sleep(0.3)
+            time.sleep(after)
             w.kill(1)
         killer = threading.Thread(target=kill)
         killer.start()
         try:
-            got = w.run(r_send_to_the_dying, 16 << 20, started, timeout=40,
-                        check=False)
+            return w.run(fn, n, started, timeout=40, check=False)
         finally:
             killer.join()
+
+
+def test_a_receiver_killed_while_a_send_waits_is_named(tmp_path):
+    got = run_killing_rank_1(tmp_path, r_send_to_the_dying, 16 << 20, 0.3)
     assert got[0] == (1, "PeerLostError")
 
 
@@ -343,20 +348,7 @@ def r_recv_forever(comm, n, started):
 
 
 def test_a_sender_killed_mid_stream_is_named(tmp_path):
-    started = str(tmp_path / "started")
-    with World(2, env=SHM) as w:
-        def kill():
-            deadline = time.monotonic() + 25
-            while not os.path.exists(started) and time.monotonic() < deadline:
-                time.sleep(0.01)
-            time.sleep(0.2)
-            w.kill(1)
-        killer = threading.Thread(target=kill)
-        killer.start()
-        try:
-            got = w.run(r_recv_forever, 4 << 20, started, timeout=40, check=False)
-        finally:
-            killer.join()
+    got = run_killing_rank_1(tmp_path, r_recv_forever, 4 << 20, 0.2)
     lost, right, reads = got[0]
     assert lost == 1 and right >= 4 and reads >= right
 
