@@ -23,6 +23,7 @@ import weakref
 
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport.handshake import recv_exact
+from gloocy.transport.knobs import int_env
 
 __all__ = ["probe", "require", "agree", "ib_pair", "parse_hca", "select_ports",
            "settings", "reg_cache_stats"]
@@ -77,17 +78,6 @@ def select_ports(names, spec):
     return [(n, port or 1) for n in names for want, port in items if hits(n, want)]
 
 
-def _int_env(name, default, low):
-    text = os.environ.get(name, "")
-    try:
-        value = int(text) if text else default
-    except ValueError:
-        value = low - 1
-    if value < low:
-        raise ValueError(f"{name}={text!r}: must be a whole number >= {low}")
-    return value
-
-
 def settings():
     """The pair's knobs, checked (ValueError naming the variable):
     GLOOCY_IB_SLOTS eager receive slots per peer, GLOOCY_IB_SLOT_BYTES each
@@ -98,9 +88,9 @@ def settings():
     reg_cache_bytes()
     qp_settings()
     parse_hca(os.environ.get("GLOOCY_IB_HCA", ""))
-    return dict(slots=_int_env("GLOOCY_IB_SLOTS", DEFAULT_SLOTS, 4),
-                slot_bytes=_int_env("GLOOCY_IB_SLOT_BYTES", DEFAULT_SLOT_BYTES, 256),
-                rdv_min=_int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
+    return dict(slots=int_env("GLOOCY_IB_SLOTS", DEFAULT_SLOTS, 4),
+                slot_bytes=int_env("GLOOCY_IB_SLOT_BYTES", DEFAULT_SLOT_BYTES, 256),
+                rdv_min=int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
 
 
 def qp_settings():
@@ -111,7 +101,7 @@ def qp_settings():
     out = {}
     for key, name, default, high in (("timeout", "GLOOCY_IB_TIMEOUT", 14, 31),
                                      ("retry_cnt", "GLOOCY_IB_RETRY_CNT", 7, 7)):
-        out[key] = _int_env(name, default, 0)
+        out[key] = int_env(name, default, 0)
         if out[key] > high:
             raise ValueError(f"{name}={os.environ[name]!r}: must be at most {high}")
     return out
@@ -121,7 +111,7 @@ def reg_cache_bytes():
     """GLOOCY_IB_REG_CACHE_BYTES: how many bytes of user buffers stay
     registered between transfers (whole pages; 0: none, every rendezvous
     registers its buffer and deregisters it after)."""
-    return _int_env("GLOOCY_IB_REG_CACHE_BYTES", DEFAULT_REG_CACHE, 0)
+    return int_env("GLOOCY_IB_REG_CACHE_BYTES", DEFAULT_REG_CACHE, 0)
 
 
 def reg_cache_stats():
@@ -138,7 +128,7 @@ def reg_cache_stats():
 
 
 def gid_index():
-    return _int_env("GLOOCY_IB_GID_INDEX", -1, -1)
+    return int_env("GLOOCY_IB_GID_INDEX", -1, -1)
 
 
 SYSFS = "/sys/class/infiniband"
@@ -208,7 +198,7 @@ def _open_first(chosen, gid):
             # the cache keeps registrations of buffers whose owner it knows
             from gloocy import _core
             _core.set_buffer_watch(_ibverbs.note_buffer,
-                                   _int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
+                                   int_env("GLOOCY_IB_RDV_BYTES", DEFAULT_RDV, 1))
         _open[(name, port, gid)] = dev
         return dev, ""
     return None, "; ".join(reasons)

@@ -22,6 +22,7 @@ import time
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport._shm import ShmPair, segment_bytes
 from gloocy.transport.handshake import recv_exact
+from gloocy.transport.knobs import int_env
 from gloocy.waiting import usable_cpus
 
 __all__ = ["host_identity", "id_frame", "id_length", "is_local", "local_peers",
@@ -127,17 +128,7 @@ def chunk_bytes(local_ranks=2):
 def p2p_single_min():
     """GLOOCY_CMA_P2P_MIN_BYTES (default P2P_SINGLE_MIN): from how many
     bytes a point-to-point message between local processes copies once."""
-    text = os.environ.get("GLOOCY_CMA_P2P_MIN_BYTES", "")
-    if text == "":
-        return P2P_SINGLE_MIN
-    try:
-        n = int(text)
-    except ValueError:
-        n = 0
-    if n < 1:
-        raise ValueError(f"GLOOCY_CMA_P2P_MIN_BYTES={text!r}: must be a byte "
-                         "count >= 1")
-    return n
+    return int_env("GLOOCY_CMA_P2P_MIN_BYTES", P2P_SINGLE_MIN, 1)
 
 
 _local_ranks = 0          # ranks of the job on this host, as the set-up learnt
@@ -155,18 +146,9 @@ def p2p_split_min():
     pair's copies waited for CPUs, 1.15-1.6x slower than one reader,
     bench/results/p2p-single-copy-2026-12-05.md): from how many bytes a
     single-copy receive is copied half by each process (0: never)."""
-    text = os.environ.get("GLOOCY_CMA_P2P_SPLIT_MIN_BYTES", "")
-    if text == "":
-        cpus = usable_cpus()
-        return P2P_SPLIT_MIN if cpus >= 2 and _local_ranks <= cpus else 0
-    try:
-        n = int(text)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise ValueError(f"GLOOCY_CMA_P2P_SPLIT_MIN_BYTES={text!r}: must be a "
-                         "byte count (0: never)")
-    return n
+    cpus = usable_cpus()
+    return int_env("GLOOCY_CMA_P2P_SPLIT_MIN_BYTES",
+                   P2P_SPLIT_MIN if cpus >= 2 and _local_ranks <= cpus else 0, 0)
 
 
 def _peer_pid(conn):
