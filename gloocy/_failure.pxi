@@ -92,6 +92,10 @@ cdef object recorded_cause(Context ctx, BaseException exc):
     if told is None:
         return None
     why, code, culprit, origin = told
+    if code == ABORT_PEER_LOST and culprit == ctx._world[ctx.rank]:
+        # It lost us as we lost it (a link or port that went down under
+        # both): its record is no cause of ours, and would name us.
+        return None
     raw, _, waits = why.partition(b"\0")
     e = told_error(ctx._world[ctx.rank], exc.rank, raw, code, culprit,
                    exc.rank if origin < 0 else origin, waits)
