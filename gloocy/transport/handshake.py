@@ -27,7 +27,10 @@ __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial"
 #   acceptor  -> nonce_a, HMAC(secret, "acceptor"  | HELLO | nonce_a)
 #   connector -> HMAC(secret, "connector" | HELLO | nonce_a)
 #   acceptor  -> b"\x01" (accepted), or b"\x02" (refused: a lazy connection
-#                the acceptor's rank is making the other way, see lazy.py)
+#                the acceptor's rank is making the other way, see lazy.py),
+#                or b"\x03" / b"\x04" (refused: the acceptor's process / its
+#                host is out of file descriptors; it took the connection
+#                with the one it keeps spare, see listener.py)
 #
 # Then both ends tell their host id (shm.local_peers). A lazy connector
 # sends its id right behind its proof, in the same write, without waiting
@@ -74,6 +77,7 @@ def job_tag(job):
 HELLO_BYTES = _HELLO.size
 PROOF_BYTES = 32
 ACCEPT, REFUSE = b"\x01", b"\x02"   # the acceptor's last word (see above)
+OUT_OF_FDS = {errno.EMFILE: b"\x03", errno.ENFILE: b"\x04"}   # ... or this
 
 
 def parse_hello(hello):
@@ -145,6 +149,19 @@ def _out_of_fds(e):
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return (f"this process is out of file descriptors (its open-file limit "
             f"is {soft}: raise it with ulimit -n, or connect fewer peers)")
+
+
+def _peer_out_of_fds(peer, verdict):
+    """Why `peer`'s listener refused us, when its verdict says it had no fd
+    for our connection; None for any other verdict."""
+    if verdict == OUT_OF_FDS[errno.EMFILE][0]:
+        return (f"rank {peer} is out of file descriptors: its process is at its "
+                f"open-file limit (raise it with ulimit -n where rank {peer} "
+                f"runs, or connect fewer peers)")
+    if verdict == OUT_OF_FDS[errno.ENFILE][0]:
+        return (f"rank {peer}'s host is out of file descriptors (ENFILE: the "
+                f"system-wide limit, not ulimit -n)")
+    return None
 
 
 def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
@@ -225,9 +242,16 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
         return None
     if not accepted:
         _tcp.close_now(fd)
+        no_fds = authentic and _peer_out_of_fds(peer, auth.verdict)
+        if no_fds:
+            raise RendezvousError(f"rank {rank}: could not connect to rank {peer} "
+                                  f"at {fmt(addr)}: {no_fds}")
         raise ProtocolError(f"{who} failed authentication as rank {peer}"
                             if not authentic else
-                            f"{who} refused the handshake as rank {peer}")
+                            f"{who} refused the handshake as rank {peer}"
+                            if auth.verdict == REFUSE[0] else
+                            f"{who} answered the handshake as rank {peer} with "
+                            f"an unknown verdict ({auth.verdict})")
     return fd
 
 

@@ -342,6 +342,59 @@ def test_a_dial_out_of_file_descriptors_says_so_at_once(tmp_path, transport):
     assert "rank 1" in r["text"] and r["after"] < NAMED_WITHIN, r
 
 
+@pytest.mark.transports("tcp", "shm")
+def test_a_listener_out_of_file_descriptors_names_itself_to_its_dialer(tmp_path,
+                                                                      transport):
+    # Rank 1 is at its fd limit when rank 0 first dials it: its listener
+    # cannot accept. Rank 0 must hear at once that rank 1 is out of file
+    # descriptors (ulimit -n), not wait out its deadline (T = 30 s) for a
+    # connection never accepted. Rank 1 goes on with the pair it has.
+    job = Job(tmp_path, 3, """
+        import resource
+        if rank > 0:                  # pairs 1-2 and 0-2 only
+            comm.sendrecv(rank, dest=3 - rank, source=3 - rank)
+        if rank == 2:
+            comm.send(comm.recv(source=0), dest=0)
+        elif rank == 0:
+            comm.send("hi", dest=2); comm.recv(source=2)
+        if rank == 1:
+            used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used, hard))
+            filler = []               # (should an fd have been closed since)
+            while True:
+                try:
+                    filler.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError:
+                    break
+            comm.send(len(filler), dest=2)
+        elif rank == 2:
+            comm.send(comm.recv(source=1), dest=0)
+        else:
+            comm.recv(source=2)
+            t0 = time.monotonic()
+            try:
+                comm.send("hello", dest=1)
+                report(sent=True)
+            except gloocy.GloocyError as e:
+                report(error=type(e).__name__, text=str(e), after=time.monotonic() - t0)
+        if rank:
+            wait_for_test()           # (rank 0 has reported)
+            report(again=comm.sendrecv(rank, dest=3 - rank, source=3 - rank))
+    """, transport, env={"T": "30"})
+    r = json.loads(job.procs[0].stdout.readline())
+    job.release(1)
+    job.release(2)
+    results = job.results()
+    assert r.get("error") == "RendezvousError", (r, results[0][2])
+    assert "rank 1" in r["text"] and "out of file descriptors" in r["text"], r
+    assert "ulimit -n" in r["text"] and r["after"] < 30, r
+    for rank in (1, 2):
+        code, reports, stderr = results[rank]
+        assert code == 0 and reports == [dict(rank=rank, again=3 - rank)], (
+            reports, stderr)
+
+
 def test_a_receive_from_itself_outlives_a_peer_that_leaves(tmp_path, transport):
     # A receive from ourselves waits in the any-source list; a peer that
     # leaves meanwhile sends nothing it waits for, so must not fail it.
