@@ -256,6 +256,7 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
 
 
 _SLICE_S = 0.5     # a wait's longest sleep: signal handlers run in between
+_FAILED_EVERY_S = 1.0   # how often connect_sockets asks whether the job failed
 
 
 def _wait(fd, out, deadline):
@@ -311,12 +312,15 @@ def parse_addr(text):
 
 def connect_sockets(rank, size, secret, publish, lookup, *,
                     host="127.0.0.1", port=0, advertise=None, job="",
-                    timeout=300.0):
+                    timeout=300.0, failed=None):
     """Connect this rank to every other one; returns {peer: (socket,
     "host:port")} of authenticated blocking sockets. We listen on host:port (port 0: any
     free one) and `publish(address)` makes "host:port", or `advertise` when
     given (a forwarded address), known to the others (a store, an
-    allgather...); `lookup(peer, timeout)` returns a peer's."""
+    allgather...); `lookup(peer, timeout)` returns a peer's. `failed()`, if
+    given, is asked every _FAILED_EVERY_S while we wait for the higher
+    ranks, and when a dial fails: the error to raise (a rank cannot join)
+    or None."""
     import queue                  # (eager set-up only)
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -336,6 +340,7 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
 
     socks = {}
     failure = []
+    stop = threading.Event()      # we raise: the acceptor stops
 
     def accept_higher():
         # Each incoming connection is authenticated in a thread of its own,
@@ -354,7 +359,7 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
 
         in_flight = 0                     # accepted, handshake not finished
         try:
-            while missing:
+            while missing and not stop.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RendezvousError(
@@ -392,15 +397,27 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
     acceptor.start()
     try:
         for peer in range(rank):
-            addr = parse_addr(lookup(peer, max(deadline - time.monotonic(),
-                                                0.001)))
-            socks[peer] = (dial(addr, secret, rank, peer, size, job,
-                                        deadline), fmt(addr))
-        acceptor.join()
+            try:
+                addr = parse_addr(lookup(peer, max(deadline - time.monotonic(),
+                                                    0.001)))
+                socks[peer] = (dial(addr, secret, rank, peer, size, job,
+                                    deadline), fmt(addr))
+            except (OSError, ProtocolError, RendezvousError):
+                why = failed() if failed is not None else None
+                if why is not None:       # the cause (a dial cut as its peer raised it)
+                    raise why from None
+                raise
+        while acceptor.is_alive():
+            acceptor.join(_FAILED_EVERY_S if failed is not None else None)
+            why = failed() if failed is not None and acceptor.is_alive() else None
+            if why is not None:
+                raise why
         if failure:
             raise failure[0]
         return socks
     except BaseException:
+        stop.set()
+        acceptor.join()           # (then no socket is added behind our back)
         for sock, _ in socks.values():
             sock.close()
         raise

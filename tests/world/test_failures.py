@@ -62,9 +62,10 @@ def report(**kw):
 class Job:
     """`size` rank processes running `body`, meeting through our own store,
     over `transport` (a name of conftest.TRANSPORT_ENV); the ranks in `hold`
-    wait for release() before they connect."""
+    wait for release() before they connect; `rank_env`: {rank: its own env}."""
 
-    def __init__(self, tmp_path, size, body, transport, *, hold=(), env=None):
+    def __init__(self, tmp_path, size, body, transport, *, hold=(), env=None,
+                 rank_env=None):
         self.secret = secrets.token_bytes(32)
         self.job = secrets.token_hex(8)
         self.server = TCPStoreServer(secret=self.secret).start()
@@ -78,7 +79,7 @@ class Job:
                    self.server.url, self.secret.hex(), self.job]
             self.procs.append(subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=env))
+                stderr=subprocess.PIPE, env={**env, **(rank_env or {}).get(rank, {})}))
 
     def release(self, rank):
         """Give `rank` the word it waits for (wait_for_test, or `hold`)."""
@@ -393,6 +394,27 @@ def test_a_listener_out_of_file_descriptors_names_itself_to_its_dialer(tmp_path,
         code, reports, stderr = results[rank]
         assert code == 0 and reports == [dict(rank=rank, again=3 - rank)], (
             reports, stderr)
+
+
+@pytest.mark.transports("tcp")
+@pytest.mark.parametrize("modes", [("eager", "lazy", "lazy"), ("lazy", "lazy", "eager"),
+                                   ("eager", "eager", "lazy")])
+def test_ranks_that_disagree_on_gloocy_connect_all_say_so_at_once(tmp_path, transport,
+                                                                  modes):
+    # Only the ranks whose GLOOCY_CONNECT differs from rank 0's can see the
+    # mismatch; the others (waiting for connections, or for rank 0's go,
+    # that never come) must hear of it from them, not at their deadline.
+    began = time.monotonic()
+    job = Job(tmp_path, 3, "report(started=True)", transport, env={"T": "30"},
+              rank_env={r: {"GLOOCY_CONNECT": m} for r, m in enumerate(modes)})
+    results = job.results()
+    took = time.monotonic() - began
+    for rank, (code, reports, stderr) in enumerate(results):
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        assert code != 0 and not reports, (rank, reports, stderr)
+        assert last.startswith("gloocy.errors.RendezvousError"), (rank, stderr)
+        assert f"rank {rank}:" in last and "GLOOCY_CONNECT=" in last, (rank, last)
+    assert took < 30, took        # every rank raised before its deadline
 
 
 def test_a_receive_from_itself_outlives_a_peer_that_leaves(tmp_path, transport):
