@@ -16,8 +16,9 @@ from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport import _tcp
 
 __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
-           "dial_fd", "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello",
-           "read_fd", "read_hello", "recv_exact", "send_fd"]
+           "dial_fd", "fmt", "HungUp", "job_tag", "out_of_fds", "parse_addr",
+           "parse_hello", "peer_out_of_fds", "read_fd", "read_hello", "recv_exact",
+           "send_fd"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -142,7 +143,7 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
     return sock
 
 
-def _out_of_fds(e):
+def out_of_fds(e):
     """Why a socket could not be made, when it is the fd limit."""
     if e.errno == errno.ENFILE:
         return "the system is out of file descriptors (ENFILE)"
@@ -151,14 +152,14 @@ def _out_of_fds(e):
             f"is {soft}: raise it with ulimit -n, or connect fewer peers)")
 
 
-def _peer_out_of_fds(peer, verdict):
-    """Why `peer`'s listener refused us, when its verdict says it had no fd
-    for our connection; None for any other verdict."""
-    if verdict == OUT_OF_FDS[errno.EMFILE][0]:
+def peer_out_of_fds(peer, err):
+    """Why `peer` could not take a connection, when it had no fd for it
+    (`err`: EMFILE or ENFILE, its errno); None for any other errno."""
+    if err == errno.EMFILE:
         return (f"rank {peer} is out of file descriptors: its process is at its "
                 f"open-file limit (raise it with ulimit -n where rank {peer} "
                 f"runs, or connect fewer peers)")
-    if verdict == OUT_OF_FDS[errno.ENFILE][0]:
+    if err == errno.ENFILE:
         return (f"rank {peer}'s host is out of file descriptors (ENFILE: the "
                 f"system-wide limit, not ulimit -n)")
     return None
@@ -197,7 +198,7 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
                 if fd is not None:
                     _tcp.close_now(fd)
                 raise RendezvousError(f"rank {rank}: could not connect to rank "
-                                      f"{peer}: {_out_of_fds(e)}") from None
+                                      f"{peer}: {out_of_fds(e)}") from None
         except BaseException:
             if fd is not None:
                 _tcp.close_now(fd)
@@ -242,7 +243,8 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
         return None
     if not accepted:
         _tcp.close_now(fd)
-        no_fds = authentic and _peer_out_of_fds(peer, auth.verdict)
+        no_fds = authentic and peer_out_of_fds(
+            peer, {v[0]: e for e, v in OUT_OF_FDS.items()}.get(auth.verdict))
         if no_fds:
             raise RendezvousError(f"rank {rank}: could not connect to rank {peer} "
                                   f"at {fmt(addr)}: {no_fds}")

@@ -343,57 +343,82 @@ def test_a_dial_out_of_file_descriptors_says_so_at_once(tmp_path, transport):
     assert "rank 1" in r["text"] and r["after"] < NAMED_WITHIN, r
 
 
-@pytest.mark.transports("tcp", "shm")
-def test_a_listener_out_of_file_descriptors_names_itself_to_its_dialer(tmp_path,
-                                                                      transport):
-    # Rank 1 is at its fd limit when rank 0 first dials it: its listener
-    # cannot accept. Rank 0 must hear at once that rank 1 is out of file
-    # descriptors (ulimit -n), not wait out its deadline (T = 30 s) for a
-    # connection never accepted. Rank 1 goes on with the pair it has.
-    job = Job(tmp_path, 3, """
-        import resource
-        if rank > 0:                  # pairs 1-2 and 0-2 only
-            comm.sendrecv(rank, dest=3 - rank, source=3 - rank)
-        if rank == 2:
-            comm.send(comm.recv(source=0), dest=0)
-        elif rank == 0:
-            comm.send("hi", dest=2); comm.recv(source=2)
-        if rank == 1:
-            used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
-            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-            resource.setrlimit(resource.RLIMIT_NOFILE, (used, hard))
-            filler = []               # (should an fd have been closed since)
-            while True:
-                try:
-                    filler.append(os.open(os.devnull, os.O_RDONLY))
-                except OSError:
-                    break
-            comm.send(len(filler), dest=2)
-        elif rank == 2:
-            comm.send(comm.recv(source=1), dest=0)
-        else:
-            comm.recv(source=2)
-            t0 = time.monotonic()
+# Rank 1 runs out of file descriptors (its soft limit lowered to those it
+# has, less `free`); then rank 0, which never spoke to it, dials it.
+OUT_OF_FDS_BODY = """
+    import resource
+    if rank > 0:                      # pairs 1-2 and 0-2 only
+        comm.sendrecv(rank, dest=3 - rank, source=3 - rank)
+    if rank == 2:
+        comm.send(comm.recv(source=0), dest=0)
+    elif rank == 0:
+        comm.send("hi", dest=2); comm.recv(source=2)
+    if rank == 1:
+        used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
+        free = int(os.environ["FREE"])
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + free, hard))
+        filler = []                   # to the limit (should an fd have been
+        while True:                   # closed since), then `free` less
             try:
-                comm.send("hello", dest=1)
-                report(sent=True)
-            except gloocy.GloocyError as e:
-                report(error=type(e).__name__, text=str(e), after=time.monotonic() - t0)
-        if rank:
-            wait_for_test()           # (rank 0 has reported)
-            report(again=comm.sendrecv(rank, dest=3 - rank, source=3 - rank))
-    """, transport, env={"T": "30"})
-    r = json.loads(job.procs[0].stdout.readline())
+                filler.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        for fd in filler[:free]:
+            os.close(fd)
+        comm.send("ready", dest=2)
+    elif rank == 2:
+        comm.send(comm.recv(source=1), dest=0)
+    else:
+        comm.recv(source=2)
+        t0 = time.monotonic()
+        try:
+            comm.send("hello", dest=1)
+            report(sent=True)
+        except gloocy.GloocyError as e:
+            report(error=type(e).__name__, text=str(e), after=time.monotonic() - t0)
+    if rank:
+        wait_for_test()               # (rank 0 has reported)
+        report(again=comm.sendrecv(rank, dest=3 - rank, source=3 - rank))
+"""
+
+
+def run_out_of_fds(tmp_path, transport, free):
+    """OUT_OF_FDS_BODY's job: rank 0's report, after which ranks 1 and 2
+    must still talk (rank 1 goes on with the pair it has)."""
+    job = Job(tmp_path, 3, OUT_OF_FDS_BODY, transport, env={"T": "30", "FREE": free})
+    r = json.loads(job.procs[0].stdout.readline() or "{}")
     job.release(1)
     job.release(2)
     results = job.results()
-    assert r.get("error") == "RendezvousError", (r, results[0][2])
-    assert "rank 1" in r["text"] and "out of file descriptors" in r["text"], r
-    assert "ulimit -n" in r["text"] and r["after"] < 30, r
     for rank in (1, 2):
         code, reports, stderr = results[rank]
         assert code == 0 and reports == [dict(rank=rank, again=3 - rank)], (
             reports, stderr)
+    return r, results[0][2]
+
+
+@pytest.mark.transports("tcp", "shm")
+def test_a_listener_out_of_file_descriptors_names_itself_to_its_dialer(tmp_path,
+                                                                      transport):
+    # Rank 1's listener cannot accept rank 0's dial: rank 0 must hear at
+    # once that rank 1 is out of file descriptors (ulimit -n), not wait out
+    # its deadline (T = 30 s) for a connection never accepted.
+    r, stderr = run_out_of_fds(tmp_path, transport, "0")
+    assert r.get("error") == "RendezvousError", (r, stderr)
+    assert "rank 1 is out of file descriptors" in r["text"], r
+    assert "ulimit -n" in r["text"] and r["after"] < 30, r
+
+
+@pytest.mark.transports("shm")
+def test_a_rank_out_of_fds_for_a_shared_segment_says_so(tmp_path, transport):
+    # Rank 1 has one fd left: its listener accepts rank 0's dial, but it has
+    # none left to take the shared-memory rings with. Rank 0 must hear why
+    # at once, not wait for rank 1 to come for them until its deadline.
+    r, stderr = run_out_of_fds(tmp_path, transport, "1")
+    assert r.get("error") == "RendezvousError", (r, stderr)
+    assert "rank 1 is out of file descriptors" in r["text"], r
+    assert "ulimit -n" in r["text"] and r["after"] < 30, r
 
 
 @pytest.mark.transports("tcp")
