@@ -158,9 +158,10 @@ class Listener:
         poller.register(listen_fd, select.EPOLLIN)
         try:
             while not self.closing:
-                soonest = min((d.deadline for d in dials.values()), default=None)
+                soonest = min((d.deadline for d in dials.values()),
+                              default=self.paused_until)
                 if self.paused_until is not None:
-                    soonest = min(soonest or self.paused_until, self.paused_until)
+                    soonest = min(soonest, self.paused_until)
                 wait = 1.0 if soonest is None else max(0.0, soonest - time.monotonic())
                 if self.untold:
                     wait = min(wait, _RETELL_S)
@@ -317,15 +318,12 @@ class Listener:
             connector = d.dialed
             handshake.check_proof(connector.secret, d.hello, d.nonce, got, d.peer)
             d.coming = False      # (the verdict ends it)
-            # Out of fds: refused, our rank untouched (it never knew of it).
-            verdict = connector.verdict(d.peer) if d.no_fds is None else None
+            if d.no_fds is not None:  # refused; our rank never knew of it
+                return self._refuse(d, handshake.OUT_OF_FDS[d.no_fds])
+            verdict = connector.verdict(d.peer)
             if not verdict:       # refused (it waits for our rank's dial) or left
-                if verdict is False or d.no_fds is not None:
-                    self._send(d, handshake.REFUSE if verdict is False
-                               else handshake.OUT_OF_FDS[d.no_fds])
-                    for _ in range(128):  # its host id, sent with the proof: read,
-                        if not recv_now(d.fd, 512):   # lest closing reset the
-                            break                     # connection
+                if verdict is False:
+                    return self._refuse(d, handshake.REFUSE)
                 d.step = None     # (_hand_over closes it)
                 return
             d.connector = connector
@@ -343,6 +341,14 @@ class Listener:
             d.local = shm.is_local(c.host_frame, got, d.willing, mode, c.rank,
                                    d.peer, d.address)
             d.step = None
+
+    def _refuse(self, d, verdict):
+        """Answer dial `d` with a refusal (`verdict`); _hand_over closes it."""
+        self._send(d, verdict)
+        for _ in range(128):      # its host id, sent with the proof: read, lest
+            if not recv_now(d.fd, 512):   # closing reset the connection
+                break
+        d.step = None
 
     def _hand_over(self, d):
         """A dial answered to the end: its pair to its rank (TCP at once;
