@@ -410,6 +410,56 @@ def test_a_listener_out_of_file_descriptors_names_itself_to_its_dialer(tmp_path,
     assert "ulimit -n" in r["text"] and r["after"] < 30, r
 
 
+@pytest.mark.transports("tcp")
+def test_a_listener_out_of_fds_refuses_every_dial_then_recovers(tmp_path, transport):
+    # The spare fd comes back after each refusal (three in a row are
+    # refused, not left in the backlog), and once the rank has fds again
+    # its listener accepts. The test dials as rank 0, which never does.
+    from gloocy.errors import RendezvousError
+    from gloocy.transport import _tcp, handshake, shm
+    job = Job(tmp_path, 2, """
+        if rank == 1:
+            import resource
+            used = len(os.listdir("/proc/self/fd")) - 1
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used, hard))
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError:
+                    break
+            report(full=True)
+            wait_for_test()
+            for fd in filler:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            report(freed=True)
+        wait_for_test()
+    """, transport, env={"T": "30"})
+    with job.store() as store:
+        addr = handshake.parse_addr(store.get(f"{job.job}/tcp/1", timeout=20).decode())
+
+    def dial():
+        return handshake.dial_fd(addr, job.secret, 0, 1, 2, handshake.job_tag(job.job),
+                                 time.monotonic() + 20, refusable=True,
+                                 after_proof=shm.id_frame("tcp"))
+    try:
+        assert json.loads(job.procs[1].stdout.readline())["full"]
+        for _ in range(3):
+            with pytest.raises(RendezvousError, match="rank 1 is out of file desc"):
+                dial()
+        job.release(1)
+        assert json.loads(job.procs[1].stdout.readline())["freed"]
+        fd = dial()
+        assert fd is not None
+        _tcp.close_now(fd)
+    finally:
+        job.release(0)
+        job.release(1)
+    assert [code for code, _, _ in job.results()] == [0, 0]
+
+
 @pytest.mark.transports("shm")
 def test_a_rank_out_of_fds_for_a_shared_segment_says_so(tmp_path, transport):
     # Rank 1 has one fd left: its listener accepts rank 0's dial, but it has
