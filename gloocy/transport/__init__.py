@@ -19,7 +19,9 @@ from gloocy._core import UNCONNECTED, new_node_segment
 from gloocy.errors import RendezvousError, RendezvousTimeout
 from gloocy.rendezvous.address import listen_port_and_advertised
 from gloocy.rendezvous.shared_wait import get_once, one_at_a_time
+from gloocy.rendezvous.store import capped
 from gloocy.transport import ibverbs, lazy, shm
+from gloocy.transport.lazy import CANNOT_START, cannot_start
 from gloocy.transport._tcp import TcpPair, tcp_pair
 from gloocy.transport.handshake import connect_sockets
 
@@ -73,10 +75,20 @@ def connect(store, rank, size, secret, *, host="127.0.0.1", job="",
         store.set(f"{job}/tcp/{rank}", address.encode())
 
     def lookup(peer, timeout):
-        return store.get(f"{job}/tcp/{peer}", timeout=timeout).decode()
+        got = store.get(f"{job}/tcp/{peer}", timeout=timeout)
+        if got.startswith(CANNOT_START):
+            raise cannot_start(rank, got)
+        return got.decode()
+
+    def failed():                 # (a rank that cannot join said why)
+        key = f"{job}/cannot_start"
+        try:
+            return cannot_start(rank, store.get(key)) if store.check([key]) else None
+        except (RendezvousError, OSError):
+            return None           # (the wait's own error will tell)
 
     socks = connect_sockets(rank, size, secret, publish, lookup, host=host,
-                            job=job, timeout=timeout, **_listen())
+                            job=job, timeout=timeout, failed=failed, **_listen())
     return _pairs(socks, rank, size, mode, dead_s, deadline)
 
 
@@ -216,7 +228,8 @@ def _claim(store, rank, size, job, how):
 
 
 def _check_size(store, rank, size, job, timeout, how):
-    """Another rank: whether rank 0's size and `how` are ours."""
+    """Another rank: whether rank 0's size and `how` are ours (if not, the
+    others are told: see _tell_cannot_start)."""
     if rank == 0:
         return
     # (the rank threads of one process: one asks, the others are told)
@@ -230,8 +243,28 @@ def _check_size(store, rank, size, job, timeout, how):
     pass_on()
     theirs, _, their_how = got.decode().partition(" ")
     if int(theirs) != size:
-        raise RendezvousError(f"rank {rank}: this process has a world of "
-                              f"{size} but rank 0 has {theirs}")
-    if their_how != how:
-        raise RendezvousError(f"rank {rank}: this process has GLOOCY_CONNECT="
-                              f"{how} but rank 0 has {their_how}")
+        why = f"a world of {size} but rank 0 has {theirs}"
+    elif their_how != how:
+        why = f"GLOOCY_CONNECT={how} but rank 0 has {their_how}"
+    else:
+        return
+    if rank < int(theirs):        # (else not a rank of the job: it goes on)
+        _tell_cannot_start(store, rank, job, f"rank {rank} has {why}")
+    raise RendezvousError(f"rank {rank}: this process has {why}")
+
+
+def _tell_cannot_start(store, rank, job, why):
+    """Rank `rank` cannot join the job (its size or GLOOCY_CONNECT is not
+    rank 0's): say `why` in the keys the others wait for at start-up, so
+    that they raise it now rather than at their deadline. Lazy: rank 0's
+    wait for all to join, the others' for rank 0's go (lazy.start); eager:
+    the dials to us, and the waits for dials (connect's `failed`). Keys set
+    already are left alone (a job started without us goes on). Best effort,
+    within a second."""
+    value = CANNOT_START + why.encode()
+    try:
+        with capped(time.monotonic() + 1.0):
+            for key in ("cannot_start", "all", "go", f"tcp/{rank}"):
+                store.compare_set(f"{job}/{key}", None, value)
+    except (RendezvousError, OSError, TimeoutError):
+        pass

@@ -16,8 +16,9 @@ from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport import _tcp
 
 __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial",
-           "dial_fd", "fmt", "HungUp", "job_tag", "parse_addr", "parse_hello",
-           "read_fd", "read_hello", "recv_exact", "send_fd"]
+           "dial_fd", "fmt", "HungUp", "job_tag", "out_of_fds", "parse_addr",
+           "parse_hello", "peer_out_of_fds", "read_fd", "read_hello", "recv_exact",
+           "send_fd"]
 
 # Every rank listens on an ephemeral port of its interface and publishes
 # host:port in the store; rank r connects to every lower rank and accepts the
@@ -27,7 +28,10 @@ __all__ = ["authenticate", "challenge", "check_proof", "connect_sockets", "dial"
 #   acceptor  -> nonce_a, HMAC(secret, "acceptor"  | HELLO | nonce_a)
 #   connector -> HMAC(secret, "connector" | HELLO | nonce_a)
 #   acceptor  -> b"\x01" (accepted), or b"\x02" (refused: a lazy connection
-#                the acceptor's rank is making the other way, see lazy.py)
+#                the acceptor's rank is making the other way, see lazy.py),
+#                or b"\x03" / b"\x04" (refused: the acceptor's process / its
+#                host is out of file descriptors; it took the connection
+#                with the one it keeps spare, see listener.py)
 #
 # Then both ends tell their host id (shm.local_peers). A lazy connector
 # sends its id right behind its proof, in the same write, without waiting
@@ -74,6 +78,7 @@ def job_tag(job):
 HELLO_BYTES = _HELLO.size
 PROOF_BYTES = 32
 ACCEPT, REFUSE = b"\x01", b"\x02"   # the acceptor's last word (see above)
+OUT_OF_FDS = {errno.EMFILE: b"\x03", errno.ENFILE: b"\x04"}   # ... or this
 
 
 def parse_hello(hello):
@@ -138,13 +143,26 @@ def dial(addr, secret, rank, peer, size, job, deadline, *, refusable=False):
     return sock
 
 
-def _out_of_fds(e):
+def out_of_fds(e):
     """Why a socket could not be made, when it is the fd limit."""
     if e.errno == errno.ENFILE:
         return "the system is out of file descriptors (ENFILE)"
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return (f"this process is out of file descriptors (its open-file limit "
             f"is {soft}: raise it with ulimit -n, or connect fewer peers)")
+
+
+def peer_out_of_fds(peer, err):
+    """Why `peer` could not take a connection, when it had no fd for it
+    (`err`: EMFILE or ENFILE, its errno); None for any other errno."""
+    if err == errno.EMFILE:
+        return (f"rank {peer} is out of file descriptors: its process is at its "
+                f"open-file limit (raise it with ulimit -n where rank {peer} "
+                f"runs, or connect fewer peers)")
+    if err == errno.ENFILE:
+        return (f"rank {peer}'s host is out of file descriptors (ENFILE: the "
+                f"system-wide limit, not ulimit -n)")
+    return None
 
 
 def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
@@ -180,7 +198,7 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
                 if fd is not None:
                     _tcp.close_now(fd)
                 raise RendezvousError(f"rank {rank}: could not connect to rank "
-                                      f"{peer}: {_out_of_fds(e)}") from None
+                                      f"{peer}: {out_of_fds(e)}") from None
         except BaseException:
             if fd is not None:
                 _tcp.close_now(fd)
@@ -225,13 +243,22 @@ def dial_fd(addr, secret, rank, peer, size, tag, deadline, *, refusable=False,
         return None
     if not accepted:
         _tcp.close_now(fd)
+        no_fds = authentic and peer_out_of_fds(
+            peer, {v[0]: e for e, v in OUT_OF_FDS.items()}.get(auth.verdict))
+        if no_fds:
+            raise RendezvousError(f"rank {rank}: could not connect to rank {peer} "
+                                  f"at {fmt(addr)}: {no_fds}")
         raise ProtocolError(f"{who} failed authentication as rank {peer}"
                             if not authentic else
-                            f"{who} refused the handshake as rank {peer}")
+                            f"{who} refused the handshake as rank {peer}"
+                            if auth.verdict == REFUSE[0] else
+                            f"{who} answered the handshake as rank {peer} with "
+                            f"an unknown verdict ({auth.verdict})")
     return fd
 
 
 _SLICE_S = 0.5     # a wait's longest sleep: signal handlers run in between
+_FAILED_EVERY_S = 1.0   # how often connect_sockets asks whether the job failed
 
 
 def _wait(fd, out, deadline):
@@ -287,12 +314,15 @@ def parse_addr(text):
 
 def connect_sockets(rank, size, secret, publish, lookup, *,
                     host="127.0.0.1", port=0, advertise=None, job="",
-                    timeout=300.0):
+                    timeout=300.0, failed=None):
     """Connect this rank to every other one; returns {peer: (socket,
     "host:port")} of authenticated blocking sockets. We listen on host:port (port 0: any
     free one) and `publish(address)` makes "host:port", or `advertise` when
     given (a forwarded address), known to the others (a store, an
-    allgather...); `lookup(peer, timeout)` returns a peer's."""
+    allgather...); `lookup(peer, timeout)` returns a peer's. `failed()`, if
+    given, is asked every _FAILED_EVERY_S while we wait for the higher
+    ranks, and when a dial fails: the error to raise (a rank cannot join)
+    or None."""
     import queue                  # (eager set-up only)
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -312,6 +342,7 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
 
     socks = {}
     failure = []
+    stop = threading.Event()      # we raise: the acceptor stops
 
     def accept_higher():
         # Each incoming connection is authenticated in a thread of its own,
@@ -330,7 +361,7 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
 
         in_flight = 0                     # accepted, handshake not finished
         try:
-            while missing:
+            while missing and not stop.is_set():
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise RendezvousError(
@@ -368,15 +399,27 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
     acceptor.start()
     try:
         for peer in range(rank):
-            addr = parse_addr(lookup(peer, max(deadline - time.monotonic(),
-                                                0.001)))
-            socks[peer] = (dial(addr, secret, rank, peer, size, job,
-                                        deadline), fmt(addr))
-        acceptor.join()
+            try:
+                addr = parse_addr(lookup(peer, max(deadline - time.monotonic(),
+                                                    0.001)))
+                socks[peer] = (dial(addr, secret, rank, peer, size, job,
+                                    deadline), fmt(addr))
+            except (OSError, ProtocolError, RendezvousError):
+                why = failed() if failed is not None else None
+                if why is not None:       # the cause (a dial cut as its peer raised it)
+                    raise why from None
+                raise
+        while acceptor.is_alive():
+            acceptor.join(_FAILED_EVERY_S if failed is not None else None)
+            why = failed() if failed is not None and acceptor.is_alive() else None
+            if why is not None:
+                raise why
         if failure:
             raise failure[0]
         return socks
     except BaseException:
+        stop.set()
+        acceptor.join()           # (then no socket is added behind our back)
         for sock, _ in socks.values():
             sock.close()
         raise

@@ -28,6 +28,10 @@ Store keys (all under the job's prefix), O(1) per rank:
   abort/R            why rank R stopped on an error (for peers dialing it later)
   left (add)         leaving: the last one clears the job's keys (or rank 0,
                      when it serves the store, once the others' clients left)
+  cannot_start       why a rank could not join (its size or GLOOCY_CONNECT is
+                     not rank 0's); it also puts that, after CANNOT_START, in
+                     all and go (and, for eager ranks, its tcp/R), which the
+                     others wait for
 """
 
 import array
@@ -113,6 +117,8 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
             got, pass_on = get_once(
                 store, f"{job}/go", lambda: _wait_for_go(store, job, rank, size, deadline),
                 deadline)
+            if got.startswith(CANNOT_START):
+                raise cannot_start(rank, got)
         fields = got.split()              # (no 4th: the ranks' hosts untold)
         go = tuple(map(int, fields[:3]))
         connector.hosts = (hosts_of_ranks(fields[3].decode(), size)
@@ -137,6 +143,16 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
         raise
     finally:
         pass_on()
+
+
+CANNOT_START = b"!"     # a start-up key's value: a rank cannot join; why follows
+
+
+def cannot_start(rank, value):
+    """The RendezvousError of `rank` at start-up, once a key it waited for
+    says that a rank cannot join (CANNOT_START + why)."""
+    why = value[len(CANNOT_START):].decode(errors="replace")
+    return RendezvousError(f"rank {rank}: the job cannot start: {why}")
 
 
 def host_runs(digests):
@@ -171,11 +187,13 @@ def _wait_for_all(store, job, size, deadline):
     """Rank 0: until every rank has joined; at the deadline, name the ranks
     that never published their address (O(N) reads, on failure only)."""
     try:
-        store.get(f"{job}/all", timeout=max(deadline - time.monotonic(), 0.001))
+        got = store.get(f"{job}/all", timeout=max(deadline - time.monotonic(), 0.001))
     except RendezvousTimeout:
         missing = [r for r in range(1, size) if not store.check([f"{job}/tcp/{r}"])]
         raise RendezvousError(f"rank 0: rank(s) {missing} did not join the job "
                               "before the deadline") from None
+    if got.startswith(CANNOT_START):
+        raise cannot_start(0, got)
 
 
 def _wait_for_go(store, job, rank, size, deadline):

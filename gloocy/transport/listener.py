@@ -7,8 +7,19 @@ Its socket calls keep the GIL (_tcp.pyx: accept_now, recv_now, send_now,
 close_now, watch_now): it lets the GIL go only in epoll's wait, so a batch of ready
 dials is answered in one hold of it, however many rank threads the
 process has. Each dial is stepped as far as its bytes go at once (a HELLO
-that came with the connection is answered as it is accepted)."""
+that came with the connection is answered as it is accepted).
 
+A process out of file descriptors cannot accept: the dial would sit in the
+backlog until the dialer's deadline. So the listener keeps one fd spare
+(/dev/null, opened at start): when accept finds no free fd, it closes the
+spare, takes the dial with it, authenticates it and refuses it with the
+verdict "out of file descriptors" (handshake.OUT_OF_FDS), which the dialer
+raises at once, naming our rank; once that dial is closed the spare is
+opened again. Until then (or when the spare could not be had) accepting
+pauses a moment: the dials wait in the backlog."""
+
+import errno
+import os
 import select
 import socket
 import struct
@@ -31,13 +42,15 @@ _RETELL_S = 0.002      # how soon the listener tells a busy rank of a pair again
 # rank's dial can be slow on a host loaded with thousands of ranks (dropped,
 # its rank takes ours for dead, before its own deadline).
 _ANSWER_S = 60.0
+_PAUSE_S = 0.05        # out of fds, no spare: how long accepting pauses
 
 
 class _Dial:
     """A dial the listener is answering: the handshake's bytes so far."""
 
     __slots__ = ("fd", "address", "deadline", "step", "need", "buf", "hello",
-                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming")
+                 "nonce", "peer", "dialed", "connector", "willing", "local", "coming",
+                 "no_fds")
 
     def __init__(self, fd, address, deadline):
         self.fd, self.address, self.deadline = fd, address, deadline
@@ -46,6 +59,7 @@ class _Dial:
         self.connector = None     # ... once it accepted: errors are told to it
         self.willing = self.local = False   # the dialer takes shared memory; we share it
         self.coming = False       # told to `dialed` as coming (Connector.dial_coming)
+        self.no_fds = None        # errno: taken with the spare fd, to be refused
 
 
 class _Listening:
@@ -86,6 +100,7 @@ class Listener:
         self.untold = set()       # Links whose lock was held when a pair came
         self.answer_s = _ANSWER_S  # how long a dial may take to authenticate
         self.closing = False
+        self.paused_until = None  # out of fds: accepting waits until then
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self.sock = socket.socket(family, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
         try:
@@ -101,6 +116,7 @@ class Listener:
             self.sock.close()
             raise
         self.address = handshake.fmt(self.sock.getsockname())
+        self.spare = _open_spare()   # (the thread's: closed when it ends)
         self.thread = start_quiet(threading.Thread(
             target=self._serve, daemon=True, name=f"gloocy-listen-{self.address}"))
 
@@ -142,7 +158,10 @@ class Listener:
         poller.register(listen_fd, select.EPOLLIN)
         try:
             while not self.closing:
-                soonest = min((d.deadline for d in dials.values()), default=None)
+                soonest = min((d.deadline for d in dials.values()),
+                              default=self.paused_until)
+                if self.paused_until is not None:
+                    soonest = min(soonest, self.paused_until)
                 wait = 1.0 if soonest is None else max(0.0, soonest - time.monotonic())
                 if self.untold:
                     wait = min(wait, _RETELL_S)
@@ -156,34 +175,84 @@ class Listener:
                 now = time.monotonic()
                 for d in [d for d in dials.values() if d.deadline <= now]:
                     self._drop(poller, dials, d, None)
+                if self.paused_until is not None and self.paused_until <= now:
+                    self._resume(poller)
         finally:
             for d in list(dials.values()):
                 self._drop(poller, dials, d, handshake.HungUp("we left"))
             poller.close()
+            if self.spare is not None:
+                os.close(self.spare)
 
     def _accept(self, poller, dials):
         listen_fd = self.sock.fileno()
         while not self.closing:
+            no_fds = None
             try:
                 got = accept_now(listen_fd)
-            except OSError:
+            except OSError as e:
                 if self.closing:
                     return
-                time.sleep(0.01)      # out of fds: the dialers retry or time out
-                return
+                if e.errno == errno.ECONNABORTED:
+                    continue
+                got = None
+                if e.errno in (errno.EMFILE, errno.ENFILE):
+                    got, no_fds = self._accept_with_spare(), e.errno
+                if got is None:
+                    return self._pause(poller)
             if got is None:
                 return
             d = _Dial(*got, time.monotonic() + self.answer_s)
+            d.no_fds = no_fds
             dials[d.fd] = d
             watch_now(poller.fileno(), d.fd, True)
             self._step(poller, dials, d)      # its HELLO may be here already
+
+    def _accept_with_spare(self):
+        """accept() found no free fd: the waiting dial, taken with the spare
+        fd (to be refused, telling why), or None (no spare, or another
+        thread of the process took the freed fd first)."""
+        if self.spare is None:
+            return None
+        os.close(self.spare)
+        self.spare = None
+        try:
+            got = accept_now(self.sock.fileno())
+        except OSError:
+            got = None
+        if got is None:
+            self.spare = _open_spare()
+        return got
+
+    def _pause(self, poller):
+        """No fd to accept with: stop watching the listening socket (it
+        stays ready, and would wake us at once) for _PAUSE_S, or until the
+        dial holding the spare's fd is closed."""
+        if self.paused_until is None:
+            poller.modify(self.sock.fileno(), 0)
+        self.paused_until = time.monotonic() + _PAUSE_S
+
+    def _resume(self, poller):
+        if self.spare is None:
+            self.spare = _open_spare()
+        self.paused_until = None
+        poller.modify(self.sock.fileno(), select.EPOLLIN)
+
+    def _close(self, d):
+        """Close dial `d`'s fd; if it was the spare's, the spare comes back."""
+        close_now(d.fd)
+        if d.no_fds is not None:
+            d.no_fds = None
+            self.spare = self.spare if self.spare is not None else _open_spare()
+            if self.paused_until is not None:
+                self.paused_until = 0.0     # (the serving loop resumes)
 
     def _drop(self, poller, dials, d, why):
         """Give up a dial: a stranger's is closed; one we accepted is told
         to its rank, as the peer hanging up."""
         if dials.pop(d.fd, None) is not None:
             watch_now(poller.fileno(), d.fd, False)
-        close_now(d.fd)
+        self._close(d)
         if d.coming:              # (see Connector.pair)
             d.coming = False
             d.dialed.dial_coming(d.peer, -1)
@@ -242,19 +311,19 @@ class Listener:
             d.nonce, answer = handshake.challenge(connector.secret, got)
             self._send(d, answer)
             d.step, d.need = _Listening.PROOF, handshake.PROOF_BYTES
-            connector.dial_coming(d.peer, 1)    # (verdict or _drop ends it)
-            d.coming = True
+            if d.no_fds is None:      # (one we refuse is not coming)
+                connector.dial_coming(d.peer, 1)    # (verdict or _drop ends it)
+                d.coming = True
         elif d.step == _Listening.PROOF:
             connector = d.dialed
             handshake.check_proof(connector.secret, d.hello, d.nonce, got, d.peer)
             d.coming = False      # (the verdict ends it)
+            if d.no_fds is not None:  # refused; our rank never knew of it
+                return self._refuse(d, handshake.OUT_OF_FDS[d.no_fds])
             verdict = connector.verdict(d.peer)
             if not verdict:       # refused (it waits for our rank's dial) or left
                 if verdict is False:
-                    self._send(d, handshake.REFUSE)
-                    for _ in range(128):  # its host id, sent with the proof: read,
-                        if not recv_now(d.fd, 512):   # lest closing reset the
-                            break                     # connection
+                    return self._refuse(d, handshake.REFUSE)
                 d.step = None     # (_hand_over closes it)
                 return
             d.connector = connector
@@ -273,12 +342,20 @@ class Listener:
                                    d.peer, d.address)
             d.step = None
 
+    def _refuse(self, d, verdict):
+        """Answer dial `d` with a refusal (`verdict`); _hand_over closes it."""
+        self._send(d, verdict)
+        for _ in range(128):      # its host id, sent with the proof: read, lest
+            if not recv_now(d.fd, 512):   # closing reset the connection
+                break
+        d.step = None
+
     def _hand_over(self, d):
         """A dial answered to the end: its pair to its rank (TCP at once;
         shared memory and ibverbs in a thread, as they take more messages)."""
         c, local = d.connector, d.local
         if c is None:             # refused
-            close_now(d.fd)
+            self._close(d)
             return
         d.connector = None
         if local or c.mode in ("auto", "ibverbs"):
@@ -303,3 +380,11 @@ class Listener:
         for links in list(self.untold):
             if links.closed or links.note_arrival(False):
                 self.untold.discard(links)
+
+
+def _open_spare():
+    """An fd to keep spare (see the module's doc), or None if none is free."""
+    try:
+        return os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None

@@ -14,6 +14,7 @@ import errno
 import hmac
 import os
 import secrets
+import select
 import socket
 import struct
 import threading
@@ -21,7 +22,7 @@ import time
 
 from gloocy.errors import ProtocolError, RendezvousError
 from gloocy.transport._shm import ShmPair, segment_bytes
-from gloocy.transport.handshake import recv_exact
+from gloocy.transport.handshake import out_of_fds, peer_out_of_fds, recv_exact
 from gloocy.transport.knobs import int_env
 from gloocy.waiting import usable_cpus
 
@@ -262,10 +263,41 @@ def shm_pair(sock, rank, peer, deadline, *, node=None, ring=None):
             conn.close()
             os.close(memfd)
     except (OSError, ValueError, ProtocolError) as e:
+        no_fds = getattr(e, "errno", None) in (errno.EMFILE, errno.ENFILE)
+        if rank > peer:           # the offerer may wait for us: tell it why
+            _tell_offerer(sock, peer_out_of_fds(rank, e.errno) if no_fds
+                          else f"rank {rank}: {e}")
         raise RendezvousError(f"rank {rank}: cannot set up shared memory with "
-                              f"rank {peer}: {e}") from None
+                              f"rank {peer}: {out_of_fds(e) if no_fds else e}") from None
     finally:
         sock.close()
+
+
+def _tell_offerer(sock, why):
+    """The taker failed: say why on the TCP connection, which the offerer
+    watches until we come for the rings (_await_taker). Best effort."""
+    try:
+        sock.settimeout(1.0)
+        sock.sendall(why.encode()[:_WHY_MAX])
+    except OSError:
+        pass
+
+
+def _await_taker(listener, sock, peer, deadline):
+    """Until the taker knocks at our `listener`; ProtocolError if it says
+    on the TCP connection `sock` why it cannot come (_tell_offerer), or
+    hangs up; TimeoutError at `deadline`."""
+    waiting = select.poll()
+    for s in (listener, sock):
+        waiting.register(s, select.POLLIN)
+    ready = dict(waiting.poll(max(deadline - time.monotonic(), 0.0) * 1000))
+    if listener.fileno() in ready:
+        return
+    if sock.fileno() not in ready:
+        raise TimeoutError("timed out")
+    sock.settimeout(1.0)
+    why = sock.recv(_WHY_MAX).decode(errors="replace")
+    raise ProtocolError(why or f"rank {peer} hung up before it came for it")
 
 
 def _take_full():
@@ -295,6 +327,7 @@ def _offer(sock, peer, deadline, ring, node):
         listener.listen(4)
         sock.sendall(token)
         while True:                     # a stranger may knock first
+            _await_taker(listener, sock, peer, deadline)
             listener.settimeout(max(0.001, deadline - time.monotonic()))
             conn, _ = listener.accept()
             try:

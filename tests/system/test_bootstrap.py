@@ -245,7 +245,8 @@ def test_ranks_that_disagree_on_the_world_size(tmp_path):
     (code0, err0), (code1, err1) = _finish(procs)
     assert code0 != 0 and code1 != 0
     assert "world of 3 but rank 0 has 2" in err1
-    assert "rank(s) [1] did not" in err0, err0
+    # rank 0 hears it from rank 1 (in the store), not at its deadline
+    assert "rank 0: the job cannot start: rank 1 has a world of 3" in err0, err0
 
 
 # -- other stores -------------------------------------------------------------------------

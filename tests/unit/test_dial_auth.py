@@ -2,6 +2,7 @@
 HMAC by libcrypto: _hmac.pxi): its HMAC-SHA-256 against Python's hmac module, and its steps
 against a listener played by hand over a real socket pair."""
 
+import errno
 import hmac
 import os
 import socket
@@ -110,3 +111,52 @@ def test_a_failed_connection_is_an_oserror():
         for _ in range(20):
             assert auth.run(0.5) != 1
     ours.close()
+
+
+def dial_a_listener_saying(verdict):
+    """handshake.dial_fd (rank 0 dialing rank 1) against a listener played
+    by hand that authenticates, then answers `verdict`."""
+    from gloocy.transport import handshake
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def listener():
+        conn, _ = server.accept()
+        with conn:
+            hello = recv_all(conn, handshake.HELLO_BYTES)
+            nonce = os.urandom(32)
+            conn.sendall(nonce + hmac.digest(SECRET, b"acceptor" + hello + nonce,
+                                             "sha256"))
+            recv_all(conn, 32)
+            conn.sendall(verdict)
+            conn.shutdown(socket.SHUT_WR)
+            conn.recv(1)                  # (till the dialer closes)
+    t = threading.Thread(target=listener)
+    t.start()
+    try:
+        return handshake.dial_fd(server.getsockname(), SECRET, 0, 1, 2,
+                                 handshake.job_tag("j"), time.monotonic() + 20,
+                                 refusable=True)
+    finally:
+        t.join()
+        server.close()
+
+
+@pytest.mark.parametrize("err, says", [(errno.EMFILE, "ulimit -n"),
+                                       (errno.ENFILE, "system-wide")])
+def test_a_listener_out_of_fds_is_named_by_the_dialer(err, says):
+    from gloocy.errors import RendezvousError
+    from gloocy.transport.handshake import OUT_OF_FDS
+    with pytest.raises(RendezvousError, match="rank 1") as e:
+        dial_a_listener_saying(OUT_OF_FDS[err])
+    assert "out of file descriptors" in str(e.value) and says in str(e.value)
+
+
+def test_an_unknown_verdict_is_a_protocol_error():
+    from gloocy.errors import ProtocolError, RendezvousError
+    with pytest.raises(ProtocolError, match="unknown verdict") as e:
+        dial_a_listener_saying(b"\x07")
+    assert not isinstance(e.value, RendezvousError)
+
+
+def test_a_refusal_returns_none():
+    assert dial_a_listener_saying(b"\x02") is None

@@ -62,9 +62,10 @@ def report(**kw):
 class Job:
     """`size` rank processes running `body`, meeting through our own store,
     over `transport` (a name of conftest.TRANSPORT_ENV); the ranks in `hold`
-    wait for release() before they connect."""
+    wait for release() before they connect; `rank_env`: {rank: its own env}."""
 
-    def __init__(self, tmp_path, size, body, transport, *, hold=(), env=None):
+    def __init__(self, tmp_path, size, body, transport, *, hold=(), env=None,
+                 rank_env=None):
         self.secret = secrets.token_bytes(32)
         self.job = secrets.token_hex(8)
         self.server = TCPStoreServer(secret=self.secret).start()
@@ -78,7 +79,7 @@ class Job:
                    self.server.url, self.secret.hex(), self.job]
             self.procs.append(subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, env=env))
+                stderr=subprocess.PIPE, env={**env, **(rank_env or {}).get(rank, {})}))
 
     def release(self, rank):
         """Give `rank` the word it waits for (wait_for_test, or `hold`)."""
@@ -340,6 +341,155 @@ def test_a_dial_out_of_file_descriptors_says_so_at_once(tmp_path, transport):
     [r] = reports
     assert "out of file descriptors" in r["text"] and "ulimit -n" in r["text"], r
     assert "rank 1" in r["text"] and r["after"] < NAMED_WITHIN, r
+
+
+# Rank 1 runs out of file descriptors (its soft limit lowered to those it
+# has, less `free`); then rank 0, which never spoke to it, dials it.
+OUT_OF_FDS_BODY = """
+    import resource
+    if rank > 0:                      # pairs 1-2 and 0-2 only
+        comm.sendrecv(rank, dest=3 - rank, source=3 - rank)
+    if rank == 2:
+        comm.send(comm.recv(source=0), dest=0)
+    elif rank == 0:
+        comm.send("hi", dest=2); comm.recv(source=2)
+    if rank == 1:
+        used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
+        free = int(os.environ["FREE"])
+        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        resource.setrlimit(resource.RLIMIT_NOFILE, (used + free, hard))
+        filler = []                   # to the limit (should an fd have been
+        while True:                   # closed since), then `free` less
+            try:
+                filler.append(os.open(os.devnull, os.O_RDONLY))
+            except OSError:
+                break
+        for fd in filler[:free]:
+            os.close(fd)
+        comm.send("ready", dest=2)
+    elif rank == 2:
+        comm.send(comm.recv(source=1), dest=0)
+    else:
+        comm.recv(source=2)
+        t0 = time.monotonic()
+        try:
+            comm.send("hello", dest=1)
+            report(sent=True)
+        except gloocy.GloocyError as e:
+            report(error=type(e).__name__, text=str(e), after=time.monotonic() - t0)
+    if rank:
+        wait_for_test()               # (rank 0 has reported)
+        report(again=comm.sendrecv(rank, dest=3 - rank, source=3 - rank))
+"""
+
+
+def run_out_of_fds(tmp_path, transport, free):
+    """OUT_OF_FDS_BODY's job: rank 0's report, after which ranks 1 and 2
+    must still talk (rank 1 goes on with the pair it has)."""
+    job = Job(tmp_path, 3, OUT_OF_FDS_BODY, transport, env={"T": "30", "FREE": free})
+    r = json.loads(job.procs[0].stdout.readline() or "{}")
+    job.release(1)
+    job.release(2)
+    results = job.results()
+    for rank in (1, 2):
+        code, reports, stderr = results[rank]
+        assert code == 0 and reports == [dict(rank=rank, again=3 - rank)], (
+            reports, stderr)
+    return r, results[0][2]
+
+
+@pytest.mark.transports("tcp", "shm")
+def test_a_listener_out_of_file_descriptors_names_itself_to_its_dialer(tmp_path,
+                                                                      transport):
+    # Rank 1's listener cannot accept rank 0's dial: rank 0 must hear at
+    # once that rank 1 is out of file descriptors (ulimit -n), not wait out
+    # its deadline (T = 30 s) for a connection never accepted.
+    r, stderr = run_out_of_fds(tmp_path, transport, "0")
+    assert r.get("error") == "RendezvousError", (r, stderr)
+    assert "rank 1 is out of file descriptors" in r["text"], r
+    assert "ulimit -n" in r["text"] and r["after"] < 30, r
+
+
+@pytest.mark.transports("tcp")
+def test_a_listener_out_of_fds_refuses_every_dial_then_recovers(tmp_path, transport):
+    # The spare fd comes back after each refusal (three in a row are
+    # refused, not left in the backlog), and once the rank has fds again
+    # its listener accepts. The test dials as rank 0, which never does.
+    from gloocy.errors import RendezvousError
+    from gloocy.transport import _tcp, handshake, shm
+    job = Job(tmp_path, 2, """
+        if rank == 1:
+            import resource
+            used = len(os.listdir("/proc/self/fd")) - 1
+            soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (used, hard))
+            filler = []
+            while True:
+                try:
+                    filler.append(os.open(os.devnull, os.O_RDONLY))
+                except OSError:
+                    break
+            report(full=True)
+            wait_for_test()
+            for fd in filler:
+                os.close(fd)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+            report(freed=True)
+        wait_for_test()
+    """, transport, env={"T": "30"})
+    with job.store() as store:
+        addr = handshake.parse_addr(store.get(f"{job.job}/tcp/1", timeout=20).decode())
+
+    def dial():
+        return handshake.dial_fd(addr, job.secret, 0, 1, 2, handshake.job_tag(job.job),
+                                 time.monotonic() + 20, refusable=True,
+                                 after_proof=shm.id_frame("tcp"))
+    try:
+        assert json.loads(job.procs[1].stdout.readline())["full"]
+        for _ in range(3):
+            with pytest.raises(RendezvousError, match="rank 1 is out of file desc"):
+                dial()
+        job.release(1)
+        assert json.loads(job.procs[1].stdout.readline())["freed"]
+        fd = dial()
+        assert fd is not None
+        _tcp.close_now(fd)
+    finally:
+        job.release(0)
+        job.release(1)
+    assert [code for code, _, _ in job.results()] == [0, 0]
+
+
+@pytest.mark.transports("shm")
+def test_a_rank_out_of_fds_for_a_shared_segment_says_so(tmp_path, transport):
+    # Rank 1 has one fd left: its listener accepts rank 0's dial, but it has
+    # none left to take the shared-memory rings with. Rank 0 must hear why
+    # at once, not wait for rank 1 to come for them until its deadline.
+    r, stderr = run_out_of_fds(tmp_path, transport, "1")
+    assert r.get("error") == "RendezvousError", (r, stderr)
+    assert "rank 1 is out of file descriptors" in r["text"], r
+    assert "ulimit -n" in r["text"] and r["after"] < 30, r
+
+
+@pytest.mark.transports("tcp")
+@pytest.mark.parametrize("modes", [("eager", "lazy", "lazy"), ("lazy", "lazy", "eager"),
+                                   ("eager", "eager", "lazy")])
+def test_ranks_that_disagree_on_gloocy_connect_all_say_so_at_once(tmp_path, transport,
+                                                                  modes):
+    # Only the ranks whose GLOOCY_CONNECT differs from rank 0's can see the
+    # mismatch; the others (waiting for connections, or for rank 0's go,
+    # that never come) must hear of it from them, not at their deadline.
+    began = time.monotonic()
+    job = Job(tmp_path, 3, "report(started=True)", transport, env={"T": "30"},
+              rank_env={r: {"GLOOCY_CONNECT": m} for r, m in enumerate(modes)})
+    results = job.results()
+    took = time.monotonic() - began
+    for rank, (code, reports, stderr) in enumerate(results):
+        last = stderr.strip().splitlines()[-1] if stderr.strip() else ""
+        assert code != 0 and not reports, (rank, reports, stderr)
+        assert last.startswith("gloocy.errors.RendezvousError"), (rank, stderr)
+        assert f"rank {rank}:" in last and "GLOOCY_CONNECT=" in last, (rank, last)
+    assert took < 30, took        # every rank raised before its deadline
 
 
 def test_a_receive_from_itself_outlives_a_peer_that_leaves(tmp_path, transport):
