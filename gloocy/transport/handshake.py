@@ -375,6 +375,12 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
                     in_flight += 1
                 except socket.timeout:
                     pass
+                except OSError as e:
+                    if e.errno not in (errno.EMFILE, errno.ENFILE):
+                        raise
+                    raise RendezvousError(
+                        f"rank {rank}: could not take the connections of rank(s) "
+                        f"{sorted(missing)}: {out_of_fds(e)}") from None
                 # Once every missing peer has connected, wait for their
                 # handshakes rather than for the next accept's timeout.
                 while in_flight and (in_flight >= len(missing) or not done.empty()):

@@ -826,3 +826,38 @@ def test_a_world_of_one_needs_no_launcher(tmp_path):     # no peer: no transport
                          env=env, timeout=30)
     assert out.returncode == 0, out.stderr
     assert out.stdout.decode().split("\n")[0] == "0 1 [0.0, 1.0, 2.0, 3.0, 4.0] 7 hi"
+
+
+EAGER_RANK_0_OUT_OF_FDS = textwrap.dedent("""
+    import os, resource, sys
+    from gloocy.transport.handshake import connect_sockets
+
+    def publish(address):
+        # Listening: no fd is left for the dial to be accepted.
+        used = len(os.listdir("/proc/self/fd")) - 1   # (listdir's own)
+        resource.setrlimit(resource.RLIMIT_NOFILE,
+                           (used, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        print(address, flush=True)
+
+    try:
+        connect_sockets(0, 2, b"s" * 32, publish, None, job="fds", timeout=30)
+        print("connected", flush=True)
+    except Exception as e:
+        print(type(e).__name__, e, flush=True)
+""")
+
+
+def test_an_eager_rank_out_of_fds_names_its_limit():
+    # Eager set-up (GLOOCY_CONNECT=eager): rank 0's accept finds no free fd.
+    # It must say so (ulimit -n), not raise a bare OSError(EMFILE).
+    from gloocy.transport.handshake import connect_sockets
+    with subprocess.Popen([sys.executable, "-c", EAGER_RANK_0_OUT_OF_FDS],
+                          stdout=subprocess.PIPE, text=True) as rank0:
+        address = rank0.stdout.readline().strip()
+        with pytest.raises(Exception):      # (its dial is cut as rank 0 gives up)
+            connect_sockets(1, 2, b"s" * 32, lambda a: None,
+                            lambda peer, timeout: address, job="fds", timeout=30)
+        said = rank0.stdout.read()
+        assert rank0.wait(30) == 0
+    assert said.startswith("RendezvousError rank 0:"), said
+    assert "rank(s) [1]" in said and "ulimit -n" in said, said
