@@ -146,6 +146,9 @@ def start(store, rank, size, secret, *, host, job, timeout, mode, dead_s,
 
 
 CANNOT_START = b"!"     # a start-up key's value: a rank cannot join; why follows
+# How long past its deadline a rank waits for rank 0 to name the ranks that
+# never joined (rank 0's deadline is about ours; naming them is N reads).
+_NAMED_BY_RANK_0_S = 3.0
 
 
 def cannot_start(rank, value):
@@ -190,8 +193,12 @@ def _wait_for_all(store, job, size, deadline):
         got = store.get(f"{job}/all", timeout=max(deadline - time.monotonic(), 0.001))
     except RendezvousTimeout:
         missing = [r for r in range(1, size) if not store.check([f"{job}/tcp/{r}"])]
-        raise RendezvousError(f"rank 0: rank(s) {missing} did not join the job "
-                              "before the deadline") from None
+        why = f"rank(s) {missing} did not join the job before the deadline"
+        try:                      # (the others wait for go: they name them too)
+            store.compare_set(f"{job}/go", None, CANNOT_START + why.encode())
+        except (RendezvousError, OSError):
+            pass
+        raise RendezvousError(f"rank 0: {why}") from None
     if got.startswith(CANNOT_START):
         raise cannot_start(0, got)
 
@@ -201,6 +208,10 @@ def _wait_for_go(store, job, rank, size, deadline):
     deadline, say how many joined, and whether rank 0 is the one missing."""
     try:
         return store.get(f"{job}/go", timeout=max(deadline - time.monotonic(), 0.001))
+    except RendezvousTimeout:
+        pass
+    try:                          # rank 0 names the missing ranks in go, soon
+        return store.get(f"{job}/go", timeout=_NAMED_BY_RANK_0_S)
     except RendezvousTimeout:
         pass
     if not store.check([f"{job}/tcp/0"]):

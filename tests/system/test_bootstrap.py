@@ -209,6 +209,10 @@ def test_two_processes_claiming_one_rank(tmp_path):
                for _, err in results) == 1, results
     # (eager: "did not connect"; lazy, the default: "did not join the job")
     assert "rank(s) [2] did not" in results[0][1], results[0][1]
+    # ... and so does the rank 1 that joined: rank 0 names the missing rank
+    # in the go it waits for (lazy; eager: the dial to rank 2 fails)
+    waited = [err for _, err in results[1:] if "another process" not in err]
+    assert len(waited) == 1 and "rank(s) [2] did not" in waited[0], waited
 
 
 NOT_DUMPABLE = textwrap.dedent("""
