@@ -48,6 +48,9 @@ RING_BUDGET = 4 << 20
 MIN_RING = 4096
 FULL_PAIRS = 8
 _WHY_MAX = 512                       # an offer's error, sent in its place (ring 0)
+# The offerer's first byte on the TCP connection: its token follows, or why
+# it cannot offer (and, after the token, why the rings will not come).
+_OFFERED, _CANNOT = b"\x01", b"\x00"
 _FULL = struct.Struct("<?")          # the higher rank: it can take a full ring
 _full_taken = 0                      # this process's pairs given full rings
 _full_lock = threading.Lock()
@@ -264,23 +267,40 @@ def shm_pair(sock, rank, peer, deadline, *, node=None, ring=None):
             os.close(memfd)
     except (OSError, ValueError, ProtocolError) as e:
         no_fds = getattr(e, "errno", None) in (errno.EMFILE, errno.ENFILE)
-        if rank > peer:           # the offerer may wait for us: tell it why
-            _tell_offerer(sock, peer_out_of_fds(rank, e.errno) if no_fds
-                          else f"rank {rank}: {e}")
+        why = (peer_out_of_fds(rank, e.errno) if no_fds else f"rank {rank}: {e}")
+        # The peer may wait for us (the offerer for the taker to come, the
+        # taker for the rings): tell it why.
+        _tell_peer(sock, why.encode() if rank > peer else _CANNOT + why.encode())
         raise RendezvousError(f"rank {rank}: cannot set up shared memory with "
                               f"rank {peer}: {out_of_fds(e) if no_fds else e}") from None
     finally:
         sock.close()
 
 
-def _tell_offerer(sock, why):
-    """The taker failed: say why on the TCP connection, which the offerer
-    watches until we come for the rings (_await_taker). Best effort."""
+def _tell_peer(sock, why):
+    """We failed: say why on the TCP connection, which the offerer watches
+    until the taker comes for the rings (_await_taker), and the taker reads
+    in place of the token or when the rings do not come (_offered_why).
+    Best effort."""
     try:
         sock.settimeout(1.0)
-        sock.sendall(why.encode()[:_WHY_MAX])
+        sock.sendall(why[:_WHY_MAX])
     except OSError:
         pass
+
+
+def _offered_why(sock, error):
+    """The offerer's why (_tell_peer), if it says within a second, as a
+    ProtocolError to raise for `error` (what we saw: the rings' socket cut
+    or the peer's hang-up); else `error`."""
+    try:
+        sock.settimeout(1.0)
+        why = sock.recv(1 + _WHY_MAX)
+    except OSError:
+        return error
+    if why[:1] != _CANNOT:
+        return error
+    return ProtocolError(why[1:].decode(errors="replace"))
 
 
 def _await_taker(listener, sock, peer, deadline):
@@ -325,7 +345,7 @@ def _offer(sock, peer, deadline, ring, node):
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(_name(token))
         listener.listen(4)
-        sock.sendall(token)
+        sock.sendall(_OFFERED + token)
         while True:                     # a stranger may knock first
             _await_taker(listener, sock, peer, deadline)
             listener.settimeout(max(0.001, deadline - time.monotonic()))
@@ -361,7 +381,17 @@ def _offer(sock, peer, deadline, ring, node):
 
 
 def _take(sock, peer, deadline):
+    if recv_exact(sock, 1, "the shared-memory token") != _OFFERED:
+        why = sock.recv(_WHY_MAX).decode(errors="replace")
+        raise ProtocolError(why or "the peer could not offer shared memory")
     token = recv_exact(sock, 16, "the shared-memory token")
+    try:
+        return _take_offered(sock, token, deadline)
+    except (ConnectionError, ProtocolError) as e:   # (the peer's doing)
+        raise _offered_why(sock, e) from None
+
+
+def _take_offered(sock, token, deadline):
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.settimeout(max(0.001, deadline - time.monotonic()))
