@@ -60,8 +60,9 @@ def repeats(n):
 def pytest_addoption(parser):
     parser.addoption(
         "--long", action="store_true",
-        help="the long versions of the repeated loops (exit races, fuzzing); "
-        "same as GLOOCY_TEST_LONG=1")
+        help="the long versions of the repeated loops (exit races, fuzzing, "
+        "hypothesis examples) and the tests marked long; same as "
+        "GLOOCY_TEST_LONG=1 (README, Tests)")
 
 
 def pytest_configure(config):
