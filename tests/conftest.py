@@ -46,11 +46,23 @@ def long_runs():
     return os.environ.get("GLOOCY_TEST_LONG", "") not in ("", "0")
 
 
+def examples(n):
+    """Hypothesis's max_examples for a heavy world test: n under --long,
+    a quarter of it (at least 2) by default."""
+    return n if long_runs() else max(2, n // 4)
+
+
+def repeats(n):
+    """How many times a repeated loop runs: n under --long, 3 by default."""
+    return n if long_runs() else min(n, 3)
+
+
 def pytest_addoption(parser):
     parser.addoption(
         "--long", action="store_true",
-        help="the long versions of the repeated loops (exit races, fuzzing); "
-        "same as GLOOCY_TEST_LONG=1")
+        help="the long versions of the repeated loops (exit races, fuzzing, "
+        "hypothesis examples) and the tests marked long; same as "
+        "GLOOCY_TEST_LONG=1 (README, Tests)")
 
 
 def pytest_configure(config):
@@ -65,6 +77,18 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "slow: oversubscribed runs (N = 4 on 2 cores); "
         "-m 'not slow' leaves them out")
+    config.addinivalue_line(
+        "markers", "long: a variant that repeats a path other tests cover; "
+        "runs under --long only")
+
+
+def pytest_collection_modifyitems(config, items):
+    if long_runs():
+        return
+    skip = pytest.mark.skip(reason="a long-run variant: runs under --long")
+    for item in items:
+        if item.get_closest_marker("long"):
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session")

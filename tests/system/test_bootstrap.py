@@ -1,6 +1,7 @@
 """gloocy.init() under the launchers users have: the environment of
 gloocy-run, torchrun, Slurm and MPI launchers, and an mpi4py bootstrap."""
 
+import contextlib
 import os
 import shutil
 import socket
@@ -142,15 +143,33 @@ def test_slurm_environment(tmp_path):
 
 
 @needs_torch
+@contextlib.contextmanager
+def taken_above_a_free_port():
+    """A port that was free just now (torchrun's store binds it), with the
+    port above it held by a listener of ours while the block runs. (Port
+    q - 1 of a free q was once someone else's: torchrun failed with
+    EADDRINUSE on its own store.)"""
+    for _ in range(50):
+        with socket.socket() as other:
+            other.bind(("127.0.0.1", 0))
+            other.listen()
+            port = other.getsockname()[1] - 1
+            with socket.socket() as probe:
+                try:
+                    probe.bind(("127.0.0.1", port))
+                except OSError:
+                    continue
+            yield port
+            return
+    raise RuntimeError("no free port below a free port in 50 tries")
+
+
 def test_under_real_torchrun(tmp_path):
     """Two worlds one after the other, with MASTER_PORT + 1 taken by
     someone else (no port next to torchrun's is assumed free)."""
     prog = tmp_path / "prog.py"
     prog.write_text("import gloocy\ngloocy.init().Free()\n" + PROGRAM)
-    with socket.socket() as other:
-        other.bind(("127.0.0.1", 0))
-        other.listen()
-        port = other.getsockname()[1] - 1
+    with taken_above_a_free_port() as port:
         out = subprocess.run([*TORCHRUN, "--nproc_per_node", "2", "--master_port",
                               str(port), str(prog)], env=clean_env(),
                              capture_output=True, timeout=120)

@@ -15,7 +15,8 @@ is stripped. A world of one started without any launcher is compared the
 same way (plain ``python prog.py`` for both).
 
 N = 4 (oversubscribed on small machines) carries the ``slow`` mark:
-``pytest -m "not slow" tests/system/test_mpi_dropin.py`` leaves it out.
+``pytest -m "not slow" tests/system/test_mpi_dropin.py`` leaves it out;
+it runs under ``--long`` only.
 """
 
 import difflib
@@ -40,6 +41,9 @@ HEAD, TAIL = 40, 20  # lines of stderr shown per run on failure (the first error
 SINGLETON_PROGRAMS = ["errors", "handles", "module", "p2p", "stdin"]  # init state, self-messages, input
 
 SLOW = pytest.mark.slow          # registered in conftest.py
+# N = 4 runs the programs' paths of N = 2 again (no program branches on
+# N >= 4; the collectives' algorithms at 4 are in tests/world): --long only.
+LONG = pytest.mark.long
 
 # Launcher and MPI state of an outer job must not leak into the runs.
 _FOREIGN = ("GLOOCY_", "PMI_", "PMIX_", "HYDRA_", "OMPI_", "USE_GLOOCY")
@@ -151,7 +155,7 @@ def _compare(program, n):
 
 
 @pytest.mark.hard_timeout(3 * TIMEOUT)
-@pytest.mark.parametrize("n", [pytest.param(n, id=f"n{n}", marks=[SLOW] if n >= 4 else [])
+@pytest.mark.parametrize("n", [pytest.param(n, id=f"n{n}", marks=[SLOW, LONG] if n >= 4 else [])
                                for n in SIZES])
 @pytest.mark.parametrize("program", PROGRAMS)
 def test_dropin(program, n):

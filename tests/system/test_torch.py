@@ -76,7 +76,8 @@ def check(outs, n, least_cases):
 @pytest.mark.hard_timeout(180)
 @pytest.mark.parametrize("n, how, backend", [
     (1, "store", "gloocy"), (3, "tcp", "cpu:gloocy"),
-    pytest.param(4, "env", "gloocy", marks=pytest.mark.slow)])
+    # env:// is also what test_under_torchrun's ranks meet by
+    pytest.param(4, "env", "gloocy", marks=[pytest.mark.slow, pytest.mark.long])])
 def test_every_collective_as_gloo_does(n, how, backend):
     """all_reduce (every dtype x op, coalesced, async, non-contiguous),
     broadcast, reduce, gather, scatter from every root; all_gather (lists,

@@ -339,8 +339,11 @@ def r_die_in_a_pipelined_call(comm, victim, n, call):
 DEATH_DEADLINE = 30
 
 
-@pytest.mark.parametrize("call,victim", [("bcast", 2), ("bcast", 3),
-                                         ("allreduce", 1), ("allreduce", 2)])
+# By default each call loses one role (a bcast a member, an allreduce a
+# leader); --long runs each call with both.
+@pytest.mark.parametrize("call,victim", [
+    pytest.param("bcast", 2, marks=pytest.mark.long), ("bcast", 3),
+    pytest.param("allreduce", 1, marks=pytest.mark.long), ("allreduce", 2)])
 def test_a_peer_killed_in_a_pipelined_call_is_named(call, victim):
     """8 MiB over 20 Mbit/s links (about 3.4 s each way; a bcast in 4
     pieces of 2 MiB, an allreduce in 8 of 1 MiB): the victim, a leader (2) or a member (1, 3), dies while pieces

@@ -27,6 +27,7 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import IN_PLACE
 from gloocy import _core
+from conftest import examples
 
 # Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
 # puts ranks on two pretend hosts: shared memory within one, TCP across.
@@ -331,7 +332,7 @@ def test_tiny_segments(world, size):
     check(world(size, **TINY_SEGMENT).run(r_cases, cases), cases, size)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=examples(12), deadline=None)   # --long: 12
 @given(data=st.data())
 def test_algorithms_hypothesis(world, data):
     size = data.draw(st.sampled_from(SIZES), "size")

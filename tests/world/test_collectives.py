@@ -19,6 +19,7 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import IN_PLACE
 from gloocy.testing.oracle import DTYPES, FLOATS, INTS, UFUNCS
+from conftest import examples
 
 # Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
 # puts ranks on two pretend hosts: shared memory within one, TCP across.
@@ -343,7 +344,7 @@ def test_bcast_large(world, size):
         assert [res[i] for res in results] == [want] * size, (kind, n, root)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)   # --long: 20
 @given(data=st.data())
 def test_bcast_hypothesis(world, data):
     size = data.draw(st.sampled_from(SIZES), "size")
@@ -418,7 +419,7 @@ def test_allreduce_float_sum_error_bound(world, size, dtype):
 OP_DTYPE_PAIRS = [(op, dt) for dt in DTYPES for op in ops_for(dt)]
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=examples(25), deadline=None)   # --long: 25
 @given(data=st.data())
 def test_allreduce_hypothesis(world, data):
     size = data.draw(st.sampled_from(SIZES), "size")
@@ -472,7 +473,7 @@ def test_tiny_segments_ring_allreduce(world, size):
         check_allreduce(results, seed, size, dtype, lengths, ops, ["ring", None])
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)   # --long: 15
 @given(data=st.data())
 def test_tiny_segments_hypothesis(world, data):
     size = data.draw(st.sampled_from([2, 3, 5]), "size")
@@ -602,6 +603,9 @@ def test_harness_reports_failures_timeouts_and_leaves_nothing():
 
     w = ProcessWorld(2, timeout=20)
     pids = w.pids
+    # The ranks import this module first (a loaded machine once spent the
+    # whole 0.5 s below in that import, so r_sleep was not on the stacks).
+    w.run(r_sleep, 0)
     with pytest.raises(RankTimeout, match="ranks 0,1 did not finish") as info:
         w.run(r_sleep, 30, timeout=0.5)
     # the hung ranks' stacks

@@ -29,6 +29,7 @@ from hypothesis import given, settings, strategies as st
 import gloocy
 from gloocy import IN_PLACE
 from gloocy.testing.oracle import DTYPES, FLOATS, UFUNCS
+from conftest import examples
 
 # Every test runs over each transport (see conftest.TRANSPORT_ENV); "mix"
 # puts ranks on two pretend hosts: shared memory within one, TCP across.
@@ -583,7 +584,7 @@ def test_alltoall_and_alltoallv(world, size):
 
 # -- hypothesis ------------------------------------------------------------------------
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)   # --long: 20
 @given(data=st.data())
 def test_vector_collectives_hypothesis(world, data):
     size = data.draw(st.sampled_from(SIZES), "size")
@@ -614,7 +615,7 @@ def test_vector_collectives_hypothesis(world, data):
     check(w.run(r_cases, [case]), [case], size)
 
 
-@settings(max_examples=20, deadline=None)
+@settings(max_examples=examples(20), deadline=None)   # --long: 20
 @given(data=st.data())
 def test_reductions_hypothesis(world, data):
     size = data.draw(st.sampled_from(SIZES), "size")

@@ -16,6 +16,7 @@ import gloocy
 from gloocy.errors import PeerLostError, ProtocolError
 from gloocy.rendezvous import HashStore
 from gloocy.testing.processes import ProcessWorld as World
+from conftest import repeats
 
 
 def pair_kinds(comm):
@@ -232,11 +233,12 @@ time.sleep(60)
 """
 
 
-def test_jobs_killed_whole_twenty_times_leave_nothing_and_restart(tmp_path):
+def test_jobs_killed_whole_again_and_again_leave_nothing_and_restart(tmp_path):
+    """Three times (twenty under --long)."""
     prog = tmp_path / "sleeper.py"
     prog.write_text(SLEEPER)
     before = shm_files()
-    for _ in range(20):
+    for _ in range(repeats(20)):
         job = subprocess.Popen([sys.executable, "-m", "gloocy.run", "-n", "3",
                                 sys.executable, str(prog)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,

@@ -20,6 +20,7 @@ from hypothesis import given, settings, strategies as st
 from gloocy.constants import ANY_SOURCE, ANY_TAG, PROC_NULL
 from gloocy.topology import (CART, DIST_GRAPH, GRAPH, UNWEIGHTED,
                              WEIGHTS_EMPTY, compute_dims)
+from conftest import examples
 
 SIZES = [1, 2, 3, 4, 5]
 K = 3                       # items per block
@@ -187,7 +188,7 @@ def cart_shapes(draw):
     return size, list(dims), periods
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)   # --long: 15
 @given(shape=cart_shapes())
 def test_cart_hypothesis(world, shape):
     size, dims, periods = shape
@@ -280,7 +281,7 @@ def r_graph(comm, index, edges):
         graph.Free()
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)   # --long: 15
 @given(g=symmetric_graphs())
 def test_graph_hypothesis(world, g):
     size, index, edges, nbrs = g
@@ -334,7 +335,7 @@ def directed_graphs(draw):
     return size, edges, namer
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)   # --long: 15
 @given(g=directed_graphs())
 def test_dist_graph_hypothesis(world, g):
     size, edge_list, namer = g
