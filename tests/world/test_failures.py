@@ -344,17 +344,20 @@ def test_a_dial_out_of_file_descriptors_says_so_at_once(tmp_path, transport):
     assert "rank 1" in r["text"] and r["after"] < NAMED_WITHIN, r
 
 
-# Rank 1 runs out of file descriptors (its soft limit lowered to those it
-# has, less `free`); then rank 0, which never spoke to it, dials it.
+# Rank STARVED runs out of file descriptors (its soft limit lowered to
+# those it has, less `free`); then rank DIALER, which never spoke to it,
+# dials it. The third rank passes the word between them.
 OUT_OF_FDS_BODY = """
     import resource
-    if rank > 0:                      # pairs 1-2 and 0-2 only
-        comm.sendrecv(rank, dest=3 - rank, source=3 - rank)
-    if rank == 2:
-        comm.send(comm.recv(source=0), dest=0)
-    elif rank == 0:
-        comm.send("hi", dest=2); comm.recv(source=2)
-    if rank == 1:
+    starved, dialer = int(os.environ["STARVED"]), int(os.environ["DIALER"])
+    messenger = 3 - starved - dialer
+    if rank != dialer:                # pair starved-messenger
+        comm.sendrecv(rank, dest=starved + messenger - rank,
+                      source=starved + messenger - rank)
+    if rank != starved:               # pair dialer-messenger
+        comm.sendrecv(rank, dest=dialer + messenger - rank,
+                      source=dialer + messenger - rank)
+    if rank == starved:
         used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
         free = int(os.environ["FREE"])
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
@@ -367,44 +370,48 @@ OUT_OF_FDS_BODY = """
                 break
         for fd in filler[:free]:
             os.close(fd)
-        comm.send("ready", dest=2)
-    elif rank == 2:
-        comm.send(comm.recv(source=1), dest=0)
+        comm.send("ready", dest=messenger)
+    elif rank == messenger:
+        comm.send(comm.recv(source=starved), dest=dialer)
     else:
-        comm.recv(source=2)
+        comm.recv(source=messenger)
         t0 = time.monotonic()
         try:
-            comm.send("hello", dest=1)
+            comm.send("hello", dest=starved)
             report(sent=True)
         except gloocy.GloocyError as e:
             report(error=type(e).__name__, text=str(e), after=time.monotonic() - t0)
-    if rank:
-        wait_for_test()               # (rank 0 has reported)
+    if rank != dialer:
+        wait_for_test()               # (the dialer has reported)
+        other = starved + messenger - rank
         try:
-            report(again=comm.sendrecv(rank, dest=3 - rank, source=3 - rank))
-        except gloocy.GloocyError as e:   # rank 0's failure, told (fail())
+            report(again=comm.sendrecv(rank, dest=other, source=other))
+        except gloocy.GloocyError as e:   # the dialer's failure, told (fail())
             report(told_by=getattr(e, "origin", None), text=str(e))
 """
 
 
-def run_out_of_fds(tmp_path, transport, free):
-    """OUT_OF_FDS_BODY's job: rank 0's report, after which ranks 1 and 2
-    must still talk (rank 1 goes on with the pair it has)."""
-    job = Job(tmp_path, 3, OUT_OF_FDS_BODY, transport, env={"T": "30", "FREE": free})
-    r = json.loads(job.procs[0].stdout.readline() or "{}")
-    job.release(1)
-    job.release(2)
+def run_out_of_fds(tmp_path, transport, free, starved=1, dialer=0):
+    """OUT_OF_FDS_BODY's job: the dialer's report (and its stderr), after
+    which the starved rank and the messenger must still talk (the starved
+    rank goes on with the pair it has)."""
+    job = Job(tmp_path, 3, OUT_OF_FDS_BODY, transport,
+              env={"T": "30", "FREE": free, "STARVED": str(starved),
+                   "DIALER": str(dialer)})
+    r = json.loads(job.procs[dialer].stdout.readline() or "{}")
+    talkers = [rank for rank in range(3) if rank != dialer]
+    for rank in talkers:
+        job.release(rank)
     results = job.results()
-    # Ranks 1 and 2 go on talking: rank 1's state is whole after it failed
-    # to take rank 0's connection. (Unless rank 0's own failure, told to
-    # its peers as every failure is, reached them first: then that is
-    # what they raise.)
-    for rank in (1, 2):
+    # Unless the dialer's own failure, told to its peers as every failure
+    # is, reached them first: then that is what they raise.
+    for rank in talkers:
         code, reports, stderr = results[rank]
+        other = sum(talkers) - rank
         assert code == 0 and len(reports) == 1, (reports, stderr)
-        assert (reports[0] == dict(rank=rank, again=3 - rank)
-                or reports[0].get("told_by") == 0), reports
-    return r, results[0][2]
+        assert (reports[0] == dict(rank=rank, again=other)
+                or reports[0].get("told_by") == dialer), reports
+    return r, results[dialer][2]
 
 
 @pytest.mark.transports("tcp", "shm")
@@ -872,43 +879,15 @@ def test_an_eager_rank_out_of_fds_names_its_limit():
     assert "rank(s) [1]" in said and "ulimit -n" in said, said
 
 
-# Rank 0 runs out of file descriptors, `free` left: its listener can take
-# rank 2's first dial, but then rank 0, the lower rank, offers the
-# shared-memory rings: it has no fd for its socket for them (free 1), or
-# for the taker's connection on it (2).
-OFFERER_OUT_OF_FDS_BODY = """
-    import resource
-    if rank < 2:                      # pair 0-1 now; rank 1 passes the word on
-        comm.sendrecv(rank, dest=1 - rank, source=1 - rank)
-    if rank == 0:
-        used = len(os.listdir("/proc/self/fd")) - 1   # (less the listing's own)
-        hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        resource.setrlimit(resource.RLIMIT_NOFILE, (used + int(os.environ["FREE"]), hard))
-        comm.send("ready", dest=1)
-        wait_for_test()
-    elif rank == 1:
-        comm.send(comm.recv(source=0), dest=2)
-    else:
-        comm.recv(source=1)
-        t0 = time.monotonic()
-        try:
-            comm.send("hello", dest=0)
-            report(sent=True)
-        except gloocy.GloocyError as e:
-            report(error=type(e).__name__, text=str(e), after=time.monotonic() - t0)
-"""
-
-
 @pytest.mark.transports("shm")
 @pytest.mark.parametrize("free", ["1", "2"])
 def test_an_offerer_out_of_fds_for_the_rings_says_so(tmp_path, transport, free):
+    # Rank 0's listener can take rank 2's first dial, but then rank 0, the
+    # lower rank, offers the shared-memory rings: it has no fd for its
+    # socket for them (free 1), or for the taker's connection on it (2).
     # Rank 2 must hear that rank 0 is out of file descriptors (ulimit -n),
     # not that the connection was reset or closed while it read the token.
-    job = Job(tmp_path, 3, OFFERER_OUT_OF_FDS_BODY, transport,
-              env={"T": "30", "FREE": free})
-    r = json.loads(job.procs[2].stdout.readline() or "{}")
-    job.release(0)
-    job.results()
-    assert r.get("error") == "RendezvousError", r
+    r, stderr = run_out_of_fds(tmp_path, transport, free, starved=0, dialer=2)
+    assert r.get("error") == "RendezvousError", (r, stderr)
     assert "rank 0 is out of file descriptors" in r["text"], r
     assert "ulimit -n" in r["text"] and r["after"] < 30, r
