@@ -105,7 +105,7 @@ cdef Hier _hier_of(Layout t, int rank, int size):
 
 # The world's layout in this process: {id(the connector's hosts array):
 # (that array, its Layout)}. Every rank thread of a process reads the same
-# array (transport/lazy.py's hosts_of_ranks): one Layout for them all.
+# array (transport/startup.py's hosts_of_ranks): one Layout for them all.
 _WORLD_LAYOUTS = {}
 
 

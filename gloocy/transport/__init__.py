@@ -20,8 +20,8 @@ from gloocy.errors import RendezvousError, RendezvousTimeout
 from gloocy.rendezvous.address import listen_port_and_advertised
 from gloocy.rendezvous.shared_wait import get_once, one_at_a_time
 from gloocy.rendezvous.store import capped
-from gloocy.transport import ibverbs, lazy, shm
-from gloocy.transport.lazy import CANNOT_START, cannot_start
+from gloocy.transport import ibverbs, shm, startup
+from gloocy.transport.startup import CANNOT_START, cannot_start
 from gloocy.transport._tcp import TcpPair, tcp_pair
 from gloocy.transport.handshake import connect_sockets
 
@@ -52,7 +52,7 @@ def connect_lazy(store, rank, size, secret, *, host="127.0.0.1", job="",
     with one_at_a_time(store):        # (the rank threads of a process)
         _claim(store, rank, size, job, "lazy")
     _check_size(store, rank, size, job, timeout, "lazy")
-    connector, node = lazy.start(store, rank, size, secret, host=host, job=job,
+    connector, node = startup.start(store, rank, size, secret, host=host, job=job,
                                  timeout=timeout, mode=mode, dead_s=dead_s,
                                  hosts_store=hosts_store, **_listen())
     pairs = [UNCONNECTED] * size      # (one stand-in: no object per peer)
@@ -257,7 +257,7 @@ def _tell_cannot_start(store, rank, job, why):
     """Rank `rank` cannot join the job (its size or GLOOCY_CONNECT is not
     rank 0's): say `why` in the keys the others wait for at start-up, so
     that they raise it now rather than at their deadline. Lazy: rank 0's
-    wait for all to join, the others' for rank 0's go (lazy.start); eager:
+    wait for all to join, the others' for rank 0's go (startup.start); eager:
     the dials to us, and the waits for dials (connect's `failed`). Keys set
     already are left alone (a job started without us goes on). Best effort,
     within a second."""
