@@ -25,8 +25,7 @@ from collections.abc import Sequence
 import hiredis
 
 from ..errors import RendezvousError, RendezvousTimeout
-from .store import (DEFAULT_TIMEOUT, SocketStore, TryAgain, _capped, _check_timeout,
-                    capped_end, client_lock, hostport)
+from .store import DEFAULT_TIMEOUT, SocketStore, TryAgain, _check_timeout, capped_end, hostport
 
 __all__ = ["RedisStore", "DEFAULT_PORT", "DEFAULT_PREFIX"]
 
@@ -71,6 +70,8 @@ class RedisStore(SocketStore):
     """
 
     _server = "the Redis server"
+    _store = "the Redis store"
+    _broken = (OSError, hiredis.ProtocolError)
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *,
                  db: int = 0, username: str | None = None, password: str | None = None,
@@ -270,39 +271,8 @@ class RedisStore(SocketStore):
 
     # -- plumbing ------------------------------------------------------------
 
-    def _run(self, what: str, timeout: float, fn):
-        """Call ``fn(deadline)`` holding the lock, on a live connection,
-        turning socket failures into RendezvousError."""
-        with client_lock(self._lock, f"{what} in the Redis store at {self.address}"):
-            if self._closed:
-                raise RendezvousError(f"store client for {self.url} is closed")
-            # (_capped: the lock may have taken some of a capped thread's time)
-            deadline = time.monotonic() + _capped(timeout)
-            try:
-                if self._sock is None:
-                    self._connect(deadline)
-                return fn(deadline)
-            except (RendezvousError, ValueError):
-                if self._reader is not None and self._reader.has_data():
-                    self._disconnect()  # replies left unread: out of step
-                raise
-            except TimeoutError:
-                # The reply may still come; drop the connection so that it
-                # cannot be taken for the answer to a later request.
-                self._disconnect()
-                raise RendezvousTimeout(
-                    f"timed out after {timeout:g} s waiting for {what} "
-                    f"in the Redis store at {self.address}") from None
-            except (OSError, hiredis.ProtocolError) as e:
-                self._disconnect()
-                if self._closed:
-                    raise RendezvousError(f"store client for {self.url} was closed") from None
-                raise RendezvousError(
-                    f"lost the connection to the Redis store at {self.address} "
-                    f"during {what}: {e}") from e
-            except BaseException:  # e.g. KeyboardInterrupt: stream state unknown
-                self._disconnect()
-                raise
+    def _out_of_step(self) -> bool:
+        return self._reader is not None and self._reader.has_data()
 
     def _disconnect(self) -> None:
         super()._disconnect()

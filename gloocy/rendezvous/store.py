@@ -290,6 +290,9 @@ class SocketStore(Store):
     _sock: socket.socket | None = None
     _closed = False
     _server = "the store"
+    _store = "the store"               # as a request's errors name it
+    _broken: tuple = (OSError,)        # what a lost connection or stream raises
+    _min_wait = 0.0                    # the least time a request is given (s)
 
     @abc.abstractmethod
     def _greet(self, sock: socket.socket, deadline: float) -> None:
@@ -326,6 +329,46 @@ class SocketStore(Store):
             self._drop(sock)
             time.sleep(min(delay, max(deadline - time.monotonic(), 0)))
             delay = min(delay * 2, 0.5)
+
+    def _run(self, what: str, timeout: float, fn):
+        """``fn(deadline)`` holding the lock, on a live connection, with
+        socket failures turned into RendezvousError (``what``: the request,
+        as errors name it)."""
+        with client_lock(self._lock, f"{what} in {self._store} at {self.address}"):
+            if self._closed:
+                raise RendezvousError(f"store client for {self.url} is closed")
+            # (_capped: the lock may have taken some of a capped thread's time)
+            deadline = time.monotonic() + max(_capped(timeout), self._min_wait)
+            try:
+                if self._sock is None:
+                    self._connect(deadline)
+                return fn(deadline)
+            except (RendezvousError, ValueError):
+                if self._out_of_step():
+                    self._disconnect()
+                raise
+            except TimeoutError:
+                # The reply may still come; drop the connection so that it
+                # cannot be taken for the answer to a later request.
+                self._disconnect()
+                raise RendezvousTimeout(
+                    f"timed out after {timeout:g} s waiting for {what} "
+                    f"in {self._store} at {self.address}") from None
+            except self._broken as e:
+                self._disconnect()
+                if self._closed:
+                    raise RendezvousError(f"store client for {self.url} was closed") from None
+                raise RendezvousError(
+                    f"lost the connection to {self._store} at {self.address} "
+                    f"during {what}: {e}") from e
+            except BaseException:  # e.g. KeyboardInterrupt: stream state unknown
+                self._disconnect()
+                raise
+
+    def _out_of_step(self) -> bool:
+        """Whether, after a request failed with an answer, replies may be
+        left unread on the connection (then it is dropped)."""
+        return True
 
     def _drop(self, sock: socket.socket | None) -> None:
         self._disconnect()

@@ -34,9 +34,9 @@ import threading
 import time
 from collections.abc import Sequence
 
-from ..errors import RendezvousError, RendezvousTimeout
+from ..errors import RendezvousError
 from .shared_wait import one_at_a_time
-from .store import DEFAULT_TIMEOUT, SocketStore, _capped, _check_timeout, client_lock, hostport
+from .store import DEFAULT_TIMEOUT, SocketStore, _check_timeout, hostport
 
 __all__ = ["TCPStore", "MAX_FRAME"]
 
@@ -165,6 +165,9 @@ class TCPStore(SocketStore):
     calls.
     """
 
+    _broken = (OSError, _Malformed)
+    _min_wait = MIN_REPLY_WAIT
+
     def __init__(self, host: str, port: int, *, secret: bytes,
                  timeout: float = DEFAULT_TIMEOUT,
                  connect_timeout: float | None = None) -> None:
@@ -260,39 +263,13 @@ class TCPStore(SocketStore):
             if len(frame) - 4 > MAX_FRAME:
                 raise ValueError(f"request for {what} is {len(frame)} bytes, over the "
                                  f"store's frame limit of {MAX_FRAME} bytes")
-        with client_lock(self._lock, f"{what} in the store at {self.address}"):
-            if self._closed:
-                raise RendezvousError(f"store client for {self.url} is closed")
-            # (_capped: the lock may have taken some of a capped thread's time)
-            deadline = time.monotonic() + max(_capped(timeout), MIN_REPLY_WAIT)
-            try:
-                if self._sock is None:
-                    self._connect(deadline)
-                sock = self._sock
-                sock.settimeout(max(deadline - time.monotonic(), 0.001))
-                sock.sendall(b"".join(frames))
-                got = [_unpack(frame, 4) for frame in
-                       _recv_replies(sock, len(frames), deadline)]
-            except RendezvousError:
-                self._disconnect()
-                raise
-            except TimeoutError:
-                # The reply may still come; drop the connection so that it
-                # cannot be taken for the answer to a later request.
-                self._disconnect()
-                raise RendezvousTimeout(
-                    f"timed out after {timeout:g} s waiting for {what} "
-                    f"in the store at {self.address}") from None
-            except (OSError, _Malformed) as e:
-                self._disconnect()
-                if self._closed:
-                    raise RendezvousError(f"store client for {self.url} was closed") from None
-                raise RendezvousError(
-                    f"lost the connection to the store at {self.address} "
-                    f"during {what}: {e}") from e
-            except BaseException:  # e.g. KeyboardInterrupt: stream state unknown
-                self._disconnect()
-                raise
+        def send_and_receive(deadline):
+            sock = self._sock
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.sendall(b"".join(frames))
+            return [_unpack(frame, 4) for frame in
+                    _recv_replies(sock, len(frames), deadline)]
+        got = self._run(what, timeout, send_and_receive)
         for (op, fields), (status, reply) in zip(requests, got):
             if status == ERR:
                 raise ValueError(reply[0].decode("utf-8", "replace") if reply

@@ -324,6 +324,7 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
     ranks, and when a dial fails: the error to raise (a rank cannot join)
     or None."""
     import queue                  # (eager set-up only)
+    failed = failed or (lambda: None)
     deadline = time.monotonic() + timeout
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
@@ -411,13 +412,13 @@ def connect_sockets(rank, size, secret, publish, lookup, *,
                 socks[peer] = (dial(addr, secret, rank, peer, size, job,
                                     deadline), fmt(addr))
             except (OSError, ProtocolError, RendezvousError):
-                why = failed() if failed is not None else None
+                why = failed()
                 if why is not None:       # the cause (a dial cut as its peer raised it)
                     raise why from None
                 raise
         while acceptor.is_alive():
-            acceptor.join(_FAILED_EVERY_S if failed is not None else None)
-            why = failed() if failed is not None and acceptor.is_alive() else None
+            acceptor.join(_FAILED_EVERY_S)
+            why = failed() if acceptor.is_alive() else None
             if why is not None:
                 raise why
         if failure:
