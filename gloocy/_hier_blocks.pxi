@@ -46,6 +46,26 @@ cdef tuple _remote_parts(Hier h, I64 sizes):
     return host_sizes, host_offs, at
 
 
+cdef void _move_remote_blocks(Hier h, int n, int nh, int rh, char *parts,
+                              char *user, I64 sizes, I64 offs,
+                              bint gathering) noexcept nogil:
+    """Copy the blocks of the ranks off host rh between `parts`, laid end to
+    end in host order (_remote_parts), and their places in `user`: into
+    user when gathering, out of it when scattering."""
+    cdef int g, r
+    cdef int64_t at = 0
+    for g in range(nh):
+        if g == rh:
+            continue
+        for r in range(n):                # (a host's ranks ascend)
+            if h.host_of[r] == g:
+                if gathering:
+                    memcpy(user + offs.v[r], parts + at, sizes.v[r])
+                else:
+                    memcpy(parts + at, user + offs.v[r], sizes.v[r])
+                at += sizes.v[r]
+
+
 cdef object hier_gatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
                          int root, bint uniform, object timeout):
     """Inside the root's host the root gathers straight into its recvbuf;
@@ -55,11 +75,11 @@ cdef object hier_gatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     rb, sizes, offs: the root's only."""
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
-    cdef int rh = h.host_of[root], lr = h.local_rank[root], r, i
+    cdef int rh = h.host_of[root], lr = h.local_rank[root], nh = len(h.hosts)
     cdef bint lead = h.leaders is not None, at_root = ctx.rank == root
     cdef list mine = h.hosts[h.host]
     cdef I64 lsizes
-    cdef int64_t total, at
+    cdef int64_t total
     cdef char *whole
     try:
         if h.host != rh:
@@ -99,12 +119,9 @@ cdef object hier_gatherv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     except BaseException as e:
         _explain(ctx, h, e, "gather")
         raise
-    at = 0
     with nogil:
-        for r in range(ctx.size):
-            if h.host_of[r] != rh:
-                memcpy(rb.ptr + offs.v[r], whole + at, sizes.v[r])
-                at += sizes.v[r]
+        _move_remote_blocks(h, ctx.size, nh, rh, whole, rb.ptr, sizes,
+                            offs, True)
 
 
 cdef object hier_scatterv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
@@ -116,11 +133,11 @@ cdef object hier_scatterv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
     its block; sb, sizes, offs: the root's only."""
     cdef Hier h = <Hier>ctx.hier
     cdef double end = _end(ctx, timeout)
-    cdef int rh = h.host_of[root], lr = h.local_rank[root], r
+    cdef int rh = h.host_of[root], lr = h.local_rank[root], nh = len(h.hosts)
     cdef bint lead = h.leaders is not None, at_root = ctx.rank == root
     cdef list mine = h.hosts[h.host]
     cdef I64 lsizes
-    cdef int64_t total, at = 0
+    cdef int64_t total
     cdef char *whole
     try:
         if h.host != rh:
@@ -143,10 +160,8 @@ cdef object hier_scatterv(Context ctx, Buf sb, Buf rb, I64 sizes, I64 offs,
             parts = _raw(whole, total, DT_BYTES, 1)
             if at_root:
                 with nogil:
-                    for r in range(ctx.size):
-                        if h.host_of[r] != rh:
-                            memcpy(whole + at, sb.ptr + offs.v[r], sizes.v[r])
-                            at += sizes.v[r]
+                    _move_remote_blocks(h, ctx.size, nh, rh, whole, sb.ptr,
+                                        sizes, offs, False)
                 if not lead:
                     h.on(h.local).send(_of_i64(sizes), 0, 0, _left(end))
                     h.on(h.local).send(parts, 0, 0, _left(end))

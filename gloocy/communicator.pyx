@@ -307,15 +307,17 @@ cdef class Intracomm(Comm):
 
     # -- scans (only within one group) -------------------------------------------
 
-    def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+    def Scan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
+             algorithm=None):
         """recvbuf on rank r = op over the sendbufs of ranks 0..r."""
-        self._scan(sendbuf, recvbuf, op, False, timeout)
+        self._scan(sendbuf, recvbuf, op, False, timeout, algorithm)
 
-    def Exscan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None):
+    def Exscan(self, sendbuf, recvbuf, op=_ops.SUM, *, timeout=None,
+               algorithm=None):
         """recvbuf on rank r > 0 = op over ranks 0..r-1 (rank 0: untouched)."""
-        self._scan(sendbuf, recvbuf, op, True, timeout)
+        self._scan(sendbuf, recvbuf, op, True, timeout, algorithm)
 
-    def _scan(self, sendbuf, recvbuf, op, exclusive, timeout):
+    def _scan(self, sendbuf, recvbuf, op, exclusive, timeout, algorithm):
         cdef Context ctx = self.live()
         cdef int code = _op_code(op)
         if op is AVG:
@@ -330,7 +332,7 @@ cdef class Intracomm(Comm):
                 _reduce_in_core(ctx, sm, rm, u, True, exclusive, timeout)
             return
         ctx.scan(None if sm is None else sm.buf, rm.buf, code, exclusive,
-                 timeout)
+                 timeout, algorithm)
         rm.unpack()
 
     def scan(self, obj, op=_ops.SUM, *, timeout=None):

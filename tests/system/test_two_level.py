@@ -545,26 +545,37 @@ def test_every_two_level_block_collective_matches_numpy(hosts_world, n, root,
     check_blocks(got, layout, size, n, root, seed, counts)
 
 
-def r_blocks_reordered(comm, n, root, seed, counts):
-    """r_blocks on a Split of the world whose rank order interleaves the
-    hosts (each host's ranks not consecutive: the blocks are reordered)."""
-    key = (comm.rank * 3) % comm.size            # 4 ranks: 0, 3, 2, 1
-    sub = comm.Split(0, key)
+def r_blocks_reordered(comm, n, root, seed, counts, keys):
+    """r_blocks on a Split of the world ordered by `keys` (world rank r is
+    the split's rank keys[r]), whose rank order interleaves the hosts (a
+    host's ranks not consecutive: the blocks are reordered)."""
+    sub = comm.Split(0, keys[comm.rank])
     try:
         return r_blocks(sub, n, root, seed, counts)
     finally:
         sub.Free()
 
 
+# World ranks 0..3 as the split's ranks keys[r]: in 1 + 1 + 2 (hosts A B C
+# C) the first puts hosts A C C B in rank order, the second C A C B (three
+# hosts, one of them split by another's rank, the root's host last).
+ORDERS = {"0321": ([0, 3, 2, 1], 1), "1302": ([1, 3, 0, 2], 3)}
+
+
+@pytest.mark.parametrize("order", list(ORDERS))
 @pytest.mark.parametrize("n", [3, 4000])
-def test_two_level_block_collectives_on_interleaved_hosts(hosts_world, n):
+def test_two_level_block_collectives_on_interleaved_hosts(hosts_world, n,
+                                                          order):
     layout, world = hosts_world
     size = world.size
+    keys, root = ORDERS[order]
     counts = [min(c, n) for c in [5, 0, 3, 7][:size]]
-    got = world.run(r_blocks_reordered, n, 1, 11, counts, timeout=120)
+    got = world.run(r_blocks_reordered, n, root, 11, counts, keys,
+                    timeout=120)
     # the split's rank k is the world rank whose key is k
-    order = sorted(range(size), key=lambda r: (r * 3) % size)
-    check_blocks([got[w] for w in order], layout, size, n, 1, 11, counts)
+    by_split_rank = sorted(range(size), key=lambda r: keys[r])
+    check_blocks([got[w] for w in by_split_rank], layout, size, n, root, 11,
+                 counts)
 
 
 def r_auto_blocks(comm, cases):

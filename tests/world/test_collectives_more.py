@@ -511,6 +511,35 @@ def test_scan_and_exscan_every_op_dtype(world, size):
     run_and_check(world(size), cases)
 
 
+def r_forced_scans(comm, names, n):
+    """Scan and Exscan of int64 under each forced algorithm name: (name,
+    call, recvbuf, the algorithm that ran)."""
+    out = []
+    for name in names:
+        for call in (comm.Scan, comm.Exscan):
+            x = np.arange(n, dtype=np.int64) + 1000 * comm.rank
+            y = np.full(n, -1, np.int64)
+            call(x, y, algorithm=name)
+            out.append((name, call.__name__, y.tolist(),
+                        comm._ctx.last_algorithm))
+    return out
+
+
+def test_scans_take_an_algorithm_by_keyword(world, transport):
+    size, n = 3, 5
+    names = [name for name in gloocy._core.ALGORITHM_TABLES["scan"]
+             if name != "auto"]
+    for r, got in enumerate(world(size).run(r_forced_scans, names, n)):
+        for name, call, y, ran in got:
+            upto = r + 1 if call == "Scan" else r     # ranks folded in
+            want = ([-1] * n if upto == 0 else
+                    (upto * np.arange(n) + 1000 * upto * (upto - 1) // 2).tolist())
+            # "shm" needs every rank in one node segment, else runs the pairs'
+            shm = name == "shm" and transport != "shm"
+            assert (y, ran) == (want, "recursive_doubling" if shm else name), (
+                r, name, call)
+
+
 # -- data movement ---------------------------------------------------------------------
 
 @pytest.mark.parametrize("size", SIZES + [7])
