@@ -146,6 +146,7 @@ cdef class Node:
     cdef readonly int64_t alltoall_cma_min  # ... alltoalls do (bytes a rank
                                       # sends the others)
     cdef readonly uint64_t cma_calls  # calls done by single copy so far
+    cdef readonly bint own_late       # EXPERIMENT: alltoall's own block after the reads
     cdef readonly int64_t stream_min  # results from this many bytes are written
                                       # past the caches (GLOOCY_STREAM_MIN_BYTES)
     cdef readonly bint spread         # keep local ranks on CPUs of their own

@@ -136,7 +136,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
     cdef int64_t *carried = theirs + n   # bytes of rank j's stream its first step held
     cdef char *slot
     cdef int64_t result = 0
-    cdef bint stream, direct = False, restart
+    cdef bint stream, direct = False, restart, late = False
     for j in range(n):
         result += rsizes[j]
         if j != r:
@@ -148,6 +148,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
         if lo == 0:
             direct = (ctx.node.cma > 0 and ctx.node.cma_willing and total > room
                       and total >= ctx.node.alltoall_cma_min)
+            late = direct and ctx.node.own_late
             # Head: [our stream's length, what we send each rank, what we
             # expect from each rank, where in `send` each block starts,
             # our pid, `send`, A2A_WILLING | A2A_DIRECT].
@@ -171,7 +172,8 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
             # = 2, 256 KiB: the slots' one step took 19.5 us with it
             # before, MPICH 17.8).
             node_arrive(ctx, phase_a(ctx.node), c)
-            copy_block(recv + roffs[r], send + soffs[r], rsizes[r], stream)
+            if not late:
+                copy_block(recv + roffs[r], send + soffs[r], rsizes[r], stream)
             node_wait(ctx, c, phase_a(ctx.node))
             node_check_fingerprints(ctx, c)
         else:
@@ -201,7 +203,8 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
                 h = _head(ctx.node, 0)
                 if cma_alltoallv(ctx, c, h + 1 + 3 * n, h + 2 + 3 * n,
                                  h + 1 + 2 * n, ctx.node.stride // 8, recv, roffs, rsizes,
-                                 theirs, carried):
+                                 theirs, carried, recv + roffs[r], send + soffs[r],
+                                 rsizes[r] if late else 0, stream):
                     return 0
                 # refused (every rank saw it): the slots, from the first
                 # byte if a stream was left out of the first step
