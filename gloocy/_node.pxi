@@ -95,7 +95,6 @@ cdef class Node:
         self.allgather_cma_min = self.head.allgather_cma_min
         self.alltoall_cma_min = <int64_t>self.head.alltoall_cma_min
         self.stream_min = stream_min_bytes()
-        self.own_late = os.environ.get("GLOOCY_OWN_LATE", "1") == "1"
         from gloocy.waiting import usable_cpus
         self.spread = (os.environ.get("GLOOCY_SPREAD", "0") == "1"
                        and size <= usable_cpus())
