@@ -44,7 +44,8 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
                        const int64_t *rsizes, const int64_t *at,
-                       const int64_t *done) except -1 nogil
+                       const int64_t *done, char *own, const char *own_src,
+                       int64_t own_n, bint stream) except -1 nogil
 # node_gatherv's rest (the root reads every block), node_scatterv's
 # (each rank reads its block from the root), less what the first step
 # brought.

@@ -117,12 +117,18 @@ cdef inline void _cma_note(Context ctx, int peer, int err) noexcept nogil:
         ctx.node.ctl[ctx.rank].cma_peer[p] = peer
 
 
-cdef int _cma_finish(Context ctx, Coll *c) except -1 nogil:
-    """The address step's second half: arrive at B, wait for all. 1 if
-    every read worked; 0 if the kernel refused one (the node is marked:
-    the caller runs the call through the slots); raises on other errors."""
+cdef int _cma_finish(Context ctx, Coll *c, char *own=NULL,
+                     const char *own_src=NULL, int64_t own_n=0,
+                     bint stream=False) except -1 nogil:
+    """The address step's second half: arrive at B, copy own_n bytes from
+    own_src to `own` (a rank's own block, while the others finish), wait
+    for all. 1 if every read worked; 0 if the kernel refused one (the node
+    is marked: the caller runs the call through the slots); raises on
+    other errors."""
     cdef int j, err = 0, who = -1, peer = -1, p = ctx.node.step & 1
     node_arrive(ctx, phase_b(ctx.node), c)
+    if own_n > 0:
+        copy_block(own, own_src, own_n, stream)
     node_wait(ctx, c, phase_b(ctx.node))
     for j in range(ctx.node.size):
         if ctx.node.ctl[j].cma_err[p]:
@@ -229,13 +235,16 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
                        const int64_t *rsizes, const int64_t *at,
-                       const int64_t *done) except -1 nogil:
+                       const int64_t *done, char *own, const char *own_src,
+                       int64_t own_n, bint stream) except -1 nogil:
     """node_alltoallv after its first step, whose heads held each rank's
     pid (pids[j * stride]), send buffer (bases[j * stride]) and send
     offsets (soffs[j * stride + d]): each rank reads its block from every
     other's send buffer, less what the first step brought (rank j's block
     for us starts at byte at[j] of its stream, whose first done[j] bytes
-    came). 1 if done; 0: go on through the slots."""
+    came). Our own block (own_n bytes from own_src to `own`, if any) is
+    copied after the reads, while the others finish theirs. 1 if done; 0:
+    go on through the slots."""
     cdef int j, r = ctx.node.rank
     cdef int64_t skip
     _cma_clear(ctx)
@@ -246,7 +255,7 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
             _cma_note(ctx, j, cma_read(pids[j * stride],
                                        bases[j * stride] + soffs[j * stride + r] + skip,
                                        recv + roffs[j] + skip, rsizes[j] - skip))
-    return _cma_finish(ctx, c)
+    return _cma_finish(ctx, c, own, own_src, own_n, stream)
 
 
 cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,

@@ -113,9 +113,14 @@ cdef enum:
     # modes as for allgathers: at N = 2 against MPICH in the same job (as
     # above), a 1 MiB alltoall (512 KiB streams): fast mode, slots
     # 1.29-1.47x, single copies 1.02-1.08x; slow mode, slots 0.23-0.27x,
-    # single copies 1.06-1.07x (jobs interleaved with those). From 2 MiB
-    # the single copies ran at 0.82-1.06x in either mode.
-    NODE_ALLTOALL_CMA_MIN = 512 << 10
+    # single copies 1.06-1.07x (jobs interleaved with those). With the own
+    # block copied after the reads (2026-12-06, an Intel host, one gloocy
+    # communicator per job: bench/results/n2-2026-12-06-a2a/), MPICH's
+    # median / ours at 128 KiB-512 KiB alltoalls: single copies 0.85-1.23x
+    # (1.07-1.23x in 5 of 6 jobs), the slots 0.71-0.97x; 64 KiB: the
+    # slots and single copies from 32 KiB alike (1.8-2.2x). MPICH (5.0.2,
+    # ch4) reads every message from 8 KiB by process_vm_readv too.
+    NODE_ALLTOALL_CMA_MIN = 64 << 10
     NODE_PAIR_CALLS = 4               # calls over the pairs kept per rank
     NODE_AWAKE = 0                    # values of a rank's `sleeping` word: awake,
     NODE_ON_FUTEX = 1                 # asleep on the word itself (futex_wake it),
