@@ -32,6 +32,7 @@ cdef enum:
     ALGO_DIRECT = 9              # gather, scatter, alltoall: straight to each peer
     ALGO_TWO_LEVEL = 10          # inside each host, across leaders, inside (_hier.pxi)
     ALGO_DISSEMINATION = 11      # barrier over the pairs
+    ALGO_CHAIN = 12              # bcast: root -> root+1 -> ..., pipelined
 
 # {collective: name} of the GLOOCY_ALGORITHM_* variables set now (None: none).
 cdef dict env_algorithms()
