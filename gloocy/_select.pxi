@@ -24,14 +24,17 @@ cdef enum:
     # for the ring at n=4, 15.2 vs 20.1 ms at n=7), the pipelined ring
     # above (16 MiB+: the ring ties or wins at n=4, 5, 7, 8).
     AUTO_ALLREDUCE_HALVING_MAX = 4 << 20
-    # bcast: the pipelined chain where its pipeline is long (auto_bcast; loopback
-    # TCP, n=4 on 2 CPUs, 2026-12-06: 1.4-1.6x the tree's speed at 4 MiB,
-    # 1.1-1.4x at 16 MiB; n=8: 1.5-3x the tree's and scatter + allgather's
-    # at 4-64 MiB; bench/results/tcp-n4-2026-12-06/). Else scatter + ring
-    # allgather only from this many ranks and bytes (n=8: tie at 16 MiB, 145
-    # vs 160 ms at 64 MiB, against the tree). Below, the pipelined binomial
-    # tree wins (it moves fewer bytes in all, which is what counts when every
-    # rank shares one host's memory bandwidth).
+    # bcast: the pipelined chain where its pipeline is long (auto_bcast).
+    # Ranks on their own hosts (network namespaces, 1 rank each, 1 Gbit/s
+    # links, back-to-back calls): 1.8-1.9x the binomial tree's speed at n=4,
+    # 2.3-2.7x at n=8, 1-16 MiB, as the root's link carries the buffer once
+    # instead of log2(n) times; over unlimited veth or loopback TCP, where 4-8
+    # ranks share 2 CPUs and the CPU time is what counts, within the noise
+    # (0.8-1.3x by block, medians 0.9-1.1x; bench/results/tcp-n4-2026-12-06/).
+    # Else scatter + ring allgather only from this many ranks and bytes (n=8:
+    # tie at 16 MiB, 145 vs 160 ms at 64 MiB, against the tree). Below, the
+    # pipelined binomial tree wins (it moves fewer bytes in all, which is
+    # what counts when every rank shares one host's memory bandwidth).
     AUTO_BCAST_SCATTER_MIN_RANKS = 8
     AUTO_BCAST_SCATTER_MIN = 16 << 20
     # allgather: recursive doubling (power-of-two n, blocks end to end) up
