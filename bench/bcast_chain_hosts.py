@@ -1,10 +1,19 @@
-"""bcast chain vs binomial over 4 (or N) namespace hosts of 1 rank each, at
-1 Gbit/s tbf links and unlimited veth; interleaved rounds; slowest rank's
-mean per call."""
-import sys, statistics
-sys.path.insert(0, "/work/wt-h16tcp/bench")
-from hosts import r_time
-from gloocy.testing import World
+"""bcast "chain" against "binomial" (and "auto") over N network-namespace
+hosts of one rank each (gloocy.testing.netns), with 1 Gbit/s tbf links and
+over the unlimited veth; the algorithms in turn, 3 rounds; the figure is the
+median over rounds of the slowest rank's mean time per back-to-back call.
+
+    sudo python bench/bcast_chain_hosts.py [N]     (default 4)
+
+Timings only; asserts nothing about speed.
+"""
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hosts import r_time                    # noqa: E402
+from gloocy.testing import World            # noqa: E402
 
 n = int(sys.argv[1]) if len(sys.argv) > 1 else 4
 sizes = [1 << 20, 4 << 20, 16 << 20]
