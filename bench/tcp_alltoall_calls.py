@@ -1,18 +1,25 @@
-"""gloocy:tcp's alltoall call by call, against torch-gloo's all_to_all_single
-in the same job (both libraries initialised in every rank, blocks of calls
-alternating), with what each rank's kernel says about the calls: CPU time
-run and waited for (/proc/self/schedstat), context switches (getrusage)
-and the TCP socket buffers.
+"""gloocy:tcp's alltoall (or bcast) call by call, against torch-gloo's
+all_to_all_single (broadcast) in the same job (both libraries initialised
+in every rank, blocks of calls alternating), with what each rank's kernel
+says about the calls: CPU time run and waited for (/proc/self/schedstat),
+context switches (getrusage) and the TCP socket buffers.
 
     GLOOCY_TRANSPORT=tcp python -m gloocy.run -n 2 python bench/tcp_alltoall_calls.py \\
-        --sizes 1M,4M,16M --calls 20 --blocks 5 [--port 29517] [--out FILE.json]
+        --sizes 1M,4M,16M --calls 20 --blocks 5 [--port 29517] [--out FILE.json] \\
+        [--collective bcast] [--variants base,yield=0,algo=chain+seg=4M,sync]
 
-Rank 0 prints a line per (size, library, block): the median, min and max
+Rank 0 prints a line per (size, library, block): its median, min and max
 call in µs, each rank's CPU time per call (all its threads), the time its
-calling thread waited for a CPU while runnable, and in how many calls both
-ranks' calling threads ended on one CPU (where the scheduler stacked them:
-see bench/results/tcp-alltoall-swing-2026-12-05.md). --out keeps every
-call's time and CPU. Timings only; asserts nothing about speed.
+calling thread waited for a CPU while runnable, voluntary and involuntary
+context switches per call, and in how many calls some two ranks' calling
+threads ended on one CPU (where the scheduler stacked them: see
+bench/results/tcp-alltoall-swing-2026-12-05.md). --variants runs gloocy
+once per variant, each block with knobs set on the communicator's context
+(the pipeline segment, spin and yield times, a bcast algorithm, a barrier
+after each call). --out keeps every call's time and CPU (the bench's
+figure, the slowest rank's median per block: bench/results/
+tcp-n4-2026-12-06/probe_blocks.py). Timings only; asserts nothing about
+speed.
 """
 
 from __future__ import annotations
