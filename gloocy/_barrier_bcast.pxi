@@ -103,10 +103,10 @@ cdef int barrier_dissemination(Context ctx, Coll *c) except -1 nogil:
 
 
 cdef int run_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
-                   int algo=ALGO_AUTO) except -1 nogil:
+                   int algo) except -1 nogil:
+    """`algo`: what pick_bcast chose."""
     if ctx.size == 1:
         return 0
-    algo = pick_bcast(ctx, nbytes, algo)
     if algo == ALGO_SCATTER_ALLGATHER:
         return bcast_scatter_allgather(ctx, c, buf, nbytes)
     if algo == ALGO_CHAIN:

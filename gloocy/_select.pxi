@@ -24,17 +24,18 @@ cdef enum:
     # for the ring at n=4, 15.2 vs 20.1 ms at n=7), the pipelined ring
     # above (16 MiB+: the ring ties or wins at n=4, 5, 7, 8).
     AUTO_ALLREDUCE_HALVING_MAX = 4 << 20
-    # bcast: the pipelined chain where its pipeline is long (auto_bcast).
-    # Ranks on their own hosts (network namespaces, 1 rank each, 1 Gbit/s
-    # links, back-to-back calls): 1.8-1.9x the binomial tree's speed at n=4,
-    # 2.3-2.7x at n=8, 1-16 MiB, as the root's link carries the buffer once
-    # instead of log2(n) times; over unlimited veth or loopback TCP, where 4-8
-    # ranks share 2 CPUs and the CPU time is what counts, within the noise
-    # (0.8-1.3x by block, medians 0.9-1.1x; bench/results/tcp-n4-2026-12-06/).
-    # Else scatter + ring allgather only from this many ranks and bytes (n=8:
-    # tie at 16 MiB, 145 vs 160 ms at 64 MiB, against the tree). Below, the
-    # pipelined binomial tree wins (it moves fewer bytes in all, which is
-    # what counts when every rank shares one host's memory bandwidth).
+    # bcast: across hosts, the pipelined chain where its pipeline is long
+    # (auto_bcast). Ranks on their own hosts (network namespaces, 1 rank
+    # each, 1 Gbit/s links, back-to-back calls): 1.8-1.9x the binomial
+    # tree's speed at n=4, 2.3-2.7x at n=8, 1-16 MiB, as the root's link
+    # carries the buffer once instead of log2(n) times. Not on one host:
+    # over loopback TCP, 3-8 ranks on 2 CPUs, it was within the noise at
+    # n=4-8 (block medians 0.9-1.1x) and slower at n=3 (0.68x at 64 MiB);
+    # bench/results/tcp-n4-2026-12-06/. Else scatter + ring allgather only
+    # from this many ranks and bytes (n=8: tie at 16 MiB, 145 vs 160 ms at
+    # 64 MiB, against the tree). Below, the pipelined binomial tree wins (it
+    # moves fewer bytes in all, which is what counts when every rank shares
+    # one host's memory bandwidth).
     AUTO_BCAST_SCATTER_MIN_RANKS = 8
     AUTO_BCAST_SCATTER_MIN = 16 << 20
     # allgather: recursive doubling (power-of-two n, blocks end to end) up
@@ -191,17 +192,21 @@ cdef int auto_allreduce(int n, int64_t small, int64_t count,
     return ALGO_RING
 
 
-cdef int auto_bcast(int n, int64_t nbytes, int64_t segment) noexcept nogil:
-    """The pipelined chain where its pipeline is long: it takes about
-    nseg + n - 2 segment times (each rank sends the buffer once), the
-    binomial tree's root about depth * nseg (it sends the buffer to each of
-    its depth = ceil(log2 n) children). Else scatter + allgather or the
-    tree, as measured (AUTO_BCAST_SCATTER_*)."""
+cdef int auto_bcast(int n, int64_t nbytes, int64_t segment,
+                    bint one_host) noexcept nogil:
+    """Across hosts, the pipelined chain where its pipeline is long: it
+    takes about nseg + n - 2 segment times (each rank's link carries the
+    buffer once), the binomial tree's root about depth * nseg (its link
+    carries it to each of its depth = ceil(log2 n) children). With every
+    rank on one host (`one_host`) the links are memory and the host's CPUs
+    do all the copies alike, and the chain's forwarders copy the next
+    call's early frames through the stash: the tree. Else scatter +
+    allgather or the tree, as measured (AUTO_BCAST_SCATTER_*)."""
     cdef int64_t nseg = (nbytes + segment - 1) // segment if segment > 0 else 1
     cdef int depth = 0
     while (1 << depth) < n:
         depth += 1
-    if n > 2 and nseg * (depth - 1) > n - 2:
+    if not one_host and n > 2 and nseg * (depth - 1) > n - 2:
         return ALGO_CHAIN
     if n >= AUTO_BCAST_SCATTER_MIN_RANKS and nbytes >= AUTO_BCAST_SCATTER_MIN:
         return ALGO_SCATTER_ALLGATHER
@@ -311,7 +316,7 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     elif collective == "reduce":
         code = auto_reduce(size, nbytes // itemsize, itemsize)
     elif collective == "bcast":
-        code = auto_bcast(size, nbytes, segment)
+        code = auto_bcast(size, nbytes, segment, node or hosts == 1)
     elif collective == "allgather":
         code = auto_allgather(size, nbytes)
         if size & (size - 1):
@@ -326,9 +331,21 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
 
 # -- the choice a call makes (`algo` unless automatic) -----------------------
 
-cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) noexcept nogil:
+cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) except -1:
     """The algorithm a bcast of `nbytes` runs (`algo` unless automatic)."""
-    return algo if algo != ALGO_AUTO else auto_bcast(ctx.size, nbytes, ctx.segment)
+    if algo != ALGO_AUTO:
+        return algo
+    return auto_bcast(ctx.size, nbytes, ctx.segment, _one_host(ctx))
+
+
+cdef bint _one_host(Context ctx):
+    """Every rank of ctx is on this host, as far as ctx knows: it has a node
+    segment, or the layout its two-level check learnt has one host (not
+    learnt, as for the leaders of a two-level call: no)."""
+    if ctx.node is not None:
+        return True
+    hosts = None if ctx.hier is None else (<Hier>ctx.hier).hosts
+    return hosts is not None and len(hosts) == 1
 
 
 cdef int pick_allreduce(Context ctx, int64_t count, int64_t itemsize,
