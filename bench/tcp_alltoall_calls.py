@@ -1,18 +1,25 @@
-"""gloocy:tcp's alltoall call by call, against torch-gloo's all_to_all_single
-in the same job (both libraries initialised in every rank, blocks of calls
-alternating), with what each rank's kernel says about the calls: CPU time
-run and waited for (/proc/self/schedstat), context switches (getrusage)
-and the TCP socket buffers.
+"""gloocy:tcp's alltoall (or bcast) call by call, against torch-gloo's
+all_to_all_single (broadcast) in the same job (both libraries initialised
+in every rank, blocks of calls alternating), with what each rank's kernel
+says about the calls: CPU time run and waited for (/proc/self/schedstat),
+context switches (getrusage) and the TCP socket buffers.
 
     GLOOCY_TRANSPORT=tcp python -m gloocy.run -n 2 python bench/tcp_alltoall_calls.py \\
-        --sizes 1M,4M,16M --calls 20 --blocks 5 [--port 29517] [--out FILE.json]
+        --sizes 1M,4M,16M --calls 20 --blocks 5 [--port 29517] [--out FILE.json] \\
+        [--collective bcast] [--variants base,yield=0,algo=chain+seg=4M,sync]
 
-Rank 0 prints a line per (size, library, block): the median, min and max
+Rank 0 prints a line per (size, library, block): its median, min and max
 call in µs, each rank's CPU time per call (all its threads), the time its
-calling thread waited for a CPU while runnable, and in how many calls both
-ranks' calling threads ended on one CPU (where the scheduler stacked them:
-see bench/results/tcp-alltoall-swing-2026-12-05.md). --out keeps every
-call's time and CPU. Timings only; asserts nothing about speed.
+calling thread waited for a CPU while runnable, voluntary and involuntary
+context switches per call, and in how many calls some two ranks' calling
+threads ended on one CPU (where the scheduler stacked them: see
+bench/results/tcp-alltoall-swing-2026-12-05.md). --variants runs gloocy
+once per variant, each block with knobs set on the communicator's context
+(the pipeline segment, spin and yield times, a bcast algorithm, a barrier
+after each call). --out keeps every call's time and CPU (the bench's
+figure, the slowest rank's median per block: bench/results/
+tcp-n4-2026-12-06/probe_blocks.py). Timings only; asserts nothing about
+speed.
 """
 
 from __future__ import annotations
@@ -102,6 +109,73 @@ def block(call, calls: int) -> dict:
                 vcsw=(c1[0] - c0[0]) / calls, ivcsw=(c1[1] - c0[1]) / calls)
 
 
+# --variants: the gloocy knobs a variant sets on the communicator's
+# context for its calls, as Context attributes (see _context.pxd, _links.pxd)
+KNOBS = {"seg": lambda ctx, v: setattr(ctx, "segment", parse_size(v)),
+         "spin": lambda ctx, v: setattr(ctx, "spin_ns", int(v) * 1000),
+         "yield": lambda ctx, v: setattr(ctx.links, "yield_ns", int(v) * 1000)}
+
+
+def with_knobs(comm, spec, call):
+    """call() with the knobs of `spec` ("seg=4M+yield=0"; "base": none)
+    set on the communicator's context, then set back."""
+    ctx = comm._ctx
+    saved = (ctx.segment, ctx.spin_ns, ctx.links.yield_ns)
+    sets = [kv.split("=") for kv in spec.split("+") if kv != "base"]
+    sync = ["sync"] in sets                  # a barrier after each call
+    sets = [kv for kv in sets if kv != ["sync"]]
+    algo = dict(sets).pop("algo", None)
+    sets = [(k, v) for k, v in sets if k != "algo"]
+
+    def run():
+        for k, v in sets:
+            KNOBS[k](ctx, v)
+        try:
+            call(algorithm=algo) if algo else call()
+            if sync:
+                comm.Barrier()
+        finally:
+            ctx.segment, ctx.spin_ns, ctx.links.yield_ns = saved
+    return run
+
+
+def calls(a, comm, n, torch):
+    """{library: call} for `n` float32 per rank, and check(name, call),
+    which runs a call once and exits if its result is wrong."""
+    rank, size = comm.rank, comm.size
+    if a.collective == "alltoall":
+        send = np.arange(n, dtype=np.float32) + rank * n
+        recv = np.empty_like(send)
+        want = np.concatenate([np.arange(n, dtype=np.float32)[
+            rank * (n // size):(rank + 1) * (n // size)] + r * n
+            for r in range(size)])
+        libs = {"gloocy:tcp": lambda: comm.Alltoall(send, recv)}
+        if torch is not None:
+            import torch.distributed as dist
+            ts, tr = torch.from_numpy(send), torch.from_numpy(recv)
+            libs["torch-gloo"] = lambda: dist.all_to_all_single(tr, ts)
+    else:
+        recv = np.empty(n, dtype=np.float32)
+        want = np.arange(n, dtype=np.float32)
+        libs = {"gloocy:tcp": lambda algorithm=None: comm.Bcast(
+            recv, root=0, algorithm=algorithm)}
+        if torch is not None:
+            import torch.distributed as dist
+            tr = torch.from_numpy(recv)
+            libs["torch-gloo"] = lambda: dist.broadcast(tr, src=0)
+    if a.variants:
+        gloocy_call = libs.pop("gloocy:tcp")
+        libs = {**{f"g:{v}": with_knobs(comm, v, gloocy_call)
+                   for v in a.variants.split(",")}, **libs}
+
+    def check(name, call):
+        recv[:] = want if a.collective == "bcast" and rank == 0 else -1
+        call()
+        if not np.array_equal(recv, want):
+            raise SystemExit(f"rank {rank}: {name} gave a wrong result")
+    return libs, check
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--sizes", default="1M,4M,16M",
@@ -110,6 +184,11 @@ def main() -> None:
     p.add_argument("--blocks", type=int, default=5, help="blocks per library")
     p.add_argument("--port", type=int, default=29517, help="torch's rendezvous port")
     p.add_argument("--no-torch", action="store_true")
+    p.add_argument("--collective", default="alltoall", choices=("alltoall", "bcast"))
+    p.add_argument("--variants", default="",
+                   help="gloocy variants, comma-separated, each 'base' or knobs "
+                        "joined by '+': seg=BYTES, spin=US, yield=US, algo=NAME (bcast), sync (a barrier after each call; e.g. "
+                        "base,yield=0,seg=4M+yield=0); default: the job's")
     p.add_argument("--out", default="", help="rank 0 writes the figures here (JSON)")
     a = p.parse_args()
 
@@ -126,20 +205,9 @@ def main() -> None:
     rows = []
     for text in a.sizes.split(","):
         n = parse_size(text) // 4 // size * size
-        send = np.arange(n, dtype=np.float32) + rank * n
-        recv = np.empty_like(send)
-        libs = {"gloocy:tcp": lambda: comm.Alltoall(send, recv)}
-        if not a.no_torch:
-            ts, tr = torch.from_numpy(send), torch.from_numpy(recv)
-            libs["torch-gloo"] = lambda: dist.all_to_all_single(tr, ts)
+        libs, check = calls(a, comm, n, torch if not a.no_torch else None)
         for name, call in libs.items():         # checked once, warmed up
-            recv[:] = -1
-            call()
-            want = np.concatenate([np.arange(n, dtype=np.float32)[
-                rank * (n // size):(rank + 1) * (n // size)] + r * n
-                for r in range(size)])
-            if not np.array_equal(recv, want):
-                raise SystemExit(f"rank {rank}: {name} gave a wrong result")
+            check(name, call)
             for _ in range(3):
                 call()
         for b in range(a.blocks):
@@ -147,7 +215,7 @@ def main() -> None:
                 comm.Barrier()
                 r = block(call, a.calls)
                 r.update(lib=name, size=n * 4, block=b, rank=rank,
-                         buffers=tcp_buffers() if name == "gloocy:tcp" else [])
+                         buffers=tcp_buffers() if name.startswith("gloocy") else [])
                 rows.append(r)
     every = comm.gather(rows, root=0)
     if rank == 0:
@@ -156,12 +224,14 @@ def main() -> None:
                           x["size"] == r0["size"] and x["block"] == r0["block"])
                      for rs in every]
             t = np.array(r0["times_us"])
-            same = sum(x == y for x, y in zip(peers[0]["cpus"], peers[1]["cpus"]))
-            print(f"{r0['size'] >> 10:>6} KiB {r0['lib']:<11} b{r0['block']} "
+            same = sum(len(set(c)) < len(c) for c in zip(*(x["cpus"] for x in peers)))
+            print(f"{r0['size'] >> 10:>6} KiB {r0['lib']:<12} b{r0['block']} "
                   f"med {np.median(t):7.0f} min {t.min():7.0f} max {t.max():7.0f} us"
                   f" | cpu/call " + " ".join(f"{x['cpu_us']:6.0f}" for x in peers)
                   + " waiting for a CPU " + " ".join(f"{x['waitcpu_us']:6.0f}" for x in peers)
-                  + f" | on one CPU {same}/{len(t)}", flush=True)
+                  + " vcsw/call " + " ".join(f"{x['vcsw']:5.1f}" for x in peers)
+                  + " ivcsw/call " + " ".join(f"{x['ivcsw']:5.1f}" for x in peers)
+                  + f" | shared a CPU {same}/{len(t)}", flush=True)
         if a.out:
             with open(a.out, "w") as f:
                 json.dump(every, f)

@@ -1,7 +1,7 @@
 # Barrier and broadcast: Context.barrier and Context.bcast (call_*), and
 # their algorithms: a barrier by recursive doubling (an allreduce of
-# nothing) or dissemination; a pipelined binomial tree and scatter + ring
-# allgather for bcast (the node segment's are in _node.pxi).
+# nothing) or dissemination; a pipelined binomial tree, a pipelined chain
+# and scatter + ring allgather for bcast (the node segment's are in _node.pxi).
 
 
 cdef enum:
@@ -103,11 +103,14 @@ cdef int barrier_dissemination(Context ctx, Coll *c) except -1 nogil:
 
 
 cdef int run_bcast(Context ctx, Coll *c, char *buf, int64_t nbytes,
-                   int algo=ALGO_AUTO) except -1 nogil:
+                   int algo) except -1 nogil:
+    """`algo`: what pick_bcast chose."""
     if ctx.size == 1:
         return 0
-    if pick_bcast(ctx, nbytes, algo) == ALGO_SCATTER_ALLGATHER:
+    if algo == ALGO_SCATTER_ALLGATHER:
         return bcast_scatter_allgather(ctx, c, buf, nbytes)
+    if algo == ALGO_CHAIN:
+        return bcast_chain(ctx, c, buf, nbytes)
     return bcast_binomial(ctx, c, buf, nbytes)
 
 
@@ -156,13 +159,7 @@ cdef int bcast_binomial(Context ctx, Coll *c, char *buf,
     cdef int n = ctx.size, root = c.proto.root
     cdef int vr = (ctx.rank - root + n) % n          # rank relative to root
     cdef int children[MAX_CHILDREN]
-    cdef int nchild = 0, mask, k, parent
-    cdef int64_t seg = ctx.segment, s, off, length
-    cdef int64_t nseg = (nbytes + seg - 1) // seg if nbytes > 0 else 1
-    cdef Xfer *recvs
-    cdef Xfer *sends
-    if n == 1:
-        return 0
+    cdef int nchild = 0, mask
     # Children are vr + 2^k for 2^k below vr's lowest set bit (any for the
     # root), largest subtree first.
     mask = 1
@@ -174,11 +171,40 @@ cdef int bcast_binomial(Context ctx, Coll *c, char *buf,
             children[nchild] = (vr + mask + root) % n
             nchild += 1
         mask >>= 1
-    parent = ((vr & (vr - 1)) + root) % n
+    return bcast_tree(ctx, c, buf, nbytes, ((vr & (vr - 1)) + root) % n,
+                      children, nchild)
+
+
+cdef int bcast_chain(Context ctx, Coll *c, char *buf,
+                     int64_t nbytes) except -1 nogil:
+    """A chain root -> root+1 -> ... -> root-1, pipelined in segments: each
+    rank receives the buffer once and sends it once, where the binomial
+    tree's root sends it log2(n) times (see auto_bcast)."""
+    cdef int n = ctx.size, root = c.proto.root
+    cdef int vr = (ctx.rank - root + n) % n
+    cdef int child = (ctx.rank + 1) % n
+    return bcast_tree(ctx, c, buf, nbytes, (ctx.rank - 1 + n) % n, &child,
+                      1 if vr + 1 < n else 0)
+
+
+cdef int bcast_tree(Context ctx, Coll *c, char *buf, int64_t nbytes,
+                    int parent, const int *children,
+                    int nchild) except -1 nogil:
+    """Broadcast down a tree, pipelined in ctx.segment pieces: receive each
+    piece from `parent` (none at the root) and pass it on to `children` as
+    soon as it is in."""
+    cdef bint is_root = ctx.rank == c.proto.root
+    cdef int k
+    cdef int64_t seg = ctx.segment, s, off, length
+    cdef int64_t nseg = (nbytes + seg - 1) // seg if nbytes > 0 else 1
+    cdef Xfer *recvs
+    cdef Xfer *sends
+    if ctx.size == 1:
+        return 0
     recvs = <Xfer *>_alloc(nseg * (nchild + 1) * sizeof(Xfer))
     sends = recvs + nseg
     try:
-        if vr != 0:
+        if not is_root:
             for s in range(nseg):
                 off = s * seg
                 length = min(seg, nbytes - off)
@@ -186,7 +212,7 @@ cdef int bcast_binomial(Context ctx, Coll *c, char *buf,
         for s in range(nseg):
             off = s * seg
             length = min(seg, nbytes - off)
-            if vr != 0:
+            if not is_root:
                 wait_xfer(ctx, c, &recvs[s])
             for k in range(nchild):
                 post_send(ctx, c, &sends[s * nchild + k], children[k], s,

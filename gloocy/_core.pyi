@@ -235,8 +235,10 @@ TWO_LEVEL_MIN: Final[dict[str, int]]                  # collective -> bytes
 
 def auto_algorithm(collective: str, size: int, nbytes: int, *,
                    itemsize: int = 4, small_allreduce: int = 65536,
-                   node: bool = False, hosts: int = 1) -> str:
-    """The algorithm "auto" picks (`hosts`: hosts the ranks are on)."""
+                   node: bool = False, hosts: int = 1,
+                   cma_min: int = ..., segment: int = 1048576) -> str:
+    """The algorithm "auto" picks (`hosts`: hosts the ranks are on;
+    `segment`: the bcast pipeline's segment)."""
 
 
 def host_layout(ctx: Context) -> list[list[int]] | None:

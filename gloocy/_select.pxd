@@ -32,6 +32,7 @@ cdef enum:
     ALGO_DIRECT = 9              # gather, scatter, alltoall: straight to each peer
     ALGO_TWO_LEVEL = 10          # inside each host, across leaders, inside (_hier.pxi)
     ALGO_DISSEMINATION = 11      # barrier over the pairs
+    ALGO_CHAIN = 12              # bcast: root -> root+1 -> ..., pipelined
 
 # {collective: name} of the GLOOCY_ALGORITHM_* variables set now (None: none).
 cdef dict env_algorithms()
@@ -41,7 +42,7 @@ cdef int _algorithm(str collective, object name, dict env) except -1
 # The algorithm a call runs: `algo` unless ALGO_AUTO (then the automatic
 # choice for the world size and bytes); pick_allgather also falls back from
 # recursive doubling to the ring where it cannot run.
-cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) noexcept nogil
+cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) except -1
 cdef int pick_allreduce(Context ctx, int64_t count, int64_t itemsize,
                         int algo) noexcept nogil
 cdef int pick_reduce(Context ctx, int64_t count, int64_t itemsize,

@@ -24,10 +24,18 @@ cdef enum:
     # for the ring at n=4, 15.2 vs 20.1 ms at n=7), the pipelined ring
     # above (16 MiB+: the ring ties or wins at n=4, 5, 7, 8).
     AUTO_ALLREDUCE_HALVING_MAX = 4 << 20
-    # bcast: scatter + ring allgather only from this many ranks and bytes
-    # (n=8: tie at 16 MiB, 145 vs 160 ms at 64 MiB). Below, the pipelined
-    # binomial tree wins (it moves fewer bytes in all, which is what counts
-    # when every rank shares one host's memory bandwidth).
+    # bcast: across hosts, the pipelined chain where its pipeline is long
+    # (auto_bcast). Ranks on their own hosts (network namespaces, 1 rank
+    # each, 1 Gbit/s links, back-to-back calls): 1.8-1.9x the binomial
+    # tree's speed at n=4, 2.3-2.7x at n=8, 1-16 MiB, as the root's link
+    # carries the buffer once instead of log2(n) times. Not on one host:
+    # over loopback TCP, 3-8 ranks on 2 CPUs, it was within the noise at
+    # n=4-8 (block medians 0.9-1.1x) and slower at n=3 (0.68x at 64 MiB);
+    # bench/results/tcp-n4-2026-12-06/. Else scatter + ring allgather only
+    # from this many ranks and bytes (n=8: tie at 16 MiB, 145 vs 160 ms at
+    # 64 MiB, against the tree). Below, the pipelined binomial tree wins (it
+    # moves fewer bytes in all, which is what counts when every rank shares
+    # one host's memory bandwidth).
     AUTO_BCAST_SCATTER_MIN_RANKS = 8
     AUTO_BCAST_SCATTER_MIN = 16 << 20
     # allgather: recursive doubling (power-of-two n, blocks end to end) up
@@ -75,6 +83,7 @@ ALLREDUCE_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
                         "bcube": ALGO_BCUBE, "shm": ALGO_SHM,
                         "two_level": ALGO_TWO_LEVEL}
 BCAST_ALGORITHMS = {"auto": ALGO_AUTO, "binomial": ALGO_BINOMIAL,
+                    "chain": ALGO_CHAIN,
                     "scatter_allgather": ALGO_SCATTER_ALLGATHER,
                     "shm": ALGO_SHM, "two_level": ALGO_TWO_LEVEL}
 ALLGATHER_ALGORITHMS = {"auto": ALGO_AUTO, "ring": ALGO_RING,
@@ -125,7 +134,7 @@ ALGORITHM_NAMES = {ALGO_AUTO: "auto", ALGO_RING: "ring",
                    ALGO_SCATTER_ALLGATHER: "scatter_allgather",
                    ALGO_HALVING: "halving", ALGO_SHM: "shm",
                    ALGO_DIRECT: "direct", ALGO_TWO_LEVEL: "two_level",
-                   ALGO_DISSEMINATION: "dissemination"}
+                   ALGO_DISSEMINATION: "dissemination", ALGO_CHAIN: "chain"}
 
 
 from libc.stdlib cimport getenv
@@ -183,7 +192,22 @@ cdef int auto_allreduce(int n, int64_t small, int64_t count,
     return ALGO_RING
 
 
-cdef int auto_bcast(int n, int64_t nbytes) noexcept nogil:
+cdef int auto_bcast(int n, int64_t nbytes, int64_t segment,
+                    bint one_host) noexcept nogil:
+    """Across hosts, the pipelined chain where its pipeline is long: it
+    takes about nseg + n - 2 segment times (each rank's link carries the
+    buffer once), the binomial tree's root about depth * nseg (its link
+    carries it to each of its depth = ceil(log2 n) children). With every
+    rank on one host (`one_host`) the links are memory and the host's CPUs
+    do all the copies alike, and the chain's forwarders copy the next
+    call's early frames through the stash: the tree. Else scatter +
+    allgather or the tree, as measured (AUTO_BCAST_SCATTER_*)."""
+    cdef int64_t nseg = (nbytes + segment - 1) // segment if segment > 0 else 1
+    cdef int depth = 0
+    while (1 << depth) < n:
+        depth += 1
+    if not one_host and n > 2 and nseg * (depth - 1) > n - 2:
+        return ALGO_CHAIN
     if n >= AUTO_BCAST_SCATTER_MIN_RANKS and nbytes >= AUTO_BCAST_SCATTER_MIN:
         return ALGO_SCATTER_ALLGATHER
     return ALGO_BINOMIAL
@@ -256,7 +280,8 @@ cdef inline int64_t node_bcast_min(int64_t cma_min, int size) noexcept nogil:
 
 def auto_algorithm(str collective, int size, int64_t nbytes, *,
                    int64_t itemsize=4, int64_t small_allreduce=1 << 16,
-                   bint node=False, int hosts=1, int64_t cma_min=NODE_CMA_MIN):
+                   bint node=False, int hosts=1, int64_t cma_min=NODE_CMA_MIN,
+                   int64_t segment=1 << 20):
     """The name of the algorithm "auto" picks for `collective` at world size
     `size` and `nbytes` (allreduce, reduce, bcast: the buffer; allgather:
     the gathered total in equal blocks laid end to end; reduce_scatter:
@@ -267,7 +292,8 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     an allreduce of any size from GLOOCY_TWO_LEVEL_MIN_RANKS ranks, where
     the rendezvous told the layout, as gloocy.connect's does);
     `cma_min`: the node segment's single-copy threshold for bcasts (they
-    go through the segment from there, if that is below node_bcast_min)."""
+    go through the segment from there, if that is below node_bcast_min);
+    `segment`: the pipeline segment (GLOOCY_SEGMENT_BYTES) of bcasts."""
     cdef int code
     if size < 1 or nbytes < 0 or itemsize < 1 or hosts < 1:
         raise ValueError("size, nbytes, itemsize and hosts must be positive")
@@ -290,7 +316,7 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
     elif collective == "reduce":
         code = auto_reduce(size, nbytes // itemsize, itemsize)
     elif collective == "bcast":
-        code = auto_bcast(size, nbytes)
+        code = auto_bcast(size, nbytes, segment, node or hosts == 1)
     elif collective == "allgather":
         code = auto_allgather(size, nbytes)
         if size & (size - 1):
@@ -305,9 +331,21 @@ def auto_algorithm(str collective, int size, int64_t nbytes, *,
 
 # -- the choice a call makes (`algo` unless automatic) -----------------------
 
-cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) noexcept nogil:
+cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) except -1:
     """The algorithm a bcast of `nbytes` runs (`algo` unless automatic)."""
-    return algo if algo != ALGO_AUTO else auto_bcast(ctx.size, nbytes)
+    if algo != ALGO_AUTO:
+        return algo
+    return auto_bcast(ctx.size, nbytes, ctx.segment, _one_host(ctx))
+
+
+cdef bint _one_host(Context ctx):
+    """Every rank of ctx is on this host, as far as ctx knows: it has a node
+    segment, or the layout its two-level check learnt has one host (not
+    learnt, as for the leaders of a two-level call: no)."""
+    if ctx.node is not None:
+        return True
+    hosts = None if ctx.hier is None else (<Hier>ctx.hier).hosts
+    return hosts is not None and len(hosts) == 1
 
 
 cdef int pick_allreduce(Context ctx, int64_t count, int64_t itemsize,

@@ -38,7 +38,7 @@ TINY_SEGMENT = {"GLOOCY_SEGMENT_BYTES": 8}     # pipelined algorithms: 8-byte se
 
 NAMES = {                                      # collective -> forced algorithm names
     "allreduce": ["ring", "recursive_doubling", "halving_doubling", "bcube"],
-    "bcast": ["binomial", "scatter_allgather"],
+    "bcast": ["binomial", "chain", "scatter_allgather"],
     "allgather": ["ring", "recursive_doubling"],
     "reduce_scatter": ["ring", "halving"],
     "reduce": ["binomial", "ring", "recursive_doubling"],
@@ -509,6 +509,7 @@ def test_automatic_choice_follows_the_table(world, transport, size):
              ("allreduce", t["allreduce_halving_max"]),
              ("allreduce", t["allreduce_halving_max"] + step),
              ("bcast", 4), ("bcast", t["bcast_scatter_min"]),
+             ("bcast", 2 * MiB), ("bcast", 2 * MiB + 4),
              ("allgather", step), ("allgather", t["allgather_doubling_max"]),
              ("allgather", t["allgather_doubling_max"] + step),
              ("reduce_scatter", step), ("reduce_scatter", t["reduce_scatter_halving_max"]),
@@ -539,7 +540,7 @@ AUTO_TABLE = [   # (collective, world size, bytes, choice): bench/README.md's ta
     ("allreduce", 4, 64 * KiB + 4, "halving_doubling"),
     ("allreduce", 7, 4 * MiB, "halving_doubling"),
     ("allreduce", 4, 4 * MiB + 4, "ring"),
-    ("bcast", 7, 64 * MiB, "binomial"),
+    ("bcast", 7, 64 * MiB, "binomial"),          # one host: never the chain
     ("bcast", 8, 16 * MiB - 1, "binomial"),
     ("bcast", 8, 16 * MiB, "scatter_allgather"),
     ("allgather", 4, 4 * MiB, "recursive_doubling"),
@@ -695,3 +696,36 @@ def test_maxloc_minloc_with_nan_every_algorithm(world, size):
         from_a_rank = (same_v & (idxs == mine["i"])).any(axis=0)
         assert from_a_rank[nan].all(), \
             f"{what}: elements {np.flatnonzero(nan & ~from_a_rank)[:5]} come from no rank"
+
+
+BCAST_HOSTS_TABLE = [   # (world size, bytes, choice) with one rank per host
+    (2, 64 * MiB, "binomial"),                   # the chain is the same tree
+    (3, 1 * MiB, "binomial"),                    # chain: 1-MiB segments, ...
+    (3, 1 * MiB + 4, "chain"),                   # ... nseg * (depth - 1) > n - 2
+    (4, 2 * MiB, "binomial"),
+    (4, 2 * MiB + 4, "chain"),
+    (7, 64 * MiB, "chain"),
+    (8, 3 * MiB, "binomial"),
+    (8, 3 * MiB + 4, "chain"),
+    (256, 16 * MiB - 4, "binomial"),             # too short a pipeline for
+    (256, 16 * MiB, "scatter_allgather"),        # 256 ranks
+    (256, 64 * MiB, "chain"),
+]
+
+
+@pytest.mark.parametrize("size, nbytes, choice", BCAST_HOSTS_TABLE)
+def test_automatic_bcast_across_hosts(size, nbytes, choice):
+    assert _core.auto_algorithm("bcast", size, nbytes, hosts=size) == choice
+
+
+def test_automatic_bcast_chain_only_across_hosts():
+    # The chain's pipeline is counted in the context's segments; with every
+    # rank on one host (over the pairs or through the node segment) the
+    # tree or the segment.
+    assert _core.auto_algorithm("bcast", 4, 4 * MiB, hosts=4) == "chain"
+    assert _core.auto_algorithm("bcast", 4, 4 * MiB, hosts=4,
+                                segment=2 * MiB) == "binomial"
+    assert _core.auto_algorithm("bcast", 4, 4 * MiB, hosts=4,
+                                segment=1 * MiB + 4) == "chain"
+    assert _core.auto_algorithm("bcast", 4, 64 * MiB) == "binomial"
+    assert _core.auto_algorithm("bcast", 4, 64 * MiB, node=True) == "shm"
