@@ -340,9 +340,12 @@ cdef int pick_bcast(Context ctx, int64_t nbytes, int algo) except -1:
 
 cdef bint _one_host(Context ctx):
     """Every rank of ctx is on this host, as far as ctx knows: it has a node
-    segment, or the layout its two-level check learnt has one host (not
+    segment, is a host's phase of a two-level call (h.local, which learns
+    no layout), or the layout its two-level check learnt has one host (not
     learnt, as for the leaders of a two-level call: no)."""
-    if ctx.node is not None:
+    cdef uint32_t local = HIER_SHADOW_ID | HIER_LOCAL_ID
+    if ctx.node is not None or (ctx.comm_id & local == local
+                                and ctx.comm_id < TRANSIENT):
         return True
     hosts = None if ctx.hier is None else (<Hier>ctx.hier).hosts
     return hosts is not None and len(hosts) == 1

@@ -279,6 +279,35 @@ def test_the_layout_is_the_namespaces(hosts_world):
     assert world.run(r_layout) == [expected] * world.size
 
 
+def r_bcast_choices(comm, cases):
+    """(algorithm "auto" ran, the result) of a float64 Bcast per (elements,
+    root)."""
+    out = []
+    for n, root in cases:
+        x = (np.arange(n, dtype=np.float64) * (root + 1) if comm.rank == root
+             else np.zeros(n))
+        comm.Bcast(x, root=root)
+        out.append((comm._ctx.last_algorithm, x))
+    return out
+
+
+def test_auto_bcast_runs_the_chain_between_hosts_of_one_rank_each():
+    # No host has two ranks (no two-level): from a pipeline of enough
+    # segments (1 MiB each) the chain, whose root's link carries the buffer
+    # once; below a segment the binomial tree.
+    cases = [(1 << 19, 0), (1 << 19, 2), (1000, 1)]      # 4 MiB, 4 MiB, 8 KB
+    world = World(3, backend="processes", hosts=[1, 1, 1])
+    try:
+        got = world.run(r_bcast_choices, cases, timeout=120)
+    finally:
+        world.close()
+    for rank, results in enumerate(got):
+        for (n, root), (ran, x), want in zip(cases, results,
+                                              ["chain", "chain", "binomial"]):
+            assert ran == want, (rank, n, root, ran)
+            assert np.array_equal(x, np.arange(n, dtype=np.float64) * (root + 1))
+
+
 def r_die_or_allreduce(comm, victim):
     x = np.ones(1 << 16, np.float64)
     if comm.rank == victim:
