@@ -199,8 +199,6 @@ cdef int bcast_tree(Context ctx, Coll *c, char *buf, int64_t nbytes,
     cdef int64_t nseg = (nbytes + seg - 1) // seg if nbytes > 0 else 1
     cdef Xfer *recvs
     cdef Xfer *sends
-    if ctx.size == 1:
-        return 0
     recvs = <Xfer *>_alloc(nseg * (nchild + 1) * sizeof(Xfer))
     sends = recvs + nseg
     try:

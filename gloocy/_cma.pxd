@@ -39,7 +39,9 @@ cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
                                  const int64_t *lens, int64_t total,
                                  uint64_t digest) except -1 nogil
 # node_alltoallv's rest after its first step (heads: see there), less what
-# that step brought from each sender (done[j] bytes of rank j's stream).
+# that step brought from each sender (done[j] bytes of rank j's stream);
+# own_n bytes of our own block (own_src to own; 0: none) are copied after
+# the reads, while the others finish theirs (`stream`: non-temporal stores).
 cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
