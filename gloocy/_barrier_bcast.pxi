@@ -180,11 +180,10 @@ cdef int bcast_chain(Context ctx, Coll *c, char *buf,
     """A chain root -> root+1 -> ... -> root-1, pipelined in segments: each
     rank receives the buffer once and sends it once, where the binomial
     tree's root sends it log2(n) times (see auto_bcast)."""
-    cdef int n = ctx.size, root = c.proto.root
-    cdef int vr = (ctx.rank - root + n) % n
-    cdef int child = (ctx.rank + 1) % n
+    cdef int n = ctx.size
+    cdef int child = (ctx.rank + 1) % n        # none past root - 1
     return bcast_tree(ctx, c, buf, nbytes, (ctx.rank - 1 + n) % n, &child,
-                      1 if vr + 1 < n else 0)
+                      child != c.proto.root)
 
 
 cdef int bcast_tree(Context ctx, Coll *c, char *buf, int64_t nbytes,

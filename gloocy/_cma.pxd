@@ -41,13 +41,13 @@ cdef int node_reduce_scatter_cma(Context ctx, Coll *c, const char *send,
 # node_alltoallv's rest after its first step (heads: see there), less what
 # that step brought from each sender (done[j] bytes of rank j's stream);
 # own_n bytes of our own block (own_src to own; 0: none) are copied after
-# the reads, while the others finish theirs (`stream`: non-temporal stores).
+# the reads, while the others finish theirs.
 cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        const int64_t *bases, const int64_t *soffs,
                        int64_t stride, char *recv, const int64_t *roffs,
                        const int64_t *rsizes, const int64_t *at,
                        const int64_t *done, char *own, const char *own_src,
-                       int64_t own_n, bint stream) except -1 nogil
+                       int64_t own_n) except -1 nogil
 # node_gatherv's rest (the root reads every block), node_scatterv's
 # (each rank reads its block from the root), less what the first step
 # brought.

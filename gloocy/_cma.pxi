@@ -118,8 +118,7 @@ cdef inline void _cma_note(Context ctx, int peer, int err) noexcept nogil:
 
 
 cdef int _cma_finish(Context ctx, Coll *c, char *own=NULL,
-                     const char *own_src=NULL, int64_t own_n=0,
-                     bint stream=False) except -1 nogil:
+                     const char *own_src=NULL, int64_t own_n=0) except -1 nogil:
     """The address step's second half: arrive at B, copy own_n bytes from
     own_src to `own` (a rank's own block, while the others finish), wait
     for all. 1 if every read worked; 0 if the kernel refused one (the node
@@ -128,7 +127,7 @@ cdef int _cma_finish(Context ctx, Coll *c, char *own=NULL,
     cdef int j, err = 0, who = -1, peer = -1, p = ctx.node.step & 1
     node_arrive(ctx, phase_b(ctx.node), c)
     if own_n > 0:
-        copy_block(own, own_src, own_n, stream)
+        copy_block(own, own_src, own_n, False)   # (late only unstreamed)
     node_wait(ctx, c, phase_b(ctx.node))
     for j in range(ctx.node.size):
         if ctx.node.ctl[j].cma_err[p]:
@@ -236,7 +235,7 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
                        int64_t stride, char *recv, const int64_t *roffs,
                        const int64_t *rsizes, const int64_t *at,
                        const int64_t *done, char *own, const char *own_src,
-                       int64_t own_n, bint stream) except -1 nogil:
+                       int64_t own_n) except -1 nogil:
     """node_alltoallv after its first step, whose heads held each rank's
     pid (pids[j * stride]), send buffer (bases[j * stride]) and send
     offsets (soffs[j * stride + d]): each rank reads its block from every
@@ -255,7 +254,7 @@ cdef int cma_alltoallv(Context ctx, Coll *c, const int64_t *pids,
             _cma_note(ctx, j, cma_read(pids[j * stride],
                                        bases[j * stride] + soffs[j * stride + r] + skip,
                                        recv + roffs[j] + skip, rsizes[j] - skip))
-    return _cma_finish(ctx, c, own, own_src, own_n, stream)
+    return _cma_finish(ctx, c, own, own_src, own_n)
 
 
 cdef int cma_gatherv(Context ctx, Coll *c, const int64_t *pids,

@@ -207,7 +207,7 @@ cdef int node_alltoallv(Context ctx, Coll *c, const char *send,
                 if cma_alltoallv(ctx, c, h + 1 + 3 * n, h + 2 + 3 * n,
                                  h + 1 + 2 * n, ctx.node.stride // 8, recv, roffs, rsizes,
                                  theirs, carried, recv + roffs[r], send + soffs[r],
-                                 rsizes[r] if late else 0, stream):
+                                 rsizes[r] if late else 0):
                     return 0
                 # refused (every rank saw it): the slots, from the first
                 # byte if a stream was left out of the first step

@@ -344,8 +344,8 @@ cdef bint _one_host(Context ctx):
     no layout), or the layout its two-level check learnt has one host (not
     learnt, as for the leaders of a two-level call: no)."""
     cdef uint32_t local = HIER_SHADOW_ID | HIER_LOCAL_ID
-    if ctx.node is not None or (ctx.comm_id & local == local
-                                and ctx.comm_id < TRANSIENT):
+    # (a transient id, which may have these bits, only agrees on an id)
+    if ctx.node is not None or (ctx.comm_id & local) == local:
         return True
     hosts = None if ctx.hier is None else (<Hier>ctx.hier).hosts
     return hosts is not None and len(hosts) == 1
